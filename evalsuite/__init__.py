@@ -1,0 +1,1 @@
+"""tgsuite: evalsuite package."""
