@@ -1,0 +1,60 @@
+"""Interfaces between the agent loop, policies, feedback providers and the trainer.
+
+The text format is Qwen3's: an assistant turn may start with ``<think>…</think>`` and contains zero or more
+``<tool_call>{"name": …, "arguments": {…}}</tool_call>`` blocks. Tool results come back as ``tool`` messages.
+The episode ends when the agent calls ``finish(message)``; that message is the summary for the user and is
+what behaviour checkers such as ``markdown@v1`` judge.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from harness.schema import Message, TaskInstance
+
+
+@dataclass(frozen=True)
+class PolicyOutput:
+    """One assistant turn. ``token_ids``/``logprobs`` are the sampled completion tokens and their behaviour
+    log-probabilities under the sampling policy, when the policy can give them (HF models, vLLM)."""
+
+    text: str
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    finish_reason: str = "stop"
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """Anything that writes the next assistant turn from the conversation so far."""
+
+    name: str
+
+    def act(self, messages: list[Message], *, tools: list[dict[str, Any]], rng: random.Random) -> PolicyOutput: ...
+
+
+@dataclass(frozen=True)
+class EpisodeLimits:
+    max_turns: int = 30
+    max_tokens: int = 32_768
+    wall_s: float = 600.0
+    per_exec_timeout_s: float = 60.0
+    observation_cap_chars: int = 8_000
+
+
+@dataclass(frozen=True)
+class Hint:
+    """A hint message inserted before a chosen assistant turn (training and diagnostics)."""
+
+    text: str
+    kind: str  # e.g. "correct", "irrelevant", "wrong"
+
+
+@runtime_checkable
+class FeedbackProvider(Protocol):
+    """Decides whether to insert a hint before assistant turn ``turn`` (0-based) and which one."""
+
+    def hint_for(self, instance: TaskInstance, messages: list[Message], turn: int, rng: random.Random) -> Hint | None: ...

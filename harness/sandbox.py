@@ -1,0 +1,112 @@
+"""Sandboxes: where model-written code runs.
+
+This module holds the interface only (``Sandbox``, ``ExecResult``, ``SandboxUnavailable``, ``SandboxSpec``);
+``harness.sandbox_docker.DockerSandbox`` and ``harness.sandbox_local.LocalSandbox`` implement it.
+
+Isolation (filled in by the implementations' docstrings and summarised here):
+- DockerSandbox: network ``none``, all capabilities dropped, no-new-privileges, non-root user, pids / memory
+  (swap equal) / CPU limits, timeouts enforced inside (``timeout -k``) and outside (container killed on overrun).
+  It does NOT protect against kernel exploits (containers share the host kernel).
+- LocalSandbox: a temp directory, rlimits and a scrubbed environment. It is NOT isolated: no network or
+  filesystem isolation beyond refusing paths that leave its root. Runs using it record ``isolated=False``.
+
+Infrastructure failures (dead daemon, vanished container, broken exec stream) raise ``SandboxUnavailable``;
+they are never reported as a command's exit code.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import NamedTuple
+
+DEFAULT_OUTPUT_CAP = 1 << 20  # bytes kept per stream (head + tail)
+
+
+class ExecResult(NamedTuple):
+    returncode: int
+    stdout: str
+    stderr: str
+    timed_out: bool
+    truncated: bool
+    duration_s: float
+
+
+class SandboxUnavailable(RuntimeError):
+    """The sandbox (engine, container, process host) failed: an infrastructure error, never an agent failure.
+
+    ``kind`` is one of HARNESS §7.6's INFRA codes, e.g. ``DOCKER_DAEMON``, ``IMAGE_MISSING``,
+    ``CONTAINER_CREATE``, ``EXEC_TRANSPORT``, ``DISK_FULL``.
+    """
+
+    def __init__(self, message: str, *, kind: str = "SANDBOX") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """What to create. Limits are per sandbox; labels identify it for cleanup."""
+
+    image: str = "base"
+    workdir: str = "/work/repo"
+    cpus: float = 1.0
+    mem_bytes: int = 2 << 30
+    pids: int = 256
+    output_cap_bytes: int = DEFAULT_OUTPUT_CAP
+    labels: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def cap_output(data: bytes, cap: int) -> tuple[str, bool]:
+    """Keep the head and the tail of ``data`` within ``cap`` bytes; returns (text, truncated)."""
+    if len(data) <= cap:
+        return data.decode("utf-8", errors="replace"), False
+    half = cap // 2
+    marker = f"\n[... {len(data) - 2 * half} bytes truncated ...]\n".encode()
+    return (data[:half] + marker + data[-half:]).decode("utf-8", errors="replace"), True
+
+
+class Sandbox(abc.ABC):
+    """A place to run commands and move files. Paths are relative to the work directory unless absolute."""
+
+    isolated: bool = False
+
+    @abc.abstractmethod
+    def exec(
+        self,
+        cmd: list[str] | str,
+        *,
+        timeout: float,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        input: bytes | None = None,
+    ) -> ExecResult:
+        """Run ``cmd`` (argv list, or a string run by ``sh -c``). Raises SandboxUnavailable on infra failure."""
+
+    @abc.abstractmethod
+    def read_file(self, path: str, *, max_bytes: int = DEFAULT_OUTPUT_CAP) -> bytes: ...
+
+    @abc.abstractmethod
+    def write_file(self, path: str, data: bytes) -> None: ...
+
+    @abc.abstractmethod
+    def copy_in(self, src: Path, dest: str) -> None:
+        """Copy a host directory's contents into ``dest`` inside the sandbox."""
+
+    @abc.abstractmethod
+    def copy_out(self, src: str, dest: Path) -> None:
+        """Copy a sandbox directory's contents to the host directory ``dest``."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

@@ -1,0 +1,265 @@
+"""Data contracts of the harness (ARCHITECTURE §4).
+
+Every object that crosses a package boundary or is written to disk is a frozen pydantic model here, so that
+`evalsuite`, `reports` and users can read run directories back without torch or Docker installed.
+
+Covered: task instances and task sets (SWE-bench field names plus ours), trajectories (messages, tool calls,
+token ids and behaviour log-probs), grades, behaviour verdicts, episode results with HARNESS §7.6's failure
+taxonomy, and the run manifest. Not covered: training artifacts (``repro``) and analysis results (``evalsuite``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+SCHEMA_VERSION = 1
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Task sets
+# --------------------------------------------------------------------------------------------------------------
+
+Split = Literal["train", "heldout", "test", "dev"]
+TemplateTier = Literal["seen_templates", "unseen_templates", "n/a"]
+
+
+class TaskInstance(_Frozen):
+    """One task, SWE-bench compatible where it can be.
+
+    ``patch``, ``test_patch`` and the hidden test files are never shown to the agent.
+    """
+
+    instance_id: str = Field(min_length=1)
+    repo: str = Field(min_length=1)
+    base_commit: str = Field(min_length=1)
+    problem_statement: str = Field(min_length=1)
+    patch: str
+    test_patch: str
+    FAIL_TO_PASS: list[str] = Field(min_length=1)
+    PASS_TO_PASS: list[str] = Field(default_factory=list)
+    # ours
+    test_cmd: str = "python -m pytest"
+    image: str = "base"
+    behaviour: list[str] = Field(default_factory=list)
+    cluster: str | None = None
+    split: Split = "heldout"
+    difficulty: str = "unknown"
+    template_tier: TemplateTier = "n/a"
+    bug_family: str | None = None
+    visible_test_cmd: str | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def cluster_key(self) -> str:
+        return self.cluster or self.repo
+
+
+class TaskSet(_Frozen):
+    name: str
+    path: str
+    sha256: str
+    instances: list[TaskInstance]
+
+    def by_id(self) -> dict[str, TaskInstance]:
+        return {t.instance_id: t for t in self.instances}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Trajectories
+# --------------------------------------------------------------------------------------------------------------
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+class ToolCall(_Frozen):
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    call_id: str | None = None
+    raw: str = ""
+    valid: bool = True
+    error: str | None = None
+
+
+class Message(_Frozen):
+    role: Role
+    content: str
+    turn: int = 0
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    tool_name: str | None = None
+    is_hint: bool = False
+    truncated: bool = False
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    duration_s: float | None = None
+
+
+LimitKind = Literal["turns", "tokens", "wall_time", "context"]
+
+
+class LimitHit(_Frozen):
+    kind: LimitKind
+    limit: float
+
+
+class Trajectory(_Frozen):
+    instance_id: str
+    policy: str
+    seed: int
+    messages: list[Message]
+    final_message: str | None = None
+    finished: bool = False
+    limit_hit: LimitHit | None = None
+    protocol_violations: int = 0
+    hint_turns: list[int] = Field(default_factory=list)
+    feedback_kind: str | None = None
+    timings: dict[str, float] = Field(default_factory=dict)
+    n_tokens: int = 0
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Grading and behaviour
+# --------------------------------------------------------------------------------------------------------------
+
+TestStatus = Literal["passed", "failed", "error", "skipped", "missing"]
+
+
+class Grade(_Frozen):
+    """Outcome of running hidden tests on a candidate patch in a fresh sandbox."""
+
+    resolved: bool
+    valid: bool
+    reason: str = ""
+    exit_code: int | None = None
+    f2p: dict[str, TestStatus] = Field(default_factory=dict)
+    p2p: dict[str, TestStatus] = Field(default_factory=dict)
+    tests_touched: bool = False
+    patch_applied: bool = True
+    parse_source: Literal["junit-xml", "text", "none"] = "junit-xml"
+    duration_s: float = 0.0
+    grader_version: str = "grade@v1"
+
+
+Verdict = Literal["PASS", "FAIL", "NA"]
+
+
+class BehaviourResult(_Frozen):
+    checker: str
+    ok: bool
+    turn_verdicts: list[Verdict] = Field(default_factory=list)
+    violations: list[str] = Field(default_factory=list)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Episodes and runs
+# --------------------------------------------------------------------------------------------------------------
+
+FailureClass = Literal["none", "agent", "infra", "ambiguous", "invalid_instance"]
+EpisodeStatus = Literal[
+    "ok",
+    # agent failures (counted, never retried)
+    "empty_patch",
+    "patch_apply_failed",
+    "tests_failed",
+    "limit_turns",
+    "limit_tokens",
+    "limit_time",
+    "limit_context",
+    "protocol_violation",
+    # infra (never counted, retried)
+    "infra_error",
+    # ambiguous (settled by the gold control run)
+    "ambiguous",
+    "invalid_instance",
+]
+
+
+class EpisodeMetrics(_Frozen):
+    steps: int = 0
+    tool_calls: int = 0
+    tool_call_validity: float | None = None
+    edits: int = 0
+    test_runs: int = 0
+    rework: int = 0
+    hallucinations: int = 0
+    tokens: int = 0
+    wall_s: float = 0.0
+
+
+class EpisodeResult(_Frozen):
+    """One graded episode; written last (atomically) as ``result.json`` in its episode directory."""
+
+    run_id: str
+    instance_id: str
+    repo: str
+    cluster: str
+    arm: str
+    policy: str
+    seed: int
+    attempt: int = 0
+    status: EpisodeStatus
+    failure_class: FailureClass
+    infra_kind: str | None = None
+    error: str | None = None
+    resolved: bool = False
+    behaviour_ok: bool = False
+    joint_ok: bool = False
+    behaviour: list[BehaviourResult] = Field(default_factory=list)
+    grade: Grade | None = None
+    metrics: EpisodeMetrics = Field(default_factory=EpisodeMetrics)
+    difficulty: str = "unknown"
+    template_tier: TemplateTier = "n/a"
+    split: Split = "heldout"
+    feedback_kind: str | None = None
+    finished_at: str = ""
+
+    @model_validator(mode="after")
+    def _joint(self) -> EpisodeResult:
+        if self.joint_ok != (self.resolved and self.behaviour_ok):
+            raise ValueError(
+                f"EpisodeResult {self.instance_id}/{self.arm}/s{self.seed}: joint_ok must equal "
+                "resolved and behaviour_ok"
+            )
+        if self.failure_class in ("infra", "invalid_instance") and (self.resolved or self.joint_ok):
+            raise ValueError("an infra or invalid-instance episode cannot be scored as resolved")
+        return self
+
+    @property
+    def scored(self) -> bool:
+        """Counted in the denominator: agent outcomes only (infra and invalid instances are excluded)."""
+        return self.failure_class in ("none", "agent")
+
+
+class ArmSpec(_Frozen):
+    name: str
+    policy: str
+    checkpoint_sha256: str | None = None
+    train_seed: int | None = None
+
+
+class RunManifest(_Frozen):
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    created_at: str
+    argv: list[str] = Field(default_factory=list)
+    git_commit: str | None = None
+    git_dirty: bool | None = None
+    packages: dict[str, str] = Field(default_factory=dict)
+    task_set_name: str
+    task_set_sha256: str
+    instance_ids: list[str]
+    image_digests: dict[str, str] = Field(default_factory=dict)
+    arms: list[ArmSpec]
+    seeds: list[int]
+    sandbox: Literal["docker", "local"]
+    isolated: bool
+    limits: dict[str, float] = Field(default_factory=dict)
+    grader_version: str = "grade@v1"
+    behaviour_checkers: list[str] = Field(default_factory=list)
+    protocol_hash: str | None = None
+    host: dict[str, Any] = Field(default_factory=dict)
