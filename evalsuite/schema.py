@@ -1,0 +1,372 @@
+"""Data contracts of the analysis: :class:`AnalysisResult` and its parts (written to ``analysis.json``).
+
+``reports`` renders these objects and never recomputes statistics, so everything a report shows is here.
+All models are frozen with ``extra="forbid"``. Quantities that cannot be computed are ``None`` with a reason in
+``notes`` (never NaN, which JSON cannot carry faithfully). Rates and differences are on the probability scale
+(0..1); "points" in prose are ×100.
+
+Conventions:
+- Δ = treatment − baseline. ``lower_one_sided`` is the one-sided (1 − α) lower bound used by the decision, i.e. the
+  lower limit of the two-sided (1 − 2α) CI. ``ci_low``/``ci_high`` is the two-sided ``ci_level`` interval.
+- ``bar`` is the value the lower bound must exceed (0, X or −δ); ``threshold`` is X (superiority_margin / dual),
+  ``margin`` is δ (noninferiority).
+- p-values are one-sided, for H0: Δ <= bar (for ``dual``: H0: Δ <= 0).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from protocols.schema import CriterionKind, Deviation, Estimand
+
+ANALYSIS_SCHEMA_VERSION = 1
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+DecisionVerdict = Literal["SHIP", "NO_SHIP", "INCONCLUSIVE"]
+CriterionVerdict = Literal["pass", "fail", "not_evaluated"]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Per-criterion results
+# --------------------------------------------------------------------------------------------------------------
+
+
+class VarianceSplit(_Frozen):
+    """How Var(Δ̂) splits into training-seed and task-sampling parts (STATS §3.3 'Reporting split')."""
+
+    var_total: float
+    var_training_seeds: float
+    var_task_given_ckpts: float
+    se_total: float
+    se_training_seeds: float
+    se_task_given_ckpts: float
+    share_training_seeds: float | None = None  # of var_total; None when var_total = 0
+    share_task: float | None = None
+
+
+class VarianceComponents(_Frozen):
+    """Per-arm random-effects ANOVA components of the cell means (STATS §3.3), truncated at 0."""
+
+    arm: str
+    seed: float
+    task: float
+    resid: float
+    icc_seed: float | None = None
+
+
+class SensitivityResult(_Frozen):
+    """One prespecified sensitivity analysis (STATS §3.6, S1–S6) for one criterion."""
+
+    name: str  # protocols.schema.SensitivityName
+    method: str  # human-readable, e.g. "hierarchical bootstrap, 10,000 resamples, percentile"
+    status: Literal["ok", "failed", "skipped"] = "ok"
+    estimate: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    lower_one_sided: float | None = None
+    scale: Literal["risk_difference", "logit"] = "risk_difference"
+    verdict: CriterionVerdict = "not_evaluated"
+    agrees_with_primary: bool | None = None  # None when no verdict could be formed
+    note: str = ""
+    extra: dict[str, float] = Field(default_factory=dict)
+
+
+class CriterionResult(_Frozen):
+    endpoint: str
+    kind: CriterionKind
+    estimand: Estimand
+    method: str  # e.g. "crossed seeds x repos, Satterthwaite t"
+    estimate: float | None
+    se: float | None = None
+    df: float | None = None
+    ci_level: float = 0.95
+    ci_low: float | None = None
+    ci_high: float | None = None
+    alpha_one_sided: float
+    lower_one_sided: float | None = None
+    threshold: float = 0.0
+    margin: float | None = None
+    bar: float
+    verdict: CriterionVerdict
+    p_value: float | None = None
+    holm_p: float | None = None
+    claimed: bool = False  # individually claimable under the preregistered fixed sequence / Holm
+    variance: VarianceSplit | None = None
+    variance_components: list[VarianceComponents] = Field(default_factory=list)
+    degenerate: bool = False
+    fallback_used: str | None = None
+    n_seeds_treatment: int = 0
+    n_seeds_baseline: int = 0
+    n_tasks: int = 0
+    n_repos: int = 0
+    k_episodes: int = 0
+    sensitivity: list[SensitivityResult] = Field(default_factory=list)
+    sensitivity_agree: bool | None = None  # all evaluated sensitivity verdicts agree with the primary
+    notes: list[str] = Field(default_factory=list)
+
+
+class Decision(_Frozen):
+    verdict: DecisionVerdict
+    rule: str = "all criteria pass (intersection-union test, each at its one-sided alpha, no adjustment)"
+    reasons: list[str] = Field(default_factory=list)
+    claims_procedure: Literal["fixed_sequence", "holm"] = "fixed_sequence"
+    claims: list[str] = Field(default_factory=list)  # endpoints individually claimed
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Descriptives
+# --------------------------------------------------------------------------------------------------------------
+
+
+class RateCI(_Frozen):
+    """A rate with a Wilson CI (pooled episodes) and, where available, a repository-clustered SE."""
+
+    endpoint: str
+    successes: float
+    n: int
+    rate: float | None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    method: str = "wilson"
+    se_clustered: float | None = None
+
+
+class SeedRate(_Frozen):
+    seed: int
+    endpoint: str
+    successes: float
+    n: int
+    rate: float | None
+    ci_low: float | None = None
+    ci_high: float | None = None
+
+
+class JointTable(_Frozen):
+    """Behaviour × code 2×2 table of scored episodes for one arm."""
+
+    both: int  # behaviour_ok and code_ok
+    behaviour_only: int
+    code_only: int
+    neither: int
+
+    @property
+    def n(self) -> int:
+        return self.both + self.behaviour_only + self.code_only + self.neither
+
+
+class ArmSummary(_Frozen):
+    arm: str
+    role: Literal["treatment", "baseline"]
+    seeds: list[int]
+    n_scored_episodes: int
+    rates: list[RateCI]
+    per_seed: list[SeedRate] = Field(default_factory=list)
+    joint_table: JointTable
+
+
+class SecondaryResult(_Frozen):
+    """Secondary endpoint (exploratory): per-arm mean and the difference with a crossed CI where possible."""
+
+    endpoint: str
+    treatment_mean: float | None
+    baseline_mean: float | None
+    estimate: float | None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    method: str = ""
+    n_treatment: int = 0
+    n_baseline: int = 0
+    exploratory: bool = True
+    note: str = ""
+
+
+class BreakdownRow(_Frozen):
+    """Exploratory per-group result (repository, difficulty or template tier) for one endpoint."""
+
+    by: Literal["repo", "difficulty", "template_tier"]
+    level: str
+    endpoint: str
+    n_tasks: int
+    treatment: RateCI
+    baseline: RateCI
+    estimate: float | None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    method: str = "newcombe (episodes pooled; exploratory, no clustering)"
+    exploratory: bool = True
+
+
+class MissingCell(_Frozen):
+    arm: str
+    seed: int
+    instance_id: str
+    reason: Literal["no_result", "infra_after_retries", "invalid_instance"]
+
+
+class MissingData(_Frozen):
+    rule: str  # the preregistered rule, in words
+    expected_cells: int  # arms × seeds × tasks × episodes
+    observed_cells: int  # scored
+    coverage: float
+    coverage_threshold: float
+    coverage_ok: bool
+    infra_excluded: int = 0
+    infra_counted_as_failure: int = 0
+    invalid_instances_excluded: int = 0
+    superseded_attempts: int = 0
+    missing: list[MissingCell] = Field(default_factory=list)
+    per_arm_coverage: dict[str, float] = Field(default_factory=dict)
+
+
+class RunRef(_Frozen):
+    run_id: str
+    path: str
+    created_at: str
+    protocol_hash: str | None
+    task_set_sha256: str
+    git_commit: str | None = None
+    n_episodes: int = 0
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Studies (exploratory)
+# --------------------------------------------------------------------------------------------------------------
+
+
+class TrendTest(_Frozen):
+    arm: str
+    endpoint: str
+    method: str  # "Cochran-Armitage trend over hint quality (correct=0, irrelevant=1, wrong=2)"
+    statistic: float | None
+    p_value: float | None
+    slope: float | None = None
+
+
+class NoisyFeedbackRow(_Frozen):
+    arm: str
+    feedback_kind: str  # "correct" | "irrelevant" | "wrong" | a mixture label such as "wrong=0.3"
+    wrong_fraction: float | None = None
+    endpoint: str
+    rate: RateCI
+
+
+class NoisyFeedbackResult(_Frozen):
+    rows: list[NoisyFeedbackRow]
+    trends: list[TrendTest] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+
+class ComputeRow(_Frozen):
+    arm: str
+    seed: int
+    rollout_tokens: int = 0
+    teacher_forward_tokens: int = 0
+    trainer_tokens: int = 0
+    flops: float = 0.0
+    wall_s: float = 0.0
+    peak_memory_bytes: int = 0
+    tuning_trials: int = 0
+
+
+class MatchedComparison(_Frozen):
+    endpoint: str
+    compute_axis: Literal["flops", "wall_s", "rollout_tokens", "trainer_tokens"]
+    budget: float
+    treatment_rate: float | None
+    baseline_rate: float | None
+    estimate: float | None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    method: str = ""
+    note: str = ""
+
+
+class EqualComputeResult(_Frozen):
+    compute: list[ComputeRow]
+    totals: dict[str, dict[str, float]] = Field(default_factory=dict)  # arm -> quantity -> mean over seeds
+    ratios: dict[str, float] = Field(default_factory=dict)  # quantity -> treatment / baseline
+    comparisons: list[MatchedComparison] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+
+class PairedChange(_Frozen):
+    """Paired change (corrective − plain prompt) on the same held-out states."""
+
+    endpoint: str
+    a: int  # both prompts succeed
+    b: int  # corrective only
+    c: int  # plain only
+    d: int  # neither
+    estimate: float | None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    method: str = "tango score"
+    mcnemar_p: float | None = None
+
+
+class CanDoResult(_Frozen):
+    arm: str
+    n_states: int
+    changes: list[PairedChange]
+    notes: list[str] = Field(default_factory=list)
+
+
+class Exploratory(_Frozen):
+    noisy_feedback: NoisyFeedbackResult | None = None
+    equal_compute: EqualComputeResult | None = None
+    can_do_vs_does_do: list[CanDoResult] = Field(default_factory=list)
+
+
+class PowerSummary(_Frozen):
+    """Analytic power of the preregistered design under the plan's stated assumptions (STATS §7)."""
+
+    endpoint: str
+    kind: CriterionKind
+    power: float
+    se: float
+    df: float
+    seeds_per_arm: int
+    n_tasks: int
+    method: str = "analytic, noncentral t on Satterthwaite df"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The result
+# --------------------------------------------------------------------------------------------------------------
+
+
+class AnalysisResult(_Frozen):
+    schema_version: int = ANALYSIS_SCHEMA_VERSION
+    plan_name: str
+    plan_version: str = "1"
+    protocol_hash: str
+    frozen_at: str
+    estimand: Estimand
+    created_at: str
+    analysis_seed: int
+    arms: dict[str, str]  # role -> arm name
+    decision: Decision
+    criteria: list[CriterionResult]
+    arm_summaries: list[ArmSummary] = Field(default_factory=list)
+    secondary: list[SecondaryResult] = Field(default_factory=list)
+    breakdowns: list[BreakdownRow] = Field(default_factory=list)
+    missing_data: MissingData
+    deviations: list[Deviation] = Field(default_factory=list)
+    runs: list[RunRef] = Field(default_factory=list)
+    run_ids: list[str] = Field(default_factory=list)
+    power: list[PowerSummary] = Field(default_factory=list)
+    exploratory: Exploratory = Field(default_factory=Exploratory)
+    software: dict[str, str] = Field(default_factory=dict)
+    warnings: list[str] = Field(default_factory=list)
+
+    def criterion(self, endpoint: str) -> CriterionResult:
+        for c in self.criteria:
+            if c.endpoint == endpoint:
+                return c
+        raise KeyError(f"no criterion on endpoint {endpoint!r}; have {[c.endpoint for c in self.criteria]}")

@@ -1,0 +1,278 @@
+"""Preregistered analysis plans: the data model (STATS.md §4–§5, §8.1).
+
+A plan is a TOML file (``protocols/plans/*.toml``) validated into :class:`Protocol`. Unknown keys anywhere are
+errors (``extra="forbid"``), so a typo such as ``marign = 0.03`` cannot silently fall back to a default.
+Freezing a plan (``tgsuite protocol freeze``) produces a :class:`FrozenProtocol`: the plan plus the sha256 of its
+canonical JSON, the UTC time and the git state. Anything that departs from a frozen plan is recorded as a
+:class:`Deviation` and shown in every report.
+
+Covered: the question, estimand, arms, task set, design, endpoints, criteria, decision rule, missing-data rule,
+coverage threshold, sensitivity analyses, power assumptions and the analysis seed. Not covered: the training
+recipe itself (referenced by config hash only) and external timestamping (OSF / RFC 3161; see STATS §5).
+
+This module imports only the standard library and pydantic.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+PROTOCOL_SCHEMA_VERSION = 1
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# Endpoint ids. Binary endpoints come from harness.schema.EpisodeResult: behaviour_ok, code_ok (= resolved),
+# joint_ok. Secondary (continuous/count) endpoints come from EpisodeResult.metrics.
+BinaryEndpoint = Literal["behaviour_ok", "code_ok", "joint_ok"]
+SecondaryEndpoint = Literal["tool_call_validity", "steps", "hallucinations"]
+EndpointId = Literal["behaviour_ok", "code_ok", "joint_ok", "tool_call_validity", "steps", "hallucinations"]
+BINARY_ENDPOINTS: tuple[str, ...] = ("behaviour_ok", "code_ok", "joint_ok")
+
+Estimand = Literal["method", "artifact"]
+CriterionKind = Literal["superiority", "superiority_margin", "noninferiority", "dual"]
+SensitivityName = Literal[
+    "hierarchical_bootstrap",  # S1
+    "gee",  # S2
+    "bayes_mixed",  # S3
+    "per_seed_pairs",  # S4
+    "conservative_df",  # S5a
+    "repo_weighted",  # S5b
+    "leave_one_repo_out",  # S5c
+    "infra_as_failure",  # S6
+]
+ArmRole = Literal["treatment", "baseline"]
+
+
+class ArmDef(_Frozen):
+    """One arm of the comparison. ``name`` is what the runner writes in ``EpisodeResult.arm`` (before ``@s<seed>``)."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
+    role: ArmRole
+    description: str = ""
+    recipe: str = ""  # e.g. a training config path
+    config_sha256: str | None = None
+    # artifact estimand: which training seed's checkpoint is the artifact under test
+    artifact_seed: int | None = None
+
+
+class TaskSetRef(_Frozen):
+    name: str = Field(min_length=1)
+    sha256: str = Field(min_length=1)
+    split: str = "heldout"
+
+
+class Design(_Frozen):
+    seeds_per_arm: int = Field(ge=1)
+    n_tasks: int = Field(ge=1)
+    n_repositories: int = Field(ge=1)
+    episodes_per_task: int = Field(default=1, ge=1)
+    seed_generation: str = "training seeds 0..m-1; a seed that fails to train still counts (intention to treat)"
+    decoding: str = ""
+
+
+class Endpoint(_Frozen):
+    id: EndpointId
+    role: Literal["primary", "secondary"]
+    definition: str = ""
+    grader_version: str | None = None
+
+
+class CriterionSpec(_Frozen):
+    """One ship criterion, tested on the one-sided lower bound L at ``alpha_one_sided``.
+
+    kind / passes when: ``superiority`` L > 0; ``superiority_margin`` L > threshold; ``noninferiority``
+    L > -margin; ``dual`` L > 0 and the estimate >= threshold (Roychoudhury et al. 2018).
+    """
+
+    endpoint: BinaryEndpoint
+    kind: CriterionKind
+    threshold: float = 0.0  # X for superiority_margin / dual
+    margin: float | None = None  # delta > 0 for noninferiority
+    alpha_one_sided: float = Field(default=0.025, gt=0.0, lt=0.5)
+    rationale: str = ""
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> CriterionSpec:
+        if self.kind == "noninferiority":
+            if self.margin is None or not (0.0 < self.margin < 1.0):
+                raise ValueError(
+                    f"criterion on {self.endpoint}: kind 'noninferiority' needs margin in (0, 1) "
+                    "(e.g. margin = 0.03 for 3 points); fix the [[criteria]] entry"
+                )
+        elif self.margin is not None:
+            raise ValueError(
+                f"criterion on {self.endpoint}: 'margin' is only for kind 'noninferiority'; use 'threshold' for {self.kind}"
+            )
+        if self.kind == "superiority" and self.threshold != 0.0:
+            raise ValueError(
+                f"criterion on {self.endpoint}: kind 'superiority' tests L > 0; for L > {self.threshold} use "
+                "kind 'superiority_margin'"
+            )
+        if self.kind in ("superiority_margin", "dual") and not (0.0 < self.threshold < 1.0):
+            raise ValueError(f"criterion on {self.endpoint}: kind '{self.kind}' needs threshold in (0, 1)")
+        return self
+
+    @property
+    def bar(self) -> float:
+        """The value the one-sided lower bound must exceed."""
+        if self.kind == "noninferiority":
+            return -float(self.margin or 0.0)
+        if self.kind == "superiority_margin":
+            return self.threshold
+        return 0.0
+
+    @property
+    def null_value(self) -> float:
+        """Δ0 of H0: Δ <= Δ0 (used for p-values)."""
+        return self.bar
+
+
+class DecisionRule(_Frozen):
+    rule: Literal["all_pass"] = "all_pass"  # intersection-union test (Berger 1982): no multiplicity adjustment
+    claims: Literal["fixed_sequence", "holm"] = "fixed_sequence"
+    # order of individual claims (criteria indices are matched by endpoint); default = order of [[criteria]]
+    order: list[BinaryEndpoint] = Field(default_factory=list)
+    df_rule: Literal["satterthwaite", "conservative"] = "satterthwaite"
+    fallback_method: Literal["newcombe", "tango"] = "newcombe"  # used when the crossed variance is 0
+
+
+class MissingDataRule(_Frozen):
+    infra: Literal["exclude", "count_as_failure"] = "exclude"
+    max_retries: int = Field(default=3, ge=0)
+    missing_cell: Literal["inconclusive", "count_as_failure"] = "inconclusive"
+    note: str = ""
+
+
+class PowerAssumptions(_Frozen):
+    """Inputs of the analytic power calculation (STATS §7); stated before anything is trained."""
+
+    true_difference: float = 0.0
+    sigma_seed: float = Field(default=0.02, ge=0.0)
+    tau: float = Field(default=0.15, ge=0.0)
+    icc_repo: float = Field(default=0.1, ge=0.0, le=1.0)
+    sigma_e2: float = Field(default=0.25, ge=0.0)
+    target_power: float = Field(default=0.8, gt=0.0, lt=1.0)
+    stated_power: float | None = None
+    source: str = ""
+
+
+class Protocol(_Frozen):
+    """A preregistered analysis plan (one TOML file)."""
+
+    schema_version: int = PROTOCOL_SCHEMA_VERSION
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
+    version: str = "1"
+    title: str = ""
+    authors: list[str] = Field(default_factory=list)
+    question: str = Field(min_length=1)
+    estimand: Estimand
+    weighting: Literal["task", "repo"] = "task"
+    arms: list[ArmDef] = Field(min_length=2, max_length=2)
+    task_set: TaskSetRef
+    design: Design
+    endpoints: list[Endpoint] = Field(min_length=1)
+    criteria: list[CriterionSpec] = Field(min_length=1)
+    decision: DecisionRule = Field(default_factory=DecisionRule)
+    missing_data: MissingDataRule = Field(default_factory=MissingDataRule)
+    coverage_threshold: float = Field(default=0.95, gt=0.0, le=1.0)
+    sensitivity: list[SensitivityName] = Field(default_factory=list)
+    analysis_seed: int = Field(ge=0)
+    bootstrap_resamples: int = Field(default=10_000, ge=100)
+    power: PowerAssumptions | None = None
+    exploratory: list[str] = Field(default_factory=list)
+    notes: str = ""
+
+    @model_validator(mode="after")
+    def _consistency(self) -> Protocol:
+        roles = sorted(a.role for a in self.arms)
+        if roles != ["baseline", "treatment"]:
+            raise ValueError("arms: need exactly one arm with role 'treatment' and one with role 'baseline'")
+        if len({a.name for a in self.arms}) != 2:
+            raise ValueError("arms: the two arms need different names")
+        ids = [e.id for e in self.endpoints]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"endpoints: duplicate endpoint id in {ids}")
+        primary = {e.id for e in self.endpoints if e.role == "primary"}
+        for c in self.criteria:
+            if c.endpoint not in primary:
+                raise ValueError(
+                    f"criteria: endpoint '{c.endpoint}' is not declared as a primary endpoint; add "
+                    f"[[endpoints]] id = '{c.endpoint}', role = 'primary'"
+                )
+        if len({c.endpoint for c in self.criteria}) != len(self.criteria):
+            raise ValueError("criteria: at most one criterion per endpoint")
+        for e in self.decision.order:
+            if e not in {c.endpoint for c in self.criteria}:
+                raise ValueError(f"decision.order: '{e}' has no criterion")
+        if self.estimand == "method" and self.design.seeds_per_arm < 2:
+            raise ValueError(
+                "design.seeds_per_arm: the 'method' estimand needs at least 2 training seeds per arm "
+                "(seeds are the unit); use estimand = 'artifact' to test one checkpoint"
+            )
+        if self.estimand == "artifact" and any(a.artifact_seed is None for a in self.arms):
+            raise ValueError("arms: the 'artifact' estimand needs artifact_seed on both arms (which checkpoint)")
+        return self
+
+    def arm(self, role: ArmRole) -> ArmDef:
+        return next(a for a in self.arms if a.role == role)
+
+    def ordered_criteria(self) -> list[CriterionSpec]:
+        """Criteria in the preregistered claim order (decision.order, then the rest in file order)."""
+        by_ep = {c.endpoint: c for c in self.criteria}
+        first = [by_ep[e] for e in self.decision.order]
+        return first + [c for c in self.criteria if c.endpoint not in self.decision.order]
+
+
+class GitState(_Frozen):
+    commit: str | None = None
+    dirty: bool | None = None
+
+
+class FrozenProtocol(_Frozen):
+    """The frozen record: the plan, the sha256 of its canonical JSON, when and from which code state."""
+
+    protocol: Protocol
+    sha256: str = Field(min_length=64, max_length=64)
+    frozen_at: str  # ISO 8601 UTC, e.g. 2026-11-29T21:40:00Z
+    git: GitState = Field(default_factory=GitState)
+    source_path: str | None = None
+    source_sha256: str | None = None  # sha256 of the TOML bytes (informative; the canonical hash is `sha256`)
+    packages: dict[str, str] = Field(default_factory=dict)
+
+
+DeviationKind = Literal[
+    "plan_changed",  # the plan file no longer hashes to the frozen record
+    "protocol_hash_mismatch",  # a run manifest names another protocol hash (or none)
+    "run_before_freeze",  # a run was created before the plan was frozen
+    "task_set_changed",
+    "analysis_changed",
+    "data_exclusion",
+    "other",
+]
+
+
+class Deviation(_Frozen):
+    """One recorded departure from the frozen plan (Willroth & Atherton 2024). Every deviation is reported."""
+
+    kind: DeviationKind
+    description: str = Field(min_length=1)
+    justification: str = Field(min_length=1)
+    time: str  # ISO 8601 UTC when it was recorded
+    protocol_hash: str | None = None
+    run_id: str | None = None  # for run-level deviations (hash mismatch, run before freeze)
+    before_outcome_data: bool | None = None
+    preregistered: str = ""
+    done: str = ""
+    effect_on_results: str = ""
+
+
+class DeviationLog(_Frozen):
+    """Append-only deviations file (JSON) kept next to the frozen record."""
+
+    protocol_hash: str
+    deviations: list[Deviation] = Field(default_factory=list)
