@@ -120,6 +120,8 @@ class Trajectory(_Frozen):
     feedback_kind: str | None = None
     timings: dict[str, float] = Field(default_factory=dict)
     n_tokens: int = 0
+    # assistant turns sampled and then rejected by a feedback provider's draft review (see harness.agent)
+    discarded_drafts: list[Message] = Field(default_factory=list)
 
 
 # --------------------------------------------------------------------------------------------------------------
