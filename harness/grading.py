@@ -1,0 +1,450 @@
+"""Grading: hidden tests run on a candidate patch in a fresh sandbox (HARNESS.md §7.3).
+
+Pure parts (no sandbox, unit-tested alone):
+- ``parse_junit_xml``: pytest JUnit XML → ``{(classname, name): status}``; ``junit_key`` maps a pytest node id
+  to the same key the way pytest's own ``mangle_test_address`` does.
+- ``parse_pytest_text``: the ``-rA`` short summary → statuses (diagnostics only, see below).
+- ``decide_grade``: requested test ids + parsed statuses + exit code → ``harness.schema.Grade``, SWE-bench v5
+  semantics: an F2P test that is missing, skipped or errored fails; a skipped P2P test is maintained, a missing
+  one fails; exit code 0 with failures, or non-zero exit with no failure, is an *invalid* grade.
+- ``touched_paths`` / ``is_test_path`` / ``is_test_infra_path``: what a unified diff touches.
+- ``build_eval_script`` / ``parse_eval_markers``: the bash script run in the grading sandbox and its markers.
+
+Thin sandbox wrappers: ``extract_patch`` (``git add -A && git diff --binary --cached <base>`` in the agent's
+sandbox) and ``grade_patch`` (runs the script in a *fresh* sandbox, reads the JUnit file, decides).
+
+Anti-spoofing, what is covered: the result comes from a JUnit file written by pytest into a directory outside the
+repository created after the patch is applied; text output is never trusted for resolution (a conftest that prints
+``PASSED`` lines, or exits 0 before pytest writes its report, cannot resolve); every file of the hidden test patch
+and every file holding an F2P/P2P test is restored to base before the hidden test patch is applied (a patch that
+deletes or edits the tests is undone); test-infrastructure files the patch touches (``conftest.py``,
+``pytest.ini``, ``tox.ini``, ``setup.cfg``, ``pyproject.toml`` when its ``[tool.pytest*]`` table changed) are reset
+to base with ``infra_policy="reset"`` (default) and always flagged as ``tests_touched``. What is NOT covered: code
+that runs inside the pytest process (e.g. the library under test, imported by the tests) can forge the JUnit file
+on purpose; that needs a process boundary we do not have.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import re
+import shlex
+import time
+import uuid
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from harness.sandbox import Sandbox
+from harness.schema import Grade, TaskInstance, TestStatus
+
+log = logging.getLogger(__name__)
+
+GRADER_VERSION = "grade@v1"
+InfraPolicy = Literal["reset", "flag"]
+_FAILING: frozenset[str] = frozenset({"failed", "error"})
+_RANK: dict[str, int] = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
+_INFRA_NAMES = frozenset({"conftest.py", "pytest.ini", "tox.ini", "setup.cfg"})
+_JUNK_PATHSPECS = (":(exclude,glob)**/__pycache__/**", ":(exclude,glob)**/*.pyc", ":(exclude,glob).pytest_cache/**")
+
+
+# ------------------------------------------------------------------------------------------------ parsing (pure)
+
+
+def junit_key(nodeid: str) -> tuple[str, str]:
+    """(classname, name) pytest's junitxml plugin writes for ``nodeid`` (copy of ``mangle_test_address``)."""
+    path, bracket, params = nodeid.partition("[")
+    names = path.split("::")
+    names[0] = re.sub(r"\.py$", "", names[0].replace("/", "."))
+    names[-1] += bracket + params
+    return ".".join(names[:-1]), names[-1]
+
+
+def parse_junit_xml(text: str) -> dict[tuple[str, str], TestStatus]:
+    """Per-testcase status from pytest's JUnit XML. Several entries for one test keep the worst status.
+
+    Raises ``ValueError`` if the text is not a JUnit document.
+    """
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError as exc:
+        raise ValueError(f"junit xml does not parse: {exc}") from exc
+    if root.tag not in ("testsuites", "testsuite"):
+        raise ValueError(f"junit xml root is <{root.tag}>, expected <testsuites> or <testsuite>")
+    out: dict[tuple[str, str], TestStatus] = {}
+    for case in root.iter("testcase"):
+        key = (case.get("classname", ""), case.get("name", ""))
+        tags = {child.tag for child in case}
+        status: TestStatus
+        if "error" in tags:
+            status = "error"
+        elif "failure" in tags:
+            status = "failed"
+        elif "skipped" in tags:
+            status = "skipped"
+        else:
+            status = "passed"
+        if key not in out or _RANK[status] > _RANK[out[key]]:
+            out[key] = status
+    return out
+
+
+_TEXT_LINE = re.compile(r"^(PASSED|FAILED|ERROR|XFAIL|XPASS)\s+(\S+(?:\[[^\]]*\])?)")
+_TEXT_MAP: dict[str, TestStatus] = {
+    "PASSED": "passed", "FAILED": "failed", "ERROR": "error", "XFAIL": "skipped", "XPASS": "passed",
+}
+
+
+def parse_pytest_text(text: str) -> dict[str, TestStatus]:
+    """Node id → status from pytest's ``-rA`` short summary. Diagnostic only: any process can print these lines."""
+    out: dict[str, TestStatus] = {}
+    for line in text.splitlines():
+        m = _TEXT_LINE.match(line.strip())
+        if m:
+            out[m.group(2)] = _TEXT_MAP[m.group(1)]
+    return out
+
+
+def statuses_for(nodeids: Iterable[str], junit: dict[tuple[str, str], TestStatus]) -> dict[str, TestStatus]:
+    """Status of each requested node id; ``missing`` when the JUnit file has no such testcase."""
+    return {nid: junit.get(junit_key(nid), "missing") for nid in nodeids}
+
+
+# ------------------------------------------------------------------------------------------------ deciding (pure)
+
+
+def decide_grade(
+    *,
+    f2p: list[str],
+    p2p: list[str],
+    junit: dict[tuple[str, str], TestStatus] | None,
+    exit_code: int | None,
+    timed_out: bool = False,
+    patch_applied: bool = True,
+    tests_touched: bool = False,
+    text_statuses: dict[str, TestStatus] | None = None,
+    duration_s: float = 0.0,
+) -> Grade:
+    """Decide a ``Grade`` from parsed results. ``valid=False`` grades go to the ambiguous path (HARNESS §7.6).
+
+    ``resolved`` needs: the patch applied, a JUnit report, exit code 0, every F2P ``passed`` and every P2P
+    ``passed`` or ``skipped``. Text statuses are recorded (``parse_source="text"``) but never resolve.
+    """
+    common = dict(exit_code=exit_code, tests_touched=tests_touched, duration_s=duration_s,
+                  grader_version=GRADER_VERSION)
+    if not patch_applied:
+        return Grade(resolved=False, valid=True, reason="PATCH_APPLY_FAILED: candidate patch did not apply",
+                     patch_applied=False, parse_source="none", **common)
+    if timed_out:
+        return Grade(resolved=False, valid=False, reason="GRADE_TIMEOUT: test command timed out",
+                     parse_source="none", **common)
+    if junit is None:
+        text = text_statuses or {}
+        f2p_s = {t: text.get(t, "missing") for t in f2p}
+        p2p_s = {t: text.get(t, "missing") for t in p2p}
+        return Grade(resolved=False, valid=False, f2p=f2p_s, p2p=p2p_s,
+                     reason=f"NO_JUNIT: pytest wrote no JUnit report (exit code {exit_code}); text is not trusted",
+                     parse_source="text" if text else "none", **common)
+    f2p_s, p2p_s = statuses_for(f2p, junit), statuses_for(p2p, junit)
+    any_fail = any(s in _FAILING for s in junit.values())
+    if exit_code == 0 and any_fail:
+        return Grade(resolved=False, valid=False, f2p=f2p_s, p2p=p2p_s,
+                     reason="INVALID_GRADE: exit code 0 but the report has failures", **common)
+    if exit_code != 0 and not any_fail and not _has_missing(f2p_s, p2p_s):
+        return Grade(resolved=False, valid=False, f2p=f2p_s, p2p=p2p_s,
+                     reason=f"INVALID_GRADE: exit code {exit_code} but no test failed", **common)
+    if not junit:
+        return Grade(resolved=False, valid=False, f2p=f2p_s, p2p=p2p_s,
+                     reason=f"NO_TESTS_COLLECTED: empty report (exit code {exit_code})", **common)
+    bad_f2p = sorted(t for t, s in f2p_s.items() if s != "passed")
+    bad_p2p = sorted(t for t, s in p2p_s.items() if s not in ("passed", "skipped"))
+    resolved = exit_code == 0 and not bad_f2p and not bad_p2p
+    reason = "RESOLVED" if resolved else _fail_reason(bad_f2p, bad_p2p, exit_code)
+    return Grade(resolved=resolved, valid=True, f2p=f2p_s, p2p=p2p_s, reason=reason, **common)
+
+
+def _has_missing(*maps: dict[str, TestStatus]) -> bool:
+    return any(s == "missing" for m in maps for s in m.values())
+
+
+def _fail_reason(bad_f2p: list[str], bad_p2p: list[str], exit_code: int | None) -> str:
+    parts = []
+    if bad_f2p:
+        parts.append(f"{len(bad_f2p)} FAIL_TO_PASS not passing (first: {bad_f2p[0]})")
+    if bad_p2p:
+        parts.append(f"{len(bad_p2p)} PASS_TO_PASS broken (first: {bad_p2p[0]})")
+    if not parts:
+        parts.append(f"exit code {exit_code}")
+    return "TESTS_FAILED: " + "; ".join(parts)
+
+
+# ------------------------------------------------------------------------------------------------ patches (pure)
+
+_DIFF_GIT = re.compile(r"^diff --git a/(.+?) b/(.+)$")
+_DIFF_PLUS = re.compile(r"^(?:\+\+\+|---) (?:[ab]/)?(.+?)(?:\t.*)?$")
+
+
+def touched_paths(patch: str) -> list[str]:
+    """Repository-relative paths a unified (git or plain) diff touches, in order, without duplicates."""
+    seen: dict[str, None] = {}
+    for line in patch.splitlines():
+        m = _DIFF_GIT.match(line)
+        if m:
+            seen.setdefault(m.group(1), None)
+            seen.setdefault(m.group(2), None)
+            continue
+        m = _DIFF_PLUS.match(line)
+        if m and m.group(1) != "/dev/null":
+            seen.setdefault(m.group(1), None)
+    return list(seen)
+
+
+def is_test_infra_path(path: str) -> bool:
+    """Files that configure how pytest runs (pyproject.toml counts only if its pytest table changed)."""
+    return path.rsplit("/", 1)[-1] in _INFRA_NAMES
+
+
+def is_test_path(path: str) -> bool:
+    """Test modules by pytest's default naming, or anything under a ``tests``/``test`` directory."""
+    name = path.rsplit("/", 1)[-1]
+    parts = path.split("/")[:-1]
+    return (name.startswith("test_") and name.endswith(".py")) or name.endswith("_test.py") or any(
+        p in ("tests", "test", "testing") for p in parts
+    )
+
+
+def test_files_of(nodeids: Iterable[str]) -> list[str]:
+    """The files holding the given pytest node ids."""
+    return sorted({nid.split("::", 1)[0] for nid in nodeids if "::" in nid or nid.endswith(".py")})
+
+
+def patch_touches_tests(patch: str, protected: Iterable[str] = ()) -> bool:
+    """True when the patch touches a test file, test infrastructure, a protected path, or pyproject.toml.
+
+    pyproject.toml is flagged here on any change; ``grade_patch`` narrows it to a changed ``[tool.pytest*]``.
+    """
+    protected_set = set(protected)
+    return any(
+        p in protected_set or is_test_path(p) or is_test_infra_path(p) or p.endswith("pyproject.toml")
+        for p in touched_paths(patch)
+    )
+
+
+# ------------------------------------------------------------------------------------------------ eval script (pure)
+
+
+@dataclass(frozen=True)
+class EvalMarkers:
+    applied_with: str | None
+    apply_failed: bool
+    test_patch_failed: bool
+    reset_failed: bool
+    exit_code: int | None
+    pyproject_pytest_changed: bool
+
+
+def build_eval_script(
+    *,
+    base_commit: str,
+    candidate_patch: str,
+    test_patch: str,
+    restore_files: list[str],
+    infra_files: list[str],
+    test_cmd: str,
+    test_ids: list[str],
+    grader_dir: str,
+    timeout_s: float,
+    reset_pyproject: bool = True,
+) -> str:
+    """The bash script run (``bash -s``) in the fresh grading sandbox's work directory. Pure; stored as eval.sh."""
+    q = shlex.quote
+    b64 = lambda s: base64.b64encode(s.encode()).decode()  # noqa: E731
+    restore = " ".join(q(f) for f in restore_files)
+    infra = " ".join(q(f) for f in infra_files)
+    ids = " ".join(q(t) for t in test_ids)
+    G, B = q(grader_dir), q(base_commit)
+    return f"""set -u
+git() {{ command git -c safe.directory='*' -c advice.detachedHead=false "$@"; }}
+G={G}; B={B}
+rm -rf "$G" && mkdir -p "$G" || {{ echo '>>>>> Reset Failed'; exit 90; }}
+echo '{b64(candidate_patch)}' | base64 -d > "$G/candidate.diff"
+echo '{b64(test_patch)}' | base64 -d > "$G/test.diff"
+reset_tree() {{ git reset -q --hard "$B" && git clean -qfd; }}
+reset_tree >/dev/null 2>&1 || {{ echo '>>>>> Reset Failed'; exit 90; }}
+applied=''
+if [ ! -s "$G/candidate.diff" ]; then applied=none
+elif git apply --binary --whitespace=nowarn "$G/candidate.diff"; then applied=git-apply
+else reset_tree
+  if git apply --binary --3way --whitespace=nowarn "$G/candidate.diff"; then applied=git-apply-3way
+  else reset_tree
+    if command -v patch >/dev/null && patch --batch --forward --fuzz=5 -p1 -i "$G/candidate.diff"; then applied=patch-fuzz
+    else reset_tree; echo '>>>>> Patch Apply Failed'; exit 0; fi
+  fi
+fi
+echo ">>>>> Applied $applied"
+for f in {infra}; do git checkout -q "$B" -- "$f" 2>/dev/null || rm -rf -- "$f"; done
+if [ -f pyproject.toml ] && ! git diff --quiet "$B" -- pyproject.toml 2>/dev/null; then
+  git show "$B:pyproject.toml" > "$G/pyproject.base" 2>/dev/null || : > "$G/pyproject.base"
+  if python - "$G/pyproject.base" pyproject.toml <<'PYEOF'
+import sys
+try:
+    import tomllib
+    a, b = (tomllib.load(open(p, "rb")).get("tool", {{}}) for p in sys.argv[1:3])
+    sys.exit(0 if {{k: v for k, v in a.items() if k.startswith("pytest")}} == {{k: v for k, v in b.items() if k.startswith("pytest")}} else 1)
+except Exception:
+    sys.exit(1)
+PYEOF
+  then :; else echo '>>>>> Pyproject Pytest Changed'
+    if [ {int(reset_pyproject)} = 1 ]; then git checkout -q "$B" -- pyproject.toml 2>/dev/null || rm -f pyproject.toml; fi
+  fi
+fi
+for f in {restore}; do git checkout -q "$B" -- "$f" 2>/dev/null || rm -rf -- "$f"; done
+if [ -s "$G/test.diff" ]; then
+  git apply --binary --whitespace=nowarn "$G/test.diff" || {{ echo '>>>>> Test Patch Failed'; exit 0; }}
+fi
+mkdir -p "$G/out"
+echo '>>>>> Start Test Output'
+export PYTHONDONTWRITEBYTECODE=1; unset PYTEST_ADDOPTS
+timeout -k 5 {int(timeout_s)} {test_cmd} -rA -p no:cacheprovider --junitxml="$G/out/junit.xml" {ids} < /dev/null
+echo ">>>>> Test Exit Code: $?"
+"""
+
+
+_START = ">>>>> Start Test Output"
+_EXIT_RE = re.compile(r"^>>>>> Test Exit Code: (-?\d+)\s*$", re.M)
+_APPLIED_RE = re.compile(r"^>>>>> Applied (\S+)\s*$", re.M)
+
+
+def parse_eval_markers(stdout: str) -> EvalMarkers:
+    """Markers the eval script printed. Setup markers are read only before the first ``Start Test Output``
+    marker and the exit code only from the last line of its kind, so test output cannot forge either."""
+    head, started, tail = stdout.partition(_START)
+    codes = _EXIT_RE.findall(tail) if started else []
+    applied = _APPLIED_RE.findall(head)
+    return EvalMarkers(
+        applied_with=applied[0] if applied else None,
+        apply_failed=">>>>> Patch Apply Failed" in head,
+        test_patch_failed=">>>>> Test Patch Failed" in head,
+        reset_failed=">>>>> Reset Failed" in head,
+        exit_code=int(codes[-1]) if codes else None,
+        pyproject_pytest_changed=">>>>> Pyproject Pytest Changed" in head,
+    )
+
+
+# ------------------------------------------------------------------------------------------------ sandbox wrappers
+
+
+class GraderError(RuntimeError):
+    """The grader itself failed (script died, tree could not be reset): INFRA ``GRADER_CRASH``, retried."""
+
+    kind = "GRADER_CRASH"
+
+
+class PatchTooLarge(ValueError):
+    """The agent's diff exceeded the output cap: an agent outcome (``patch_apply_failed``), not infra."""
+
+
+def extract_patch(sandbox: Sandbox, base_commit: str, *, timeout_s: float = 120.0) -> str:
+    """``git add -A && git diff --binary --cached <base>`` in the agent's sandbox (bytecode caches excluded).
+
+    Raises ``GraderError`` when git fails (no repository, unknown base) and ``PatchTooLarge`` on overflow;
+    ``SandboxUnavailable`` from the sandbox propagates (infra).
+    """
+    excludes = " ".join(shlex.quote(p) for p in _JUNK_PATHSPECS)
+    cmd = (
+        "git -c safe.directory='*' add -A -- . " + excludes + " >/dev/null && "
+        f"git -c safe.directory='*' diff --binary --cached {shlex.quote(base_commit)} -- . {excludes}"
+    )
+    res = sandbox.exec(cmd, timeout=timeout_s)
+    if res.timed_out or res.returncode != 0:
+        raise GraderError(f"patch extraction failed (exit {res.returncode}): {res.stderr.strip()[-500:]}")
+    if res.truncated:
+        raise PatchTooLarge("the agent's diff is larger than the sandbox output cap")
+    return res.stdout
+
+
+def grade_patch(
+    instance: TaskInstance,
+    patch: str,
+    sandbox: Sandbox,
+    *,
+    timeout_s: float = 900.0,
+    infra_policy: InfraPolicy = "reset",
+    excluded_tests: Iterable[str] = (),
+    artifacts: dict[str, str] | None = None,
+) -> Grade:
+    """Grade ``patch`` in ``sandbox``, which must be FRESH: the instance repository at ``base_commit`` in its
+    work directory, never the agent's sandbox. ``excluded_tests`` (flaky, from validation) are not run.
+
+    ``artifacts``, when given, is filled with ``eval.sh``, ``test_output.txt``, ``junit.xml`` for the caller to
+    store. Raises ``GraderError`` (infra) when the script cannot run; ``SandboxUnavailable`` propagates.
+    """
+    t0 = time.monotonic()
+    skip = set(excluded_tests)
+    f2p = [t for t in instance.FAIL_TO_PASS if t not in skip]
+    p2p = [t for t in instance.PASS_TO_PASS if t not in skip]
+    restore = sorted(set(touched_paths(instance.test_patch)) | set(test_files_of(f2p + p2p)))
+    touched = touched_paths(patch)
+    infra = [p for p in touched if is_test_infra_path(p)] if infra_policy == "reset" else []
+    grader_dir = f"/tmp/tgsuite-grade-{uuid.uuid4().hex[:12]}"
+    script = build_eval_script(
+        base_commit=instance.base_commit, candidate_patch=patch, test_patch=instance.test_patch,
+        restore_files=restore, infra_files=infra, test_cmd=instance.test_cmd, test_ids=f2p + p2p,
+        grader_dir=grader_dir, timeout_s=timeout_s, reset_pyproject=infra_policy == "reset",
+    )
+    res = sandbox.exec(["bash", "-s"], input=script.encode(), timeout=timeout_s + 120)
+    markers = parse_eval_markers(res.stdout)
+    junit_text = _read_junit(sandbox, grader_dir) if markers.exit_code is not None else None
+    _cleanup(sandbox, grader_dir)
+    if artifacts is not None:
+        artifacts.update({"eval.sh": script, "test_output.txt": res.stdout + "\n--- stderr ---\n" + res.stderr})
+        if junit_text is not None:
+            artifacts["junit.xml"] = junit_text
+    if markers.reset_failed:
+        raise GraderError(f"grading sandbox could not reset the repository to {instance.base_commit}")
+    tests_touched = markers.pyproject_pytest_changed or any(
+        p in restore or is_test_path(p) or is_test_infra_path(p) for p in touched
+    )
+    common = dict(tests_touched=tests_touched, duration_s=time.monotonic() - t0)
+    if markers.apply_failed:
+        return decide_grade(f2p=f2p, p2p=p2p, junit=None, exit_code=None, patch_applied=False, **common)
+    if markers.test_patch_failed:
+        return Grade(resolved=False, valid=False, reason="TEST_PATCH_FAILED: hidden test patch did not apply",
+                     parse_source="none", grader_version=GRADER_VERSION, **common)
+    if markers.exit_code is None:
+        if res.timed_out:
+            return decide_grade(f2p=f2p, p2p=p2p, junit=None, exit_code=None, timed_out=True, **common)
+        raise GraderError(f"eval script ended without an exit-code marker (rc {res.returncode}): "
+                          f"{res.stderr.strip()[-300:]}")
+    junit = None
+    if junit_text is not None:
+        try:
+            junit = parse_junit_xml(junit_text)
+        except ValueError as exc:
+            log.warning("%s: %s", instance.instance_id, exc)
+    return decide_grade(
+        f2p=f2p, p2p=p2p, junit=junit, exit_code=markers.exit_code, timed_out=markers.exit_code in (124, 137),
+        text_statuses=parse_pytest_text(res.stdout), **common,
+    )
+
+
+def _read_junit(sandbox: Sandbox, grader_dir: str) -> str | None:
+    res = sandbox.exec(["cat", f"{grader_dir}/out/junit.xml"], timeout=60)
+    if res.returncode != 0:
+        return None
+    if res.truncated:
+        try:
+            return sandbox.read_file(f"{grader_dir}/out/junit.xml", max_bytes=256 << 20).decode("utf-8", "replace")
+        except (OSError, ValueError) as exc:
+            log.warning("junit report too large to read back: %s", exc)
+            return None
+    return res.stdout
+
+
+def _cleanup(sandbox: Sandbox, grader_dir: str) -> None:
+    try:
+        sandbox.exec(["rm", "-rf", grader_dir], timeout=60)
+    except Exception as exc:  # noqa: BLE001 - cleanup is best effort; the sandbox is discarded anyway
+        log.debug("cleanup of %s failed: %s", grader_dir, exc)
