@@ -1,0 +1,398 @@
+"""The agent's tools, their JSON schemas, the Qwen3 tool-call parser and the tool executor.
+
+Calls are written in the Qwen3 style, one block per call, anywhere in the visible part of an assistant turn::
+
+    <tool_call>
+    {"name": "read_file", "arguments": {"path": "src/calc.py"}}
+    </tool_call>
+
+Tools (argument names are a FIXED CONTRACT other parts code against):
+
+- ``list_files{"path": "."}``: files under ``path`` (recursive, ``.git`` and ``__pycache__`` skipped).
+- ``read_file{"path"}``: the file's text.
+- ``search{"pattern", "path": "."}``: ``grep -rnIE`` (extended regex) under ``path``; ``file:line:text`` lines.
+- ``edit_file{"path", "old", "new"}``: exact search/replace; an error unless ``old`` occurs exactly once.
+  ``old == ""`` creates a NEW file with content ``new`` (an error if the file already exists).
+- ``run_tests{"tests": []}``: the visible tests only: ``instance.visible_test_cmd`` (default
+  ``python -m pytest -q``) with the given pytest node ids / files appended. Hidden tests are never in the
+  agent's sandbox, so they cannot run; node ids naming a test file that ``test_patch`` creates are refused.
+- ``finish{"message"}``: ends the episode; ``message`` is the summary for the user.
+
+Safety: every path is relative to the repository root. Absolute paths, ``..`` that leaves the root, and paths
+whose real path (symlinks resolved inside the sandbox) leaves the root are refused with an error observation.
+
+Malformed calls (bad JSON, unknown tool, schema violation) become ``ToolCall(valid=False, error=...)``; the
+agent loop answers them with an error observation, counts a protocol violation and goes on. Execution failures
+of valid calls (file not found, zero matches, ...) are observations that start with ``ERROR_PREFIX``; they are
+the agent's business, not protocol violations. Infrastructure failures (``SandboxUnavailable``) propagate.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import posixpath
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from harness.sandbox import Sandbox
+from harness.schema import TaskInstance, ToolCall
+
+log = logging.getLogger(__name__)
+
+ERROR_PREFIX = "ERROR: "
+TOOLS_VERSION = "tools@v1"
+DEFAULT_TEST_CMD = "python -m pytest -q"
+LIST_FILES_CAP = 500
+READ_CAP_BYTES = 16 << 20  # read whole files up to 16 MiB; the observation is then capped in characters
+
+_STR: dict[str, Any] = {"type": "string"}
+
+_SPECS: list[tuple[str, str, dict[str, Any], list[str]]] = [
+    (
+        "list_files",
+        "List the files under a directory of the repository (recursive; .git and __pycache__ are skipped).",
+        {"path": {**_STR, "description": "directory relative to the repository root", "default": "."}},
+        [],
+    ),
+    ("read_file", "Read a text file of the repository.", {"path": {**_STR, "description": "file path"}}, ["path"]),
+    (
+        "search",
+        "Search file contents with an extended regular expression (grep -rnIE); prints file:line:text.",
+        {
+            "pattern": {**_STR, "description": "extended regular expression"},
+            "path": {**_STR, "description": "file or directory to search", "default": "."},
+        },
+        ["pattern"],
+    ),
+    (
+        "edit_file",
+        "Replace the exact text `old` by `new` in a file; `old` must occur exactly once. "
+        'With old="" a new file is created with content `new`.',
+        {
+            "path": {**_STR, "description": "file path"},
+            "old": {**_STR, "description": "exact text to replace (empty to create a new file)"},
+            "new": {**_STR, "description": "replacement text"},
+        },
+        ["path", "old", "new"],
+    ),
+    (
+        "run_tests",
+        "Run the repository's visible tests (pytest). Optionally restrict to test files or node ids.",
+        {
+            "tests": {
+                "type": "array",
+                "items": _STR,
+                "description": "pytest node ids or test files; empty runs all visible tests",
+                "default": [],
+            }
+        },
+        [],
+    ),
+    (
+        "finish",
+        "End the task. `message` is your final reply to the user summarising what you changed.",
+        {"message": {**_STR, "description": "the summary for the user"}},
+        ["message"],
+    ),
+]
+
+TOOL_NAMES: tuple[str, ...] = tuple(s[0] for s in _SPECS)
+
+
+def tool_schemas() -> list[dict[str, Any]]:
+    """The tools as OpenAI/transformers function schemas (``{"type": "function", "function": {...}}``).
+
+    Pass this list as ``tools=`` to ``tokenizer.apply_chat_template`` or to a chat-completions request.
+    A fresh copy is returned each call.
+    """
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": name,
+                "description": desc,
+                "parameters": {
+                    "type": "object",
+                    "properties": json.loads(json.dumps(props)),
+                    "required": list(req),
+                    "additionalProperties": False,
+                },
+            },
+        }
+        for name, desc, props, req in _SPECS
+    ]
+
+
+_SCHEMA_BY_NAME = {s["function"]["name"]: s["function"]["parameters"] for s in tool_schemas()}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Parsing (pure)
+# ----------------------------------------------------------------------------------------------------------------
+
+_THINK_RE = re.compile(r"<think>.*?(</think>|\Z)", re.DOTALL)
+_CALL_RE = re.compile(r"<tool_call>(.*?)(</tool_call>|\Z)", re.DOTALL)
+
+
+def strip_think(text: str) -> str:
+    """Remove ``<think>…</think>`` blocks; text before a lone ``</think>`` (template-opened think) is thinking too."""
+    if "</think>" in text and "<think>" not in text.split("</think>", 1)[0]:
+        text = text.split("</think>", 1)[1]
+    return _THINK_RE.sub("", text)
+
+
+def visible_text(text: str) -> str:
+    """The part of an assistant turn a user would read: no thinking, no ``<tool_call>`` blocks."""
+    return _CALL_RE.sub("", strip_think(text)).strip()
+
+
+def validate_arguments(name: str, arguments: Any) -> str | None:
+    """Check ``arguments`` against tool ``name``'s schema; returns an error text or None when valid."""
+    schema = _SCHEMA_BY_NAME.get(name)
+    if schema is None:
+        return f"unknown tool {name!r}; available tools: {', '.join(TOOL_NAMES)}"
+    if not isinstance(arguments, dict):
+        return f"{name}: 'arguments' must be a JSON object, got {type(arguments).__name__}"
+    props = schema["properties"]
+    for key in schema["required"]:
+        if key not in arguments:
+            return f"{name}: missing required argument {key!r}"
+    for key, value in arguments.items():
+        if key not in props:
+            return f"{name}: unknown argument {key!r}; allowed: {', '.join(props)}"
+        spec = props[key]
+        if spec["type"] == "string" and not isinstance(value, str):
+            return f"{name}: argument {key!r} must be a string, got {type(value).__name__}"
+        if spec["type"] == "array" and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            return f"{name}: argument {key!r} must be a list of strings"
+    return None
+
+
+def with_defaults(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """``arguments`` completed with the schema's defaults (for a valid call)."""
+    props = _SCHEMA_BY_NAME[name]["properties"]
+    out = {k: json.loads(json.dumps(v["default"])) for k, v in props.items() if "default" in v}
+    out.update(arguments)
+    return out
+
+
+def parse_tool_calls(text: str) -> list[ToolCall]:
+    """All ``<tool_call>`` blocks of an assistant turn (thinking excluded), in order, each validated.
+
+    An unclosed block, bad JSON, a missing/unknown ``name`` or a schema violation gives ``valid=False`` with
+    ``error`` set; ``raw`` keeps the block's text.
+    """
+    calls: list[ToolCall] = []
+    for i, m in enumerate(_CALL_RE.finditer(strip_think(text))):
+        raw, closed = m.group(1), bool(m.group(2))
+        cid = f"call_{i}"
+        if not closed:
+            calls.append(ToolCall(name="", raw=raw, valid=False, error="unclosed <tool_call> block", call_id=cid))
+            continue
+        try:
+            obj = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            calls.append(ToolCall(name="", raw=raw, valid=False, error=f"invalid JSON: {exc}", call_id=cid))
+            continue
+        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+            err = 'a tool call must be {"name": <string>, "arguments": {...}}'
+            calls.append(ToolCall(name="", raw=raw, valid=False, error=err, call_id=cid))
+            continue
+        extra = set(obj) - {"name", "arguments"}
+        args = obj.get("arguments", {})
+        error = f"unexpected keys {sorted(extra)} in tool call" if extra else validate_arguments(obj["name"], args)
+        calls.append(
+            ToolCall(
+                name=obj["name"],
+                arguments=args if isinstance(args, dict) else {},
+                raw=raw,
+                valid=error is None,
+                error=error,
+                call_id=cid,
+            )
+        )
+    return calls
+
+
+def format_tool_call(name: str, arguments: dict[str, Any]) -> str:
+    """Render one call in the Qwen3 format (what policies should emit)."""
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False) + "\n</tool_call>"
+
+
+def normalize_path(path: str) -> str | None:
+    """Repository-relative normal form of ``path``; None if it is absolute, empty or leaves the root."""
+    if not path or path.startswith("/") or "\x00" in path:
+        return None
+    norm = posixpath.normpath(path)
+    if norm == ".." or norm.startswith("../"):
+        return None
+    return norm
+
+
+def hidden_test_files(instance: TaskInstance) -> set[str]:
+    """Test files that the hidden ``test_patch`` CREATES (``--- /dev/null`` then ``+++ b/<path>``).
+
+    Files the patch only modifies exist at base in their visible form, so running them is allowed.
+    """
+    out: set[str] = set()
+    prev = ""
+    for line in instance.test_patch.splitlines():
+        if line.startswith("+++ b/") and prev.startswith("--- /dev/null"):
+            out.add(line[len("+++ b/") :].split("\t")[0].strip())
+        prev = line
+    return out
+
+
+def cap_text(text: str, cap: int) -> tuple[str, bool]:
+    """Head and tail of ``text`` within ``cap`` characters; returns (text, truncated)."""
+    if len(text) <= cap:
+        return text, False
+    half = max(cap // 2, 1)
+    return f"{text[:half]}\n[... {len(text) - 2 * half} characters truncated ...]\n{text[-half:]}", True
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Execution
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What a tool returned. ``error`` marks a failed call (the observation starts with ``ERROR_PREFIX``)."""
+
+    observation: str
+    error: bool = False
+    finished: bool = False
+    finish_message: str | None = None
+    truncated: bool = False
+
+
+def _err(msg: str) -> ToolResult:
+    return ToolResult(observation=ERROR_PREFIX + msg, error=True)
+
+
+class ToolExecutor:
+    """Runs validated tool calls in a sandbox for one task instance.
+
+    ``timeout`` bounds each command; ``cap_chars`` caps each observation (head + tail, flagged ``truncated``).
+    """
+
+    def __init__(self, sandbox: Sandbox, instance: TaskInstance, *, timeout: float, cap_chars: int) -> None:
+        self.sandbox = sandbox
+        self.instance = instance
+        self.timeout = timeout
+        self.cap_chars = cap_chars
+        self._hidden = hidden_test_files(instance)
+
+    def run(self, call: ToolCall) -> ToolResult:
+        """Execute one call. Invalid calls get an error observation naming the problem and the fix."""
+        if not call.valid:
+            return _err(f"malformed tool call ({call.error}). Write calls as {format_tool_call('name', {})}.")
+        args = with_defaults(call.name, call.arguments)
+        handler = getattr(self, f"_t_{call.name}")
+        result: ToolResult = handler(**args)
+        text, cut = cap_text(result.observation, self.cap_chars)
+        if cut:
+            result = ToolResult(text, result.error, result.finished, result.finish_message, truncated=True)
+        return result
+
+    # -- path checks ---------------------------------------------------------------------------------------------
+
+    def _resolve(self, path: str) -> tuple[str | None, str, str]:
+        """(normalised path or None, kind in {"file","dir","none","outside"}, error text)."""
+        norm = normalize_path(path)
+        if norm is None:
+            return None, "outside", f"path {path!r} is outside the repository; use a path relative to its root"
+        script = (
+            'r=$(pwd -P); p=$(realpath -m -- "$1"); printf "%s\\n%s\\n" "$r" "$p"; '
+            'if [ -d "$1" ]; then echo dir; elif [ -f "$1" ]; then echo file; else echo none; fi'
+        )
+        res = self.sandbox.exec(["sh", "-c", script, "sh", norm], timeout=self.timeout)
+        lines = res.stdout.splitlines()
+        if res.returncode != 0 or len(lines) < 3:
+            return None, "none", f"could not resolve path {path!r}: {res.stderr.strip()[:200]}"
+        root, real, kind = lines[0], lines[1], lines[2]
+        if real != root and not real.startswith(root.rstrip("/") + "/"):
+            return None, "outside", f"path {path!r} resolves outside the repository (symlink?); refused"
+        return norm, kind, ""
+
+    # -- tools ---------------------------------------------------------------------------------------------------
+
+    def _t_list_files(self, path: str) -> ToolResult:
+        norm, kind, err = self._resolve(path)
+        if norm is None:
+            return _err(err)
+        if kind != "dir":
+            return _err(f"{path!r} is not a directory" + (" (it is a file)" if kind == "file" else ""))
+        cmd = ["find", norm, "-name", ".git", "-prune", "-o", "-name", "__pycache__", "-prune", "-o"]
+        res = self.sandbox.exec([*cmd, "-type", "f", "-print"], timeout=self.timeout)
+        if res.returncode != 0:
+            return _err(f"list_files failed: {res.stderr.strip()[:500]}")
+        files = sorted(posixpath.normpath(p) for p in res.stdout.splitlines() if p)
+        shown = files[:LIST_FILES_CAP]
+        more = f"\n[... {len(files) - len(shown)} more files not shown ...]" if len(files) > len(shown) else ""
+        return ToolResult(observation=("\n".join(shown) or "(no files)") + more)
+
+    def _t_read_file(self, path: str) -> ToolResult:
+        norm, kind, err = self._resolve(path)
+        if norm is None:
+            return _err(err)
+        if kind != "file":
+            return _err(f"{path!r} is {'a directory' if kind == 'dir' else 'not a file in the repository'}")
+        data = self.sandbox.read_file(norm, max_bytes=READ_CAP_BYTES)
+        return ToolResult(observation=data.decode("utf-8", errors="replace"))
+
+    def _t_search(self, pattern: str, path: str) -> ToolResult:
+        norm, kind, err = self._resolve(path)
+        if norm is None:
+            return _err(err)
+        if kind == "none":
+            return _err(f"{path!r} does not exist")
+        cmd = ["grep", "-rnIE", "--exclude-dir=.git", "--exclude-dir=__pycache__", "-e", pattern, "--", norm]
+        res = self.sandbox.exec(cmd, timeout=self.timeout)
+        if res.returncode == 1:
+            return ToolResult(observation=f"no matches for {pattern!r} under {norm}")
+        if res.returncode != 0:
+            return _err(f"search failed (grep exit {res.returncode}): {res.stderr.strip()[:500]}")
+        return ToolResult(observation=res.stdout.rstrip("\n"))
+
+    def _t_edit_file(self, path: str, old: str, new: str) -> ToolResult:
+        norm, kind, err = self._resolve(path)
+        if norm is None:
+            return _err(err)
+        if old == "":
+            if kind != "none":
+                return _err(f"{path!r} already exists; to change it pass the exact text to replace as `old`")
+            self.sandbox.write_file(norm, new.encode())
+            return ToolResult(observation=f"created {norm} ({len(new.splitlines())} lines)")
+        if kind != "file":
+            return _err(f"{path!r} is {'a directory' if kind == 'dir' else 'not a file'}; to create it use old=\"\"")
+        text = self.sandbox.read_file(norm, max_bytes=READ_CAP_BYTES).decode("utf-8", errors="replace")
+        count = text.count(old)
+        if count == 0:
+            return _err(f"`old` was not found in {norm}; read the file and copy the exact text (whitespace too)")
+        if count > 1:
+            return _err(f"`old` occurs {count} times in {norm}; include more surrounding lines so it is unique")
+        self.sandbox.write_file(norm, text.replace(old, new, 1).encode())
+        line = text[: text.index(old)].count("\n") + 1
+        return ToolResult(observation=f"edited {norm}: replaced 1 occurrence at line {line}")
+
+    def _t_run_tests(self, tests: list[str]) -> ToolResult:
+        for t in tests:
+            file_part = normalize_path(t.split("::", 1)[0])
+            if t.startswith("-") or file_part is None:
+                return _err(f"test {t!r} refused: give test files or node ids inside the repository")
+            if file_part in self._hidden:
+                return _err(f"{t!r} is not a visible test of this repository")
+        base = self.instance.visible_test_cmd or DEFAULT_TEST_CMD
+        cmd = base + "".join(" " + shlex.quote(t) for t in tests)
+        res = self.sandbox.exec(cmd, timeout=self.timeout)
+        status = "TIMED OUT" if res.timed_out else f"exit code {res.returncode}"
+        body = (res.stdout + (("\n" + res.stderr) if res.stderr.strip() else "")).strip()
+        return ToolResult(observation=f"$ {cmd}\n{body}\n[{status}]", truncated=res.truncated)
+
+    def _t_finish(self, message: str) -> ToolResult:
+        return ToolResult(observation="Task finished.", finished=True, finish_message=message)

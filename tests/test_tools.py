@@ -1,0 +1,193 @@
+"""Tools: Qwen3 call parsing, schema validation, execution in a (fake, subprocess) sandbox, path safety."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from harness.schema import ToolCall
+from harness.tools import (
+    ERROR_PREFIX,
+    TOOL_NAMES,
+    ToolExecutor,
+    cap_text,
+    format_tool_call,
+    hidden_test_files,
+    normalize_path,
+    parse_tool_calls,
+    tool_schemas,
+    validate_arguments,
+    visible_text,
+)
+from tests.harness_fakes import DirSandbox, make_calc_task
+
+
+@pytest.fixture()
+def calc(tmp_path: Path):
+    inst, repo = make_calc_task(tmp_path)
+    sbx = DirSandbox(repo)
+    yield inst, sbx
+    sbx.close()
+
+
+def _call(name: str, **args) -> ToolCall:
+    (call,) = parse_tool_calls(format_tool_call(name, args))
+    return call
+
+
+def test_schemas_fixed_contract() -> None:
+    schemas = {s["function"]["name"]: s["function"]["parameters"] for s in tool_schemas()}
+    assert tuple(schemas) == TOOL_NAMES == ("list_files", "read_file", "search", "edit_file", "run_tests", "finish")
+    assert schemas["list_files"]["required"] == [] and schemas["list_files"]["properties"]["path"]["default"] == "."
+    assert schemas["read_file"]["required"] == ["path"]
+    assert schemas["search"]["required"] == ["pattern"] and schemas["search"]["properties"]["path"]["default"] == "."
+    assert schemas["edit_file"]["required"] == ["path", "old", "new"]
+    assert schemas["run_tests"]["properties"]["tests"] == {
+        "type": "array", "items": {"type": "string"},
+        "description": schemas["run_tests"]["properties"]["tests"]["description"], "default": [],
+    }
+    assert schemas["finish"]["required"] == ["message"]
+    for s in tool_schemas():
+        assert s["type"] == "function" and s["function"]["parameters"]["additionalProperties"] is False
+    # a fresh copy each call: callers cannot corrupt the module's schemas
+    tool_schemas()[0]["function"]["name"] = "hacked"
+    assert tool_schemas()[0]["function"]["name"] == "list_files"
+
+
+def test_parse_qwen3_calls_and_think() -> None:
+    text = (
+        "<think>maybe <tool_call>{\"name\": \"finish\", \"arguments\": {\"message\": \"no\"}}</tool_call></think>"
+        "Let me look.\n<tool_call>\n{\"name\": \"read_file\", \"arguments\": {\"path\": \"calc.py\"}}\n</tool_call>\n"
+        "<tool_call>{\"name\": \"list_files\", \"arguments\": {}}</tool_call>"
+    )
+    calls = parse_tool_calls(text)
+    assert [c.name for c in calls] == ["read_file", "list_files"]  # the call inside <think> is not a call
+    assert all(c.valid for c in calls) and calls[0].arguments == {"path": "calc.py"}
+    assert visible_text(text) == "Let me look."
+    # template-opened thinking: no <think> in the completion, only </think>
+    assert parse_tool_calls("a <tool_call>{}</tool_call> b </think>done") == []
+
+
+@pytest.mark.parametrize(
+    ("block", "needle"),
+    [
+        ("<tool_call>{not json}</tool_call>", "invalid JSON"),
+        ("<tool_call>{\"name\": \"rm\", \"arguments\": {}}</tool_call>", "unknown tool 'rm'"),
+        ("<tool_call>{\"name\": \"read_file\", \"arguments\": {}}</tool_call>", "missing required argument 'path'"),
+        ("<tool_call>{\"name\": \"read_file\", \"arguments\": {\"path\": 3}}</tool_call>", "must be a string"),
+        ("<tool_call>{\"name\": \"read_file\", \"arguments\": {\"path\": \"a\", \"x\": 1}}</tool_call>", "unknown argument 'x'"),
+        ("<tool_call>{\"name\": \"run_tests\", \"arguments\": {\"tests\": \"a\"}}</tool_call>", "list of strings"),
+        ("<tool_call>{\"name\": \"finish\", \"arguments\": \"{}\"}</tool_call>", "must be a JSON object"),
+        ("<tool_call>[1, 2]</tool_call>", "must be {\"name\""),
+        ("<tool_call>{\"name\": \"finish\", \"arguments\": {\"message\": \"x\"}, \"id\": 1}</tool_call>", "unexpected keys"),
+        ("<tool_call>{\"name\": \"finish\", \"arguments\": {\"message\": \"x\"}}", "unclosed"),
+    ],
+)
+def test_malformed_calls_are_invalid(block: str, needle: str) -> None:
+    (call,) = parse_tool_calls(block)
+    assert not call.valid and call.error is not None and needle in call.error
+
+
+def test_validate_arguments_accepts_defaults_omitted() -> None:
+    assert validate_arguments("search", {"pattern": "x"}) is None
+    assert validate_arguments("run_tests", {}) is None
+
+
+def test_normalize_path_refuses_escapes() -> None:
+    assert normalize_path("a/../b.py") == "b.py"
+    assert normalize_path("./src//x.py") == "src/x.py"
+    for bad in ("/etc/passwd", "..", "../x", "a/../../x", "", "a\x00b"):
+        assert normalize_path(bad) is None
+
+
+def test_list_read_search(calc) -> None:
+    inst, sbx = calc
+    ex = ToolExecutor(sbx, inst, timeout=30, cap_chars=10_000)
+    listed = ex.run(_call("list_files")).observation.splitlines()
+    assert "calc.py" in listed and "tests/test_calc.py" in listed and not any(".git/" in p for p in listed)
+    assert ex.run(_call("list_files", path="tests")).observation == "tests/test_calc.py"
+    assert ex.run(_call("read_file", path="calc.py")).observation.startswith("def add(a, b):")
+    hits = ex.run(_call("search", pattern=r"def (add|sub)"))
+    assert not hits.error and "calc.py:1:def add(a, b):" in hits.observation and "calc.py:5:" in hits.observation
+    assert "no matches" in ex.run(_call("search", pattern="zzz_nothing")).observation
+    assert ex.run(_call("search", pattern="(unclosed")).error
+    for res in (ex.run(_call("read_file", path="nope.py")), ex.run(_call("read_file", path="tests"))):
+        assert res.error and res.observation.startswith(ERROR_PREFIX)
+
+
+@pytest.mark.parametrize("path", ["/etc/passwd", "../outside.txt", "tests/../../x", "link_out/passwd", "link_file"])
+def test_paths_leaving_the_repo_are_refused(calc, path: str, tmp_path: Path) -> None:
+    inst, sbx = calc
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP SECRET")
+    os.symlink("/etc", sbx.root / "link_out")
+    os.symlink(secret, sbx.root / "link_file")
+    ex = ToolExecutor(sbx, inst, timeout=30, cap_chars=10_000)
+    for call in (_call("read_file", path=path), _call("edit_file", path=path, old="x", new="y"),
+                 _call("list_files", path=path), _call("search", pattern="root", path=path)):
+        res = ex.run(call)
+        assert res.error and "outside the repository" in res.observation, (call.name, res.observation)
+        assert "TOP SECRET" not in res.observation and "root:" not in res.observation
+    assert secret.read_text() == "TOP SECRET"
+
+
+def test_edit_file_exact_once(calc) -> None:
+    inst, sbx = calc
+    ex = ToolExecutor(sbx, inst, timeout=30, cap_chars=10_000)
+    zero = ex.run(_call("edit_file", path="calc.py", old="return a * b", new="x"))
+    assert zero.error and "not found" in zero.observation
+    many = ex.run(_call("edit_file", path="calc.py", old="return a - b", new="return a + b"))
+    assert many.error and "occurs 2 times" in many.observation
+    assert (sbx.root / "calc.py").read_text().count("return a - b") == 2  # unchanged after errors
+    ok = ex.run(_call("edit_file", path="calc.py", old="    return a - b\n\n\ndef sub", new="    return a + b\n\n\ndef sub"))
+    assert not ok.error and "line 2" in ok.observation
+    assert (sbx.root / "calc.py").read_text().startswith("def add(a, b):\n    return a + b\n")
+    created = ex.run(_call("edit_file", path="pkg/new.py", old="", new="X = 1\n"))
+    assert not created.error and (sbx.root / "pkg/new.py").read_text() == "X = 1\n"
+    again = ex.run(_call("edit_file", path="pkg/new.py", old="", new="Y = 2\n"))
+    assert again.error and "already exists" in again.observation
+
+
+def test_run_tests_visible_only(calc) -> None:
+    inst, sbx = calc
+    ex = ToolExecutor(sbx, inst, timeout=60, cap_chars=10_000)
+    res = ex.run(_call("run_tests"))
+    assert not res.error and "1 passed" in res.observation and "[exit code 0]" in res.observation
+    # test_calc.py is only modified by the hidden patch: its visible version may run
+    assert hidden_test_files(inst) == set()
+    assert "1 passed" in ex.run(_call("run_tests", tests=["tests/test_calc.py::test_sub"])).observation
+    # a test file the hidden patch creates is refused by name (hidden test names cannot be probed)
+    new_file = "--- /dev/null\n+++ b/tests/test_hidden.py\n@@ -0,0 +1 @@\n+def test_x(): pass\n"
+    ex_h = ToolExecutor(sbx, inst.model_copy(update={"test_patch": new_file}), timeout=60, cap_chars=10_000)
+    refused = ex_h.run(_call("run_tests", tests=["tests/test_hidden.py::test_x"]))
+    assert refused.error and "not a visible test" in refused.observation
+    for bad in ("--co", "/etc/x.py", "../t.py"):
+        assert ex.run(_call("run_tests", tests=[bad])).error
+    custom = inst.model_copy(update={"visible_test_cmd": "python -m pytest -q tests", "test_patch": ""})
+    ex2 = ToolExecutor(sbx, custom, timeout=60, cap_chars=10_000)
+    out = ex2.run(_call("run_tests", tests=["tests/test_calc.py::test_sub"]))
+    assert "$ python -m pytest -q tests tests/test_calc.py::test_sub" in out.observation and "1 passed" in out.observation
+
+
+def test_observation_cap_and_truncation_flag(calc) -> None:
+    inst, sbx = calc
+    (sbx.root / "big.txt").write_text("".join(f"line {i}\n" for i in range(5000)))
+    ex = ToolExecutor(sbx, inst, timeout=30, cap_chars=200)
+    res = ex.run(_call("read_file", path="big.txt"))
+    assert res.truncated and len(res.observation) < 300
+    assert res.observation.startswith("line 0") and res.observation.rstrip().endswith("line 4999")
+    assert cap_text("abc", 10) == ("abc", False)
+
+
+def test_invalid_call_observation_and_finish(calc) -> None:
+    inst, sbx = calc
+    ex = ToolExecutor(sbx, inst, timeout=30, cap_chars=1000)
+    (bad,) = parse_tool_calls("<tool_call>{oops}</tool_call>")
+    res = ex.run(bad)
+    assert res.error and "malformed tool call" in res.observation and "invalid JSON" in res.observation
+    fin = ex.run(_call("finish", message="## Done"))
+    assert fin.finished and fin.finish_message == "## Done"
+    assert json.loads(format_tool_call("finish", {"message": "é"}).splitlines()[1])["arguments"]["message"] == "é"
