@@ -217,6 +217,17 @@ def parse_tool_calls(text: str) -> list[ToolCall]:
     return calls
 
 
+def tool_signature(name: str) -> str:
+    """A one-line usage of tool ``name``, e.g. ``search(pattern: string, path: string = ".")``."""
+    params = _SCHEMA_BY_NAME[name]
+    parts = []
+    for key, spec in params["properties"].items():
+        typ = "list of strings" if spec["type"] == "array" else spec["type"]
+        default = f" = {json.dumps(spec['default'])}" if "default" in spec else ""
+        parts.append(f"{key}: {typ}{default}")
+    return f"{name}({', '.join(parts)})"
+
+
 def format_tool_call(name: str, arguments: dict[str, Any]) -> str:
     """Render one call in the Qwen3 format (what policies should emit)."""
     return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False) + "\n</tool_call>"
@@ -290,7 +301,9 @@ class ToolExecutor:
     def run(self, call: ToolCall) -> ToolResult:
         """Execute one call. Invalid calls get an error observation naming the problem and the fix."""
         if not call.valid:
-            return _err(f"malformed tool call ({call.error}). Write calls as {format_tool_call('name', {})}.")
+            usage = f" Usage: {tool_signature(call.name)}." if call.name in TOOL_NAMES else ""
+            fmt = '<tool_call>{"name": <tool>, "arguments": {<argument>: <value>, ...}}</tool_call>'
+            return _err(f"malformed tool call ({call.error}). Write each call as {fmt}.{usage}")
         args = with_defaults(call.name, call.arguments)
         handler = getattr(self, f"_t_{call.name}")
         result: ToolResult = handler(**args)
