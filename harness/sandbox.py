@@ -32,6 +32,9 @@ class ExecResult(NamedTuple):
     timed_out: bool
     truncated: bool
     duration_s: float
+    # Added by the platform issue (additive, defaults keep old constructor calls valid): True when the kernel's
+    # out-of-memory killer ended the command (Docker: cgroup OOM kill counter rose during the exec).
+    oom_killed: bool = False
 
 
 class SandboxUnavailable(RuntimeError):
@@ -60,13 +63,50 @@ class SandboxSpec:
     env: dict[str, str] = field(default_factory=dict)
 
 
+class SandboxPathError(PermissionError):
+    """A path given to a sandbox leaves its root (``..``, an absolute path outside it, or a symlink out of it)."""
+
+
 def cap_output(data: bytes, cap: int) -> tuple[str, bool]:
     """Keep the head and the tail of ``data`` within ``cap`` bytes; returns (text, truncated)."""
     if len(data) <= cap:
         return data.decode("utf-8", errors="replace"), False
     half = cap // 2
     marker = f"\n[... {len(data) - 2 * half} bytes truncated ...]\n".encode()
-    return (data[:half] + marker + data[-half:]).decode("utf-8", errors="replace"), True
+    return (data[:half] + marker + data[len(data) - half :]).decode("utf-8", errors="replace"), True
+
+
+class OutputCapper:
+    """Streaming twin of ``cap_output``: feed chunks, keep at most ``cap`` bytes (head + tail), same final text.
+
+    Memory stays O(cap) however much a command prints, so 100 MB of output never sits in the harness.
+    """
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.half = cap // 2
+        self.total = 0
+        self._head = bytearray()
+        self._tail = bytearray()
+
+    def feed(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.cap - len(self._head)
+        if room > 0 and not self._tail:
+            self._head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self._tail += chunk
+            if len(self._tail) > 2 * self.cap:  # trim rarely, not per chunk
+                del self._tail[: len(self._tail) - self.cap]
+
+    def result(self) -> tuple[str, bool]:
+        if self.total <= self.cap:
+            return bytes(self._head + self._tail).decode("utf-8", errors="replace"), False
+        head = bytes(self._head[: self.half])
+        tail = bytes((self._head[self.half :] + self._tail)[-self.half :]) if self.half else b""
+        marker = f"\n[... {self.total - 2 * self.half} bytes truncated ...]\n".encode()
+        return (head + marker + tail).decode("utf-8", errors="replace"), True
 
 
 class Sandbox(abc.ABC):
