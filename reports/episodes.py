@@ -1,0 +1,151 @@
+"""Read episodes back from run directories (ARCHITECTURE §4) for the per-episode table and trajectory pages.
+
+A run directory holds ``manifest.json``, ``results.jsonl`` (one ``EpisodeResult`` per line, derived) and
+``episodes/<instance_id>/<arm>/s<seed>/a<attempt>/{trajectory.jsonl, patch.diff, grade/, result.json}``.
+``results.jsonl`` is read when present (fast); otherwise every ``result.json`` under ``episodes/`` is read.
+
+``trajectory.jsonl`` is accepted in the shapes the harness may write: one ``Trajectory`` object (on one line),
+one ``Message`` per line, or event lines carrying a ``message`` object. A file in none of these shapes is not
+guessed at: the trajectory page says it could not be read and why.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from harness.schema import EpisodeResult, Message, RunManifest, Trajectory
+
+log = logging.getLogger(__name__)
+
+GRADE_LOG_NAMES = ("test_output.txt", "eval.sh", "exit_code", "status_map.json", "behaviour.json")
+
+
+class RunDirError(ValueError):
+    """A run directory that cannot be read; the message names the file, the field and the fix."""
+
+
+@dataclass(frozen=True)
+class LoadedRun:
+    path: Path
+    manifest: RunManifest | None
+    episodes: tuple[EpisodeResult, ...]
+
+
+@dataclass(frozen=True)
+class EpisodeFiles:
+    """What an episode directory holds, read for its trajectory page (absent parts are None)."""
+
+    trajectory: Trajectory | None
+    messages: tuple[Message, ...]
+    trajectory_error: str | None
+    patch: str | None
+    grade_logs: tuple[tuple[str, str], ...]
+
+
+def read_manifest(run_dir: Path) -> RunManifest | None:
+    f = run_dir / "manifest.json"
+    if not f.is_file():
+        return None
+    try:
+        return RunManifest.model_validate_json(f.read_text(encoding="utf-8"))
+    except ValidationError as exc:
+        raise RunDirError(f"{f}: not a valid RunManifest ({_first_error(exc)}); re-run `tgsuite eval` to rewrite it") from exc
+
+
+def _first_error(exc: ValidationError) -> str:
+    e = exc.errors()[0]
+    return f"field {'.'.join(str(x) for x in e['loc']) or '<root>'}: {e['msg']}"
+
+
+def read_results(run_dir: Path) -> tuple[EpisodeResult, ...]:
+    """All episode results of a run: ``results.jsonl`` if present, else each ``episodes/**/result.json``."""
+    res = run_dir / "results.jsonl"
+    out: list[EpisodeResult] = []
+    if res.is_file():
+        with res.open(encoding="utf-8") as fh:
+            for i, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    out.append(EpisodeResult.model_validate_json(line))
+                except ValidationError as exc:
+                    raise RunDirError(
+                        f"{res}:{i}: not a valid EpisodeResult ({_first_error(exc)}); rebuild results.jsonl from "
+                        "episodes/ (`tgsuite eval --resume`) or fix the line"
+                    ) from exc
+        return tuple(out)
+    for f in sorted((run_dir / "episodes").glob("*/*/s*/a*/result.json")):
+        try:
+            out.append(EpisodeResult.model_validate_json(f.read_text(encoding="utf-8")))
+        except ValidationError as exc:
+            raise RunDirError(f"{f}: not a valid EpisodeResult ({_first_error(exc)}); delete it to re-run") from exc
+    if not out:
+        raise RunDirError(f"{run_dir}: neither results.jsonl nor episodes/*/*/s*/a*/result.json found; is this a run dir?")
+    return tuple(out)
+
+
+def load_run(run_dir: str | Path) -> LoadedRun:
+    p = Path(run_dir)
+    if not p.is_dir():
+        raise RunDirError(f"{p}: run directory does not exist; pass the folder given to `tgsuite eval --out`")
+    return LoadedRun(path=p, manifest=read_manifest(p), episodes=read_results(p))
+
+
+def episode_dir(run_dir: Path, ep: EpisodeResult) -> Path:
+    return run_dir / "episodes" / ep.instance_id / ep.arm / f"s{ep.seed}" / f"a{ep.attempt}"
+
+
+def _parse_trajectory(text: str) -> tuple[Trajectory | None, tuple[Message, ...]]:
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        raise ValueError("the file is empty")
+    if len(lines) == 1:
+        try:
+            t = Trajectory.model_validate_json(lines[0])
+            return t, tuple(t.messages)
+        except ValidationError:
+            pass
+    msgs: list[Message] = []
+    for i, ln in enumerate(lines, 1):
+        obj = json.loads(ln)
+        if isinstance(obj, dict) and isinstance(obj.get("message"), dict):
+            obj = obj["message"]
+        elif isinstance(obj, dict) and "role" not in obj:
+            continue  # an event without a message (limit, timing): not a conversation turn
+        try:
+            msgs.append(Message.model_validate(obj))
+        except ValidationError as exc:
+            raise ValueError(f"line {i}: not a Message ({_first_error(exc)})") from exc
+    return None, tuple(msgs)
+
+
+def read_episode_files(ep_dir: Path, *, max_log_chars: int = 200_000) -> EpisodeFiles:
+    """Read trajectory, patch and grading logs of one episode directory; absent files are None, never invented."""
+    traj, msgs, err = None, (), None
+    tf = ep_dir / "trajectory.jsonl"
+    if tf.is_file():
+        try:
+            traj, msgs = _parse_trajectory(tf.read_text(encoding="utf-8", errors="replace"))
+        except (ValueError, json.JSONDecodeError) as exc:
+            err = f"{tf}: could not read the trajectory: {exc}"
+            log.warning(err)
+    else:
+        err = f"{tf}: not found (the episode may have ended before the agent ran, or the run dir was pruned)"
+    pf = ep_dir / "patch.diff"
+    patch = pf.read_text(encoding="utf-8", errors="replace") if pf.is_file() else None
+    logs: list[tuple[str, str]] = []
+    gdir = ep_dir / "grade"
+    for name in GRADE_LOG_NAMES:
+        g = gdir / name
+        if g.is_file():
+            text = g.read_text(encoding="utf-8", errors="replace")
+            if len(text) > max_log_chars:
+                text = text[-max_log_chars:]
+                text = f"[first {g.stat().st_size - max_log_chars:,} bytes not shown; the end of the log follows]\n" + text
+            logs.append((name, text))
+    return EpisodeFiles(trajectory=traj, messages=msgs, trajectory_error=err, patch=patch, grade_logs=tuple(logs))

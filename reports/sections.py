@@ -1,0 +1,162 @@
+"""Confirmatory sections of the report, built from ``AnalysisResult`` (formatting only, no statistics).
+
+Verdict banner, criteria table and forest plot, per-arm outcomes with the behaviour × code 2×2 tables, the
+variance split, sensitivity analyses with disagreement flags, exploratory breakdowns and secondary endpoints,
+power and missing data. Every number shown is a field of ``AnalysisResult``; the only arithmetic is turning a 2×2
+table's counts into row percentages for reading.
+"""
+
+from __future__ import annotations
+
+from evalsuite.schema import AnalysisResult, CriterionResult, RateCI
+from reports import figures
+from reports import format as fmt
+from reports.model import Cell, Figure, Section, Table, Tone, VerdictView
+
+ENDPOINT_LABEL = {
+    "behaviour_ok": "behaviour OK (style/protocol checkers pass)",
+    "code_ok": "code OK (hidden tests pass)",
+    "joint_ok": "joint OK (both)",
+}
+KIND_LABEL = {
+    "superiority": "superiority: lower bound > 0",
+    "superiority_margin": "superiority by X: lower bound > X",
+    "noninferiority": "non-inferiority: lower bound > −δ",
+    "dual": "dual: lower bound > 0 and estimate ≥ X",
+}
+VERDICT_TONE: dict[str, Tone] = {"pass": "pass", "fail": "fail", "not_evaluated": "na"}
+
+
+def label(endpoint: str) -> str:
+    return ENDPOINT_LABEL.get(endpoint, endpoint)
+
+
+def _bar_text(c: CriterionResult) -> str:
+    if c.kind == "noninferiority":
+        return f"> {fmt.pp(c.bar)} (margin δ = {fmt.pp(c.margin, signed=False)})"
+    if c.kind == "dual":
+        return f"> {fmt.pp(0.0)} and estimate ≥ {fmt.pp(c.threshold)}"
+    return f"> {fmt.pp(c.bar)}"
+
+
+def criterion_reason(c: CriterionResult) -> Cell:
+    """One sentence per criterion for the banner: the bound, the bar it must clear and the verdict."""
+    level = f"{100 * (1 - c.alpha_one_sided):g}%"
+    head = f"{c.endpoint} — {KIND_LABEL[c.kind]}"
+    if c.verdict == "not_evaluated" or c.lower_one_sided is None:
+        why = "; ".join(c.notes) or "no estimate could be formed"
+        return Cell(text=f"{head}: not evaluated ({why})", tone="na")
+    cmp = ">" if c.lower_one_sided > c.bar else "≤"
+    text = f"{head}: one-sided {level} lower bound {fmt.pp(c.lower_one_sided)} {cmp} {fmt.pp(c.bar)}"
+    if c.kind == "dual" and c.estimate is not None:
+        cmp2 = "≥" if c.estimate >= c.threshold else "<"
+        text += f", estimate {fmt.pp(c.estimate)} {cmp2} {fmt.pp(c.threshold)}"
+    return Cell(text=f"{text} → {c.verdict.upper()}", tone=VERDICT_TONE[c.verdict])
+
+
+def verdict_view(a: AnalysisResult) -> VerdictView:
+    v = {"SHIP": "SHIP", "NO_SHIP": "NO-SHIP", "INCONCLUSIVE": "INCONCLUSIVE"}[a.decision.verdict]
+    tone: Tone = {"SHIP": "pass", "NO-SHIP": "fail", "INCONCLUSIVE": "warn"}[v]  # type: ignore[assignment]
+    headline = {
+        "SHIP": "Every preregistered criterion passed.",
+        "NO-SHIP": "At least one preregistered criterion failed.",
+        "INCONCLUSIVE": "The decision could not be made as planned (see the reasons below).",
+    }[v]
+    claims = ", ".join(a.decision.claims) or "none"
+    return VerdictView(
+        verdict=v,  # type: ignore[arg-type]
+        tone=tone,
+        headline=headline,
+        rule=a.decision.rule,
+        criterion_reasons=[criterion_reason(c) for c in a.criteria],
+        decision_reasons=list(a.decision.reasons),
+        claims=f"Endpoints individually claimed ({a.decision.claims_procedure.replace('_', ' ')}): {claims}",
+    )
+
+
+def _criterion_row(c: CriterionResult) -> list[Cell]:
+    level = f"{100 * c.ci_level:g}%"
+    notes = list(c.notes)
+    if c.degenerate:
+        notes.append(f"variance was 0; fallback: {c.fallback_used or 'none recorded'}")
+    return [
+        Cell(text=c.endpoint, title=label(c.endpoint)),
+        Cell(text=KIND_LABEL[c.kind]),
+        Cell(text=fmt.pp(c.estimate)),
+        Cell(text=f"{fmt.interval(c.ci_low, c.ci_high)} ({level})"),
+        Cell(text=f"{fmt.pp(c.lower_one_sided)} (α = {c.alpha_one_sided:g})"),
+        Cell(text=_bar_text(c)),
+        Cell(text=fmt.pvalue(c.p_value)),
+        Cell(text=c.verdict.replace("_", " ").upper(), tone=VERDICT_TONE[c.verdict]),
+        Cell(text="yes" if c.claimed else "no"),
+        Cell(text=f"{c.method}; seeds T/C {c.n_seeds_treatment}/{c.n_seeds_baseline}, {c.n_tasks} tasks, "
+             f"{c.n_repos} repos, K = {c.k_episodes}; df {fmt.num(c.df, digits=1)}"),
+        Cell(text="; ".join(notes) or fmt.DASH),
+    ]
+
+
+def criteria_section(a: AnalysisResult) -> Section:
+    table = Table(
+        id="criteria-table",
+        header=["endpoint", "criterion", "Δ estimate", "two-sided CI", "one-sided lower bound", "must be",
+                "p (one-sided)", "verdict", "claimed", "method and design", "notes"],
+        rows=[_criterion_row(c) for c in a.criteria],
+        caption="Δ = treatment − baseline, in percentage points (pp). The decision uses the one-sided lower bound.",
+    )
+    rows = [
+        figures.ForestRow(label=c.endpoint, estimate=c.estimate, lo=c.ci_low, hi=c.ci_high,
+                          threshold=c.bar if c.kind != "dual" else c.threshold,
+                          passed=None if c.verdict == "not_evaluated" else c.verdict == "pass")
+        for c in a.criteria
+    ]
+    fig = Figure(
+        svg=figures.forest_plot(rows),
+        caption="Forest plot: dot = estimate, bar = two-sided CI, dashed tick = the criterion's margin or "
+        "threshold (for non-inferiority −δ; for 'dual' X). Green passed, red failed, grey not evaluated.",
+    )
+    return Section(id="criteria", title="Criteria", tables=[table], figures=[fig],
+                   intro=f"Estimand: {a.estimand}. Arms: treatment = {a.arms.get('treatment', '?')}, "
+                   f"baseline = {a.arms.get('baseline', '?')}.")
+
+
+def _rate(r: RateCI | None) -> str:
+    if r is None:
+        return fmt.DASH
+    return f"{fmt.pct(r.rate)} {fmt.interval(r.ci_low, r.ci_high, scale='pct')} (n = {r.n:,})"
+
+
+def outcomes_section(a: AnalysisResult) -> Section:
+    if not a.arm_summaries:
+        return Section(id="outcomes", title="Outcomes per arm", available=False,
+                       absent="The analysis carries no per-arm summaries.")
+    endpoints = sorted({r.endpoint for s in a.arm_summaries for r in s.rates})
+    rates = Table(
+        id="arm-rates", header=["arm", "role", "seeds", "scored episodes", *endpoints],
+        rows=[[Cell(text=s.arm), Cell(text=s.role), Cell(text=", ".join(map(str, s.seeds))),
+               Cell(text=f"{s.n_scored_episodes:,}"),
+               *[Cell(text=_rate(next((r for r in s.rates if r.endpoint == e), None))) for e in endpoints]]
+              for s in a.arm_summaries],
+        caption="Rates with their CI as computed by the analysis (method per rate: "
+        + ", ".join(sorted({r.method for s in a.arm_summaries for r in s.rates})) + ").",
+    )
+    tables = [rates]
+    for s in a.arm_summaries:
+        jt, n = s.joint_table, s.joint_table.n
+        share = (lambda k: fmt.pct(k / n) if n else fmt.DASH)  # noqa: E731 - row percentage for reading
+        tables.append(Table(
+            id=f"joint-{s.arm}", header=["", "code OK", "code failed"],
+            rows=[[Cell(text="behaviour OK"), Cell(text=f"{jt.both:,} ({share(jt.both)})", tone="pass"),
+                   Cell(text=f"{jt.behaviour_only:,} ({share(jt.behaviour_only)})", tone="warn",
+                        title="the style is right but the task failed")],
+                  [Cell(text="behaviour failed"), Cell(text=f"{jt.code_only:,} ({share(jt.code_only)})", tone="warn"),
+                   Cell(text=f"{jt.neither:,} ({share(jt.neither)})", tone="fail")]],
+            caption=f"{s.arm} ({s.role}): behaviour × code, {n:,} scored episodes. Top right = "
+            "'the style is right but the task failed'.",
+        ))
+    seeds = [[Cell(text=s.arm), Cell(text=str(r.seed)), Cell(text=r.endpoint),
+              Cell(text=f"{fmt.pct(r.rate)} {fmt.interval(r.ci_low, r.ci_high, scale='pct')} (n = {r.n:,})")]
+             for s in a.arm_summaries for r in s.per_seed]
+    if seeds:
+        tables.append(Table(id="per-seed", header=["arm", "training seed", "endpoint", "rate (CI)"], rows=seeds,
+                            caption="Per training seed (one checkpoint each)."))
+    return Section(id="outcomes", title="Outcomes per arm", tables=tables)

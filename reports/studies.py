@@ -1,0 +1,147 @@
+"""Training curves and the exploratory studies: noisy feedback, equal compute, "can do vs does do".
+
+Study numbers come from ``AnalysisResult.exploratory``; a study that was not run says so. Training curves come from
+the training runs' ``metrics.jsonl`` (see ``reports.training`` for the one descriptive statistic computed there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from evalsuite.schema import AnalysisResult, NoisyFeedbackResult
+from reports import figures, training
+from reports import format as fmt
+from reports.model import Cell, Figure, Section, Table
+
+NOT_RUN = "Not run in this study."
+KIND_ORDER = {"correct": 0, "irrelevant": 1, "wrong": 2}
+
+
+def training_section(
+    runs: Mapping[str, Mapping[str, list[dict[str, float]]]] | None, *, window: int = training.DEFAULT_WINDOW
+) -> Section:
+    if not runs:
+        return Section(id="training", title="Training curves", available=False,
+                       absent="No training metrics were given to the report (pass --training ARM:SEED=RUN_DIR), "
+                       "so training curves are not shown.")
+    colours = figures.arm_colours(list(runs))
+    figs, rows = [], []
+    for key, title in training.CURVE_METRICS:
+        curves = [training.arm_curves(arm, key, per_seed) for arm, per_seed in runs.items()]
+        series = []
+        for c in curves:
+            series += [figures.Series(label=f"{c.arm} s{s.seed}", x=s.steps, y=s.values, colour=colours[c.arm],
+                                      thin=True) for s in c.seeds if s.steps]
+            if c.mean_steps:
+                series.append(figures.Series(label=f"{c.arm} (mean of seeds)", x=c.mean_steps, y=c.mean_values,
+                                             colour=colours[c.arm]))
+            rows += _window_rows(c, title, window)
+        if not series:
+            figs.append(Figure(svg="", caption=f"{title}: no run logged '{key}'."))
+            continue
+        last = [c.mean_steps[-window] for c in curves if len(c.mean_steps) >= window]
+        figs.append(Figure(
+            svg=figures.line_chart(series, xlabel="training step", ylabel=title, title=title,
+                                   shade_from=min(last) if last else None),
+            caption=f"{title} ('{key}') per training step: thick = mean over seeds, thin = each seed; the shaded "
+            f"area is the last {window} steps used in the table below."))
+    table = Table(id="training-window", header=["metric", "arm", "seed", f"last {window} logged steps: mean ± std",
+                                                "steps"], rows=rows,
+                  caption=f"Mean ± std (ddof = 0) over the last {window} logged steps, as the paper reports it "
+                  "(METHOD §6.11). Descriptive: the across-step std is not an uncertainty of the arm's effect.")
+    return Section(id="training", title="Training curves", figures=figs, tables=[table])
+
+
+def _window_rows(c: training.ArmCurves, title: str, window: int) -> list[list[Cell]]:
+    rows = []
+    for s in [*c.seeds, None]:
+        steps, vals, seed = (s.steps, s.values, s.seed) if s else (c.mean_steps, c.mean_values, "mean of seeds")
+        w = training.window_stat(steps, vals, window)
+        rows.append([
+            Cell(text=title), Cell(text=c.arm), Cell(text=str(seed)),
+            Cell(text=fmt.mean_std(w.mean, w.std) if w else f"{fmt.DASH} (not logged)"),
+            Cell(text=f"{fmt.num(w.first_step, digits=0)}–{fmt.num(w.last_step, digits=0)} (n = {w.n})" if w else fmt.DASH),
+        ])
+    return rows
+
+
+def _x_positions(nf: NoisyFeedbackResult) -> tuple[dict[str, float], str]:
+    if all(r.wrong_fraction is not None for r in nf.rows):
+        return {r.feedback_kind: float(r.wrong_fraction or 0.0) for r in nf.rows}, "fraction of wrong hints"
+    kinds = sorted({r.feedback_kind for r in nf.rows}, key=lambda k: (KIND_ORDER.get(k, 9), k))
+    return {k: float(i) for i, k in enumerate(kinds)}, "hint quality: " + ", ".join(f"{i} = {k}" for i, k in enumerate(kinds))
+
+
+def noisy_section(a: AnalysisResult) -> Section:
+    nf = a.exploratory.noisy_feedback
+    if nf is None or not nf.rows:
+        return Section(id="noisy", title="Noisy feedback", available=False, absent=NOT_RUN)
+    xpos, xlabel = _x_positions(nf)
+    colours = figures.arm_colours(sorted({r.arm for r in nf.rows}))
+    figs = []
+    for ep in sorted({r.endpoint for r in nf.rows}):
+        series = []
+        for arm, colour in colours.items():
+            pts = sorted((xpos[r.feedback_kind], r.rate) for r in nf.rows if r.arm == arm and r.endpoint == ep
+                         and r.rate.rate is not None)
+            if pts:
+                lo = [p.ci_low if p.ci_low is not None else p.rate for _, p in pts]
+                hi = [p.ci_high if p.ci_high is not None else p.rate for _, p in pts]
+                series.append(figures.Series(label=arm, x=[x for x, _ in pts], y=[p.rate for _, p in pts],
+                                             lo=lo, hi=hi, colour=colour))  # type: ignore[misc]
+        if series:
+            figs.append(Figure(svg=figures.line_chart(series, xlabel=xlabel, ylabel=ep, title=f"{ep} vs hint quality"),
+                               caption=f"{ep} as the hints get worse; band = the rate's CI from the analysis."))
+    rows = [[Cell(text=r.arm), Cell(text=r.feedback_kind), Cell(text=fmt.pct(r.wrong_fraction, digits=0)),
+             Cell(text=r.endpoint), Cell(text=f"{fmt.pct(r.rate.rate)} {fmt.interval(r.rate.ci_low, r.rate.ci_high, scale='pct')}"),
+             Cell(text=f"{r.rate.n:,}")] for r in nf.rows]
+    trends = [[Cell(text=t.arm), Cell(text=t.endpoint), Cell(text=t.method), Cell(text=fmt.num(t.statistic)),
+               Cell(text=fmt.pvalue(t.p_value)), Cell(text=fmt.num(t.slope, digits=4))] for t in nf.trends]
+    tables = [Table(id="noisy-table", header=["arm", "feedback", "wrong share", "endpoint", "rate (CI)", "n"], rows=rows)]
+    if trends:
+        tables.append(Table(id="noisy-trends", header=["arm", "endpoint", "trend test", "statistic", "p", "slope"],
+                            rows=trends))
+    return Section(id="noisy", title="Noisy feedback (exploratory)", figures=figs, tables=tables, items=list(nf.notes))
+
+
+def equal_compute_section(a: AnalysisResult) -> Section:
+    ec = a.exploratory.equal_compute
+    if ec is None:
+        return Section(id="compute", title="Equal compute", available=False, absent=NOT_RUN)
+    comp = [[Cell(text=r.arm), Cell(text=str(r.seed)), Cell(text=f"{r.rollout_tokens:,}"),
+             Cell(text=f"{r.teacher_forward_tokens:,}"), Cell(text=f"{r.trainer_tokens:,}"),
+             Cell(text=f"{r.flops:.3g}"), Cell(text=fmt.duration(r.wall_s)),
+             Cell(text=f"{r.peak_memory_bytes / 2**30:.2f} GiB"), Cell(text=str(r.tuning_trials))] for r in ec.compute]
+    ratios = [[Cell(text=k), Cell(text=f"{v:.3f}×")] for k, v in sorted(ec.ratios.items())]
+    cmp = [[Cell(text=c.endpoint), Cell(text=c.compute_axis), Cell(text=f"{c.budget:.3g}"),
+            Cell(text=fmt.pct(c.treatment_rate)), Cell(text=fmt.pct(c.baseline_rate)), Cell(text=fmt.pp(c.estimate)),
+            Cell(text=fmt.interval(c.ci_low, c.ci_high)), Cell(text=c.method or fmt.DASH), Cell(text=c.note or fmt.DASH)]
+           for c in ec.comparisons]
+    tables = [Table(id="compute-table", header=["arm", "seed", "rollout tokens", "teacher tokens", "trainer tokens",
+                                                "FLOPs", "wall", "peak memory", "tuning trials"], rows=comp)]
+    if ratios:
+        tables.append(Table(id="compute-ratios", header=["quantity", "treatment / baseline"], rows=ratios))
+    if cmp:
+        tables.append(Table(id="compute-matched", header=["endpoint", "axis", "budget", "treatment", "baseline", "Δ",
+                                                          "CI", "method", "note"], rows=cmp,
+                            caption="Arms compared at the same compute budget."))
+    return Section(id="compute", title="Equal compute (exploratory)", tables=tables, items=list(ec.notes))
+
+
+def can_do_section(a: AnalysisResult) -> Section:
+    cds = a.exploratory.can_do_vs_does_do
+    if not cds:
+        return Section(id="cando", title="Can do vs does do", available=False, absent=NOT_RUN)
+    rows = [[Cell(text=cd.arm), Cell(text=f"{cd.n_states:,}"), Cell(text=ch.endpoint),
+             Cell(text=f"{ch.a:,} / {ch.b:,} / {ch.c:,} / {ch.d:,}"), Cell(text=fmt.pp(ch.estimate)),
+             Cell(text=fmt.interval(ch.ci_low, ch.ci_high)), Cell(text=ch.method), Cell(text=fmt.pvalue(ch.mcnemar_p))]
+            for cd in cds for ch in cd.changes]
+    notes = [n for cd in cds for n in cd.notes]
+    return Section(
+        id="cando", title="Can do vs does do (exploratory)", items=notes,
+        intro="The same held-out states answered with the plain prompt and with a corrective prompt. A large gain "
+        "from the corrective prompt means the model can do the behaviour but does not do it unprompted.",
+        tables=[Table(id="cando-table", header=["arm", "states", "endpoint", "both / corrective only / plain only / "
+                                                "neither", "Δ (corrective − plain)", "CI", "method", "McNemar p"],
+                      rows=rows)],
+    )
