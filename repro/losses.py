@@ -238,7 +238,7 @@ def sampled_token_kl_advantage(student_logp: torch.Tensor, teacher_logp: torch.T
 
 
 def _logp_entropy_chunk(h: torch.Tensor, weight: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    logits = (h @ weight.T).float()
+    logits = (h @ weight.T).to(torch.promote_types(h.dtype, torch.float32))
     lse = torch.logsumexp(logits, dim=-1)
     logp_y = logits.gather(-1, y.unsqueeze(-1)).squeeze(-1) - lse
     p = torch.softmax(logits, dim=-1)
