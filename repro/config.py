@@ -83,11 +83,11 @@ class RewardCfg(_Section):
 
 class GrpoCfg(_Section):
     pg_weight: float = Field(1.0, ge=0, description="0 = opd_only (no GRPO term)")
-    scale_rewards: Literal["none", "group", "batch"] = "none"
+    scale_rewards: Literal["none", "group"] = "none"
     eps_low: float = Field(0.2, gt=0)
     eps_high: float = Field(0.2, gt=0)
     mask_truncated: bool = False
-    keep_zero_variance_groups: Literal["never", "if_kl", "always"] = "if_kl"
+    keep_zero_variance_groups: Literal["never", "if_kl", "always"] = "always"
 
 
 class GuidanceCfg(_Section):
@@ -121,7 +121,8 @@ class OptimCfg(_Section):
 class AsyncCfg(_Section):
     enabled: bool = False
     max_staleness: int = Field(1, ge=0, description="S_max in versions; 0 = synchronous")
-    queue_groups: int = Field(0, ge=0, description="bounded queue size in groups; 0 = groups × (S_max + 1)")
+    max_lead: int | None = Field(None, ge=0, description="steps the producer may run ahead; None = max_staleness")
+    queue_groups: int = Field(0, ge=0, description="bounded queue size in groups; 0 = groups × (lead + 1)")
 
 
 class DistillCfg(_Section):

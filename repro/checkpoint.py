@@ -1,0 +1,216 @@
+"""Checkpoints and the training manifest.
+
+A checkpoint directory ``checkpoints/step_<n>/`` holds the model in the HF ``save_pretrained`` layout (config.json,
+model.safetensors), the tokenizer (``save_pretrained``), ``trainer_state.pt`` (optimizer, LR scheduler, torch and
+Python RNG states, step, task-stream cursor, async counters, compute ledger) and ``checkpoint.json``
+(:class:`CheckpointInfo`, readable without torch). The directory is written under a temporary name and renamed, so
+a crash never leaves a half-written ``step_<n>``.
+
+Exact resume: weights are stored in their training dtype, optimizer moments and RNG states exactly; rollout sampling
+seeds are derived from (run seed, item index), so 2 steps + resume + 2 steps equal 4 straight steps (tested) for
+synchronous runs. Async runs with a producer lead > 0 are not bit-reproducible even without a resume (see
+``repro.pipeline_async``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import logging
+import os
+import platform
+import random
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+logger = logging.getLogger(__name__)
+
+STATE_FILE = "trainer_state.pt"
+INFO_FILE = "checkpoint.json"
+
+
+class CheckpointInfo(BaseModel):
+    """What the pipeline needs to know about a saved checkpoint (ARCHITECTURE §1 ``Checkpoint``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str
+    step: int
+    sha256: str = Field(description="sha256 of model.safetensors")
+    config_sha256: str
+    arm: str
+    seed: int
+    compute: dict[str, Any] = Field(default_factory=dict)
+    created_at: str = ""
+
+
+class TrainManifest(BaseModel):
+    """``manifest.json`` of a training run directory (ARCHITECTURE §4)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: str
+    run_dir: str
+    created_at: str
+    updated_at: str
+    argv: list[str] = Field(default_factory=list)
+    git_commit: str | None = None
+    git_dirty: bool | None = None
+    packages: dict[str, str] = Field(default_factory=dict)
+    host: dict[str, Any] = Field(default_factory=dict)
+    arm: str
+    seed: int
+    config: dict[str, Any]
+    config_sha256: str
+    model_params: dict[str, int] = Field(default_factory=dict)
+    steps_done: int = 0
+    status: str = "running"
+    compute: dict[str, Any] = Field(default_factory=dict)
+    checkpoints: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    summary: dict[str, Any] = Field(default_factory=dict)
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+
+
+def git_state(cwd: Path | None = None) -> tuple[str | None, bool | None]:
+    here = cwd or Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=here, capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+    if commit.returncode != 0:
+        return None, None
+    return commit.stdout.strip(), bool(dirty.stdout.strip())
+
+
+def package_versions() -> dict[str, str]:
+    import importlib.metadata as md
+
+    out = {"python": platform.python_version()}
+    for name in ("torch", "transformers", "tokenizers", "numpy", "pydantic", "trl"):
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            continue
+    return out
+
+
+def write_json_atomic(path: Path, data: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(data)
+    os.replace(tmp, path)
+
+
+def write_manifest(run_dir: Path, manifest: TrainManifest) -> None:
+    write_json_atomic(Path(run_dir) / "manifest.json", manifest.model_dump_json(indent=2))
+
+
+def read_manifest(run_dir: Path) -> TrainManifest:
+    return TrainManifest.model_validate_json((Path(run_dir) / "manifest.json").read_text())
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def rng_state(py_rngs: dict[str, random.Random]) -> dict[str, Any]:
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        "python_global": random.getstate(),
+        "python": {k: r.getstate() for k, r in py_rngs.items()},
+    }
+
+
+def restore_rng(state: dict[str, Any], py_rngs: dict[str, random.Random]) -> None:
+    torch.set_rng_state(state["torch"])
+    if state.get("cuda") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    random.setstate(state["python_global"])
+    for k, r in py_rngs.items():
+        if k in state["python"]:
+            r.setstate(state["python"][k])
+
+
+def save_checkpoint(
+    run_dir: Path,
+    step: int,
+    *,
+    model: torch.nn.Module,
+    tokenizer: Any,
+    trainer_state: dict[str, Any],
+    config_sha256: str,
+    arm: str,
+    seed: int,
+    compute: dict[str, Any],
+    keep: int = 0,
+) -> CheckpointInfo:
+    """Write ``checkpoints/step_<step>/`` atomically and return its :class:`CheckpointInfo`."""
+    root = Path(run_dir) / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step_{step}"
+    tmp = root / f".tmp_step_{step}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    torch.save(trainer_state, tmp / STATE_FILE)
+    info = CheckpointInfo(path=str(final), step=step, sha256=file_sha256(tmp / "model.safetensors"),
+                          config_sha256=config_sha256, arm=arm, seed=seed, compute=compute, created_at=now_iso())
+    (tmp / INFO_FILE).write_text(info.model_dump_json(indent=2))
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    if keep > 0:
+        for old in list_checkpoints(run_dir)[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+    logger.info("saved checkpoint %s", final)
+    return info
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith("step_") and (p / INFO_FILE).is_file()]
+    return sorted(found, key=lambda p: int(p.name.split("_", 1)[1]))
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    found = list_checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+def read_info(ckpt_dir: Path) -> CheckpointInfo:
+    p = Path(ckpt_dir) / INFO_FILE
+    if not p.is_file():
+        raise FileNotFoundError(f"{p} not found: {ckpt_dir} is not a tgsuite checkpoint (no {INFO_FILE}); "
+                                "pass a checkpoints/step_<n> directory written by `tgsuite train`")
+    return CheckpointInfo.model_validate_json(p.read_text())
+
+
+def load_trainer_state(ckpt_dir: Path) -> dict[str, Any]:
+    return torch.load(Path(ckpt_dir) / STATE_FILE, weights_only=False)
+
+
+def json_default(obj: Any) -> Any:
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(type(obj).__name__)
+
+
+def dumps(data: Any) -> str:
+    return json.dumps(data, default=json_default, indent=2)

@@ -1,0 +1,163 @@
+"""Compute accounting: wall time per phase, token counts, FLOPs estimates, peak memory, and the dry-run plan.
+
+Phases of an RL step (``rollout`` = sampling tokens, ``environment`` = tool execution and grading, ``teacher`` =
+the no-grad hint-conditioned forward, ``trainer`` = student forward/backward + optimizer). FLOPs are the usual
+dense-transformer estimate (2·N per token forward, 6·N forward+backward, N = active non-embedding parameters plus
+the lm_head), not a profiler measurement; attention's quadratic term is left out and said so in the manifest.
+
+``plan`` is pure arithmetic for ``tgsuite train rl --dry-run``: parameter counts, bytes per GPU for full fine-tuning
+with fp32 master weights, gradients and AdamW moments (16 B/param, sharded), KV cache per token, FLOPs per step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import resource
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+PHASES = ("rollout", "environment", "teacher", "trainer", "checkpoint")
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident set size of this process (Linux reports KiB, macOS bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def peak_cuda_bytes() -> int | None:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return int(torch.cuda.max_memory_allocated())
+    except Exception:  # pragma: no cover - torch missing or broken driver
+        return None
+    return None
+
+
+@dataclass
+class ComputeLedger:
+    """Accumulates wall seconds, tokens and FLOPs per phase. Thread-safe (the async producer writes to it)."""
+
+    wall_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+    tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PHASES, 0))
+    flops: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(name, wall_s=time.perf_counter() - t0)
+
+    def add(self, name: str, *, wall_s: float = 0.0, tokens: int = 0, flops: float = 0.0) -> None:
+        if name not in self.wall_s:
+            raise KeyError(f"unknown compute phase {name!r}; use one of {PHASES}")
+        with self._lock:
+            self.wall_s[name] += wall_s
+            self.tokens[name] += tokens
+            self.flops[name] += flops
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "wall_s": dict(self.wall_s),
+                "tokens": dict(self.tokens),
+                "flops": dict(self.flops),
+                "flops_total": float(sum(self.flops.values())),
+                "peak_rss_bytes": peak_rss_bytes(),
+                "peak_cuda_bytes": peak_cuda_bytes(),
+                "flops_note": "estimate: 2·N per forward token, 6·N per trained token; attention term excluded",
+            }
+
+    def load(self, state: dict[str, Any]) -> None:
+        with self._lock:
+            for key in ("wall_s", "tokens", "flops"):
+                getattr(self, key).update(state.get(key, {}))
+
+
+def count_params(model: Any) -> dict[str, int]:
+    """Total parameters, and the ones that enter the matmul FLOPs (everything but the input embedding)."""
+    total = sum(p.numel() for p in model.parameters())
+    emb = model.get_input_embeddings().weight.numel() if hasattr(model, "get_input_embeddings") else 0
+    tied = bool(getattr(getattr(model, "config", None), "tie_word_embeddings", False))
+    # with tied embeddings the lm_head matmul still costs V·H per token
+    flop_params = total - emb + (emb if tied else 0)
+    return {"total": int(total), "flop_params": int(flop_params)}
+
+
+def forward_flops(flop_params: int, tokens: int) -> float:
+    return 2.0 * flop_params * tokens
+
+
+def train_flops(flop_params: int, tokens: int) -> float:
+    return 6.0 * flop_params * tokens
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Dry-run plan (pure arithmetic)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """Enough of a Qwen3 / Qwen3-MoE config to count parameters and KV bytes."""
+
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    intermediate: int = 0  # dense FFN width (0 for MoE)
+    experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate: int = 0
+    tie_embeddings: bool = False
+
+
+def plan(
+    shape: ModelShape,
+    *,
+    trainer_gpus: int,
+    trajectories_per_step: int,
+    tokens_per_trajectory: int,
+    failing_fraction: float = 0.5,
+    steps: int = 1,
+    kv_dtype_bytes: int = 2,
+) -> dict[str, float]:
+    """Memory and compute plan for full fine-tuning (see the module docstring). All outputs are estimates."""
+    h, hd = shape.hidden, shape.head_dim
+    attn = h * shape.heads * hd + 2 * h * shape.kv_heads * hd + shape.heads * hd * h
+    if shape.experts:
+        ffn_total = shape.experts * 3 * h * shape.moe_intermediate
+        ffn_active = shape.experts_per_token * 3 * h * shape.moe_intermediate
+        router = h * shape.experts
+    else:
+        ffn_total = ffn_active = 3 * h * shape.intermediate
+        router = 0
+    per_layer = attn + ffn_total + router
+    embed = shape.vocab * h
+    head = 0 if shape.tie_embeddings else shape.vocab * h
+    total = shape.layers * per_layer + embed + head
+    active_flop = shape.layers * (attn + ffn_active + router) + shape.vocab * h
+    tokens = trajectories_per_step * tokens_per_trajectory
+    step_flops = 6.0 * active_flop * tokens + 2.0 * active_flop * tokens * failing_fraction
+    return {
+        "params_total": float(total),
+        "params_per_layer": float(per_layer),
+        "params_active_flop": float(active_flop),
+        "train_state_bytes_per_gpu": 16.0 * total / trainer_gpus,
+        "bf16_weights_bytes": 2.0 * total,
+        "kv_bytes_per_token": float(shape.layers * 2 * shape.kv_heads * hd * kv_dtype_bytes),
+        "tokens_per_step": float(tokens),
+        "flops_per_step": step_flops,
+        "flops_total": step_flops * steps,
+    }

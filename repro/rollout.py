@@ -1,0 +1,388 @@
+"""Multi-turn RL rollouts against harness environments, token-in/token-out.
+
+A group = one task × ``group_size`` rollouts, advanced in lock-step so each assistant turn of the group is one
+batched sampling call. The context the policy sees is built from token ids only: the system/tools block and the
+problem statement are encoded once (``ChatEncoder``), each sampled assistant body is appended **verbatim** (ids as
+sampled, never decoded and re-encoded), each observation is encoded as its own block and appended. At the end the
+trajectory is re-encoded from its messages with ``ChatEncoder.encode`` and asserted equal to the ids the policy
+actually conditioned on (the extension property, SCALE §1.5), which also yields the per-token annotations (``act``,
+``turn``, ``think``, ``hint``, behaviour log-probs) the trainer needs.
+
+Per trajectory we keep: the ids and annotations, the assistant texts, per-turn verdicts of the behaviour checker,
+reward components (METHOD §6.1), the policy version that sampled it, and the harness ``Trajectory`` for logging.
+
+What is NOT covered here: grading runs inside the environment object (``RolloutEnv.outcome``); with LocalSandbox
+it is not isolated (see ``harness.sandbox``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import torch
+
+from harness.schema import Message, TaskInstance
+from harness.tools import parse_tool_calls
+from repro.compute import ComputeLedger, forward_flops
+
+logger = logging.getLogger(__name__)
+
+Verdict = Literal["PASS", "FAIL", "NA"]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Interfaces the rollout needs (adapters for the harness live in repro.envs)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EnvOutcome:
+    """What the environment knows at the end of an episode (reward inputs, METHOD §6.1)."""
+
+    resolved: bool
+    tests_run: int = 0
+    edits: int = 0
+    rework: int = 0
+    protocol_violations: int = 0
+    infra_error: str | None = None
+
+
+@dataclass(frozen=True)
+class StepOut:
+    observations: list[Message]
+    done: bool
+
+
+class RolloutEnv(Protocol):
+    """One episode: ``reset`` gives the opening messages (system + user), ``step`` takes one assistant turn."""
+
+    def reset(self) -> list[Message]: ...
+
+    def step(self, assistant_text: str) -> StepOut: ...
+
+    def outcome(self) -> EnvOutcome: ...
+
+    def close(self) -> None: ...
+
+
+EnvFactory = Callable[[TaskInstance, int], RolloutEnv]  # (instance, episode seed) -> env
+TurnChecker = Callable[[list[Message]], list[Verdict]]  # assistant messages -> per-turn verdicts
+HintSource = Callable[[TaskInstance, int, random.Random], str | None]  # (instance, turn, rng) -> hint text
+
+
+class TurnSampler(Protocol):
+    """Samples one assistant turn for each context (token-in/token-out); returns ids and behaviour log-probs."""
+
+    def sample(
+        self,
+        contexts: Sequence[Sequence[int]],
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+        stop_id: int,
+        generator: torch.Generator,
+    ) -> list[tuple[list[int], list[float]]]: ...
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Data
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RolloutSample:
+    """One trajectory as the trainer sees it (lists have equal length ``len(ids)``)."""
+
+    item: int  # index of the task in the task stream (group id)
+    index: int  # rollout index within the group
+    instance_id: str
+    ids: list[int]
+    act: list[int]
+    turn: list[int]
+    think: list[int]
+    logprobs: list[float]
+    header_starts: list[int]
+    hint: list[int]
+    texts: list[str]  # assistant turn texts
+    verdicts: list[Verdict]
+    truncated_turns: list[bool]
+    outcome: EnvOutcome
+    version: int = 0
+    rewards: dict[str, float] = field(default_factory=dict)
+    reward: float = 0.0
+    messages: list[Message] = field(default_factory=list)
+    hint_turns: list[int] = field(default_factory=list)
+
+    @property
+    def n_turns(self) -> int:
+        return len(self.texts)
+
+    @property
+    def truncated(self) -> bool:
+        return any(self.truncated_turns)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Rewards (pure)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def format_reward(verdicts: Sequence[Verdict]) -> float:
+    """R_fmt = fraction of applicable turns that PASS; 1 when no turn is applicable (METHOD §6.1)."""
+    applicable = [v for v in verdicts if v != "NA"]
+    if not applicable:
+        return 1.0
+    return sum(v == "PASS" for v in applicable) / len(applicable)
+
+
+def reward_components(outcome: EnvOutcome, verdicts: Sequence[Verdict]) -> dict[str, float]:
+    """Reward components before weighting: task ∈ {0,1}; fmt ∈ [0,1]; tests_run, edits ∈ {0,1} (did it at least
+    once); rework = number of test re-runs after the first (a cost); protocol = number of malformed tool calls."""
+    return {
+        "task": float(outcome.resolved),
+        "fmt": format_reward(verdicts),
+        "tests_run": float(outcome.tests_run > 0),
+        "edits": float(outcome.edits > 0),
+        "rework": float(max(0, outcome.rework)),
+        "protocol": float(outcome.protocol_violations),
+    }
+
+
+def total_reward(components: dict[str, float], weights: Any) -> float:
+    """R = w_task·task + w_fmt·fmt + w_tests_run·tests_run + w_edits·edits − w_rework·rework − w_protocol·protocol."""
+    return (
+        weights.w_task * components["task"]
+        + weights.w_fmt * components["fmt"]
+        + weights.w_tests_run * components["tests_run"]
+        + weights.w_edits * components["edits"]
+        - weights.w_rework * components["rework"]
+        - weights.w_protocol * components["protocol"]
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The rollout
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    group_size: int
+    max_turns: int
+    max_new_tokens: int
+    max_context_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    hint_in_rollout: bool = False
+
+
+def group_seed(run_seed: int, item: int, index: int) -> int:
+    """Sampling seed of rollout ``index`` of item ``item`` — independent of threads and of resume points."""
+    return (run_seed * 1_000_003 + item * 10_007 + index * 101 + 17) % (2**63 - 1)
+
+
+@dataclass
+class _Live:
+    env: RolloutEnv
+    ctx: list[int]
+    messages: list[Message]
+    texts: list[str] = field(default_factory=list)
+    truncated: list[bool] = field(default_factory=list)
+    hint_turns: list[int] = field(default_factory=list)
+    done: bool = False
+
+
+def _opening(encoder: Any, messages: list[Message], tools: list[dict[str, Any]]) -> list[int]:
+    system = messages[0].content if messages and messages[0].role == "system" else None
+    ids = encoder.system_ids(system, tools)
+    for m in messages[1 if system is not None else 0:]:
+        ids += encoder.message_ids(m.role, m.content)
+    return ids
+
+
+def _observation_ids(encoder: Any, observations: list[Message]) -> list[int]:
+    ids: list[int] = []
+    i = 0
+    while i < len(observations):
+        if observations[i].role == "tool":
+            j = i
+            while j < len(observations) and observations[j].role == "tool":
+                j += 1
+            ids += encoder.tool_responses_ids([o.content for o in observations[i:j]])
+            i = j
+        else:
+            ids += encoder.message_ids(observations[i].role, observations[i].content)
+            i += 1
+    return ids
+
+
+def run_group(
+    *,
+    instance: TaskInstance,
+    item: int,
+    version: int,
+    make_env: EnvFactory,
+    sampler: TurnSampler,
+    encoder: Any,
+    tokenizer: Any,
+    tools: list[dict[str, Any]],
+    checker: TurnChecker,
+    settings: RolloutSettings,
+    run_seed: int,
+    reward_weights: Any,
+    hint_source: HintSource | None = None,
+    ledger: ComputeLedger | None = None,
+    flop_params: int = 0,
+) -> list[RolloutSample]:
+    """Run ``group_size`` episodes of ``instance`` in lock-step; return scored :class:`RolloutSample` objects."""
+    ledger = ledger or ComputeLedger()
+    n = settings.group_size
+    live: list[_Live] = []
+    with ledger.phase("environment"):
+        for j in range(n):
+            env = make_env(instance, group_seed(run_seed, item, j))
+            opening = env.reset()
+            live.append(_Live(env=env, ctx=_opening(encoder, opening, tools), messages=list(opening)))
+    gen = torch.Generator().manual_seed(group_seed(run_seed, item, 0))
+    hint_rng = random.Random(group_seed(run_seed, item, n + 1))
+    for turn in range(settings.max_turns):
+        active = [lv for lv in live if not lv.done]
+        if not active:
+            break
+        if settings.hint_in_rollout and hint_source is not None:
+            for lv in active:
+                text = hint_source(instance, turn, hint_rng)
+                if text:
+                    lv.messages.append(Message(role="user", content=text, turn=turn, is_hint=True))
+                    lv.ctx += encoder.hint_ids(text)
+                    lv.hint_turns.append(turn)
+        budget = [settings.max_context_tokens - len(lv.ctx) - len(encoder.assistant_header) - 1 for lv in active]
+        for lv, b in zip(active, budget, strict=True):
+            if b < 1:
+                lv.done = True
+        active = [lv for lv, b in zip(active, budget, strict=True) if b >= 1]
+        if not active:
+            break
+        max_new = min(settings.max_new_tokens, min(b for b in budget if b >= 1))
+        contexts = [lv.ctx + encoder.assistant_header for lv in active]
+        with ledger.phase("rollout"):
+            outs = sampler.sample(contexts, max_new_tokens=max_new, temperature=settings.temperature,
+                                  top_p=settings.top_p, stop_id=encoder.im_end, generator=gen)
+        ledger.add("rollout", tokens=sum(len(o[0]) for o in outs),
+                   flops=forward_flops(flop_params, sum(len(o[0]) for o in outs)))
+        for lv, (ids, lps) in zip(active, outs, strict=True):
+            _advance(lv, ids, lps, turn, encoder, tokenizer, ledger)
+    samples = []
+    for j, lv in enumerate(live):
+        samples.append(_finish(lv, instance, item, j, version, encoder, tools, checker, reward_weights, ledger))
+    return samples
+
+
+def _advance(lv: _Live, ids: list[int], lps: list[float], turn: int, encoder: Any, tokenizer: Any,
+             ledger: ComputeLedger) -> None:
+    finished = bool(ids) and ids[-1] == encoder.im_end
+    body = ids if finished else ids + [encoder.im_end]
+    text = tokenizer.decode(ids[:-1] if finished else ids, skip_special_tokens=False)
+    lv.texts.append(text)
+    lv.truncated.append(not finished)
+    lv.messages.append(Message(role="assistant", content=text, turn=turn, token_ids=list(ids),
+                               logprobs=[float(x) for x in lps], truncated=not finished,
+                               tool_calls=parse_tool_calls(text)))
+    lv.ctx += encoder.assistant_header + body + encoder.newline
+    with ledger.phase("environment"):
+        out = lv.env.step(text)
+    if out.done:
+        lv.done = True
+        return
+    lv.messages.extend(out.observations)
+    lv.ctx += _observation_ids(encoder, out.observations)
+
+
+def _finish(lv: _Live, instance: TaskInstance, item: int, j: int, version: int, encoder: Any,
+            tools: list[dict[str, Any]], checker: TurnChecker, weights: Any, ledger: ComputeLedger) -> RolloutSample:
+    with ledger.phase("environment"):
+        outcome = lv.env.outcome()
+        lv.env.close()
+    enc = encoder.encode(lv.messages, tools=tools)
+    if enc.ids != lv.ctx:
+        n = next((i for i, (a, b) in enumerate(zip(enc.ids, lv.ctx, strict=False)) if a != b),
+                 min(len(enc.ids), len(lv.ctx)))
+        raise AssertionError(f"token-in/token-out broken for {instance.instance_id} rollout {j}: re-encoded ids "
+                             f"differ from the sampled context at position {n}; the chat encoder and the rollout "
+                             "must build identical blocks")
+    verdicts = list(checker([m for m in lv.messages if m.role == "assistant"])) if lv.texts else []
+    if len(verdicts) != len(lv.texts):
+        raise ValueError(f"checker returned {len(verdicts)} verdicts for {len(lv.texts)} assistant turns")
+    comps = reward_components(outcome, verdicts)
+    lps = [x if not math.isnan(x) else 0.0 for x in enc.logprobs]
+    return RolloutSample(
+        item=item, index=j, instance_id=instance.instance_id, ids=enc.ids, act=enc.act, turn=enc.turn,
+        think=enc.think, hint=enc.hint, logprobs=lps, header_starts=enc.header_starts, texts=lv.texts, verdicts=verdicts,
+        truncated_turns=lv.truncated, outcome=outcome, version=version, rewards=comps,
+        reward=total_reward(comps, weights), messages=lv.messages, hint_turns=lv.hint_turns,
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# A batched KV-cached sampler over a transformers causal LM (the default TurnSampler)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class HFTurnSampler:
+    """Left-padded batched sampling with the model's KV cache; returns ids (up to and including ``stop_id``) and
+    the behaviour log-prob of each sampled token under the distribution actually sampled from (after temperature
+    and top-p, vLLM's ``processed_logprobs``)."""
+
+    def __init__(self, model: torch.nn.Module, pad_id: int) -> None:
+        self.model = model
+        self.pad_id = pad_id
+
+    @torch.no_grad()
+    def sample(self, contexts: Sequence[Sequence[int]], *, max_new_tokens: int, temperature: float, top_p: float,
+               stop_id: int, generator: torch.Generator) -> list[tuple[list[int], list[float]]]:
+        b, width = len(contexts), max(len(c) for c in contexts)
+        ids = torch.full((b, width), self.pad_id, dtype=torch.long)
+        att = torch.zeros((b, width), dtype=torch.long)
+        for i, c in enumerate(contexts):
+            ids[i, width - len(c):] = torch.tensor(list(c), dtype=torch.long)
+            att[i, width - len(c):] = 1
+        pos = (att.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=True)
+        past, logits = out.past_key_values, out.logits[:, -1]
+        done = torch.zeros(b, dtype=torch.bool)
+        toks: list[list[int]] = [[] for _ in range(b)]
+        lps: list[list[float]] = [[] for _ in range(b)]
+        for _ in range(max_new_tokens):
+            logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+            if top_p < 1.0:
+                logp = _top_p_logp(logp, top_p)
+            tok = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)
+            chosen = logp.gather(1, tok[:, None]).squeeze(1)
+            for i in range(b):
+                if not done[i]:
+                    toks[i].append(int(tok[i]))
+                    lps[i].append(float(chosen[i]))
+            done |= tok == stop_id
+            if bool(done.all()):
+                break
+            att = torch.cat([att, torch.ones((b, 1), dtype=torch.long)], dim=1)
+            pos = pos[:, -1:] + 1
+            out = self.model(input_ids=tok[:, None], attention_mask=att, position_ids=pos, past_key_values=past,
+                             use_cache=True)
+            past, logits = out.past_key_values, out.logits[:, -1]
+        return list(zip(toks, lps, strict=True))
+
+
+def _top_p_logp(logp: torch.Tensor, top_p: float) -> torch.Tensor:
+    sorted_lp, order = logp.sort(dim=-1, descending=True)
+    cum = sorted_lp.exp().cumsum(-1)
+    drop_sorted = (cum - sorted_lp.exp()) > top_p
+    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+    kept = logp.masked_fill(drop, float("-inf"))
+    return kept - torch.logsumexp(kept, dim=-1, keepdim=True)

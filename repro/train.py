@@ -1,0 +1,368 @@
+"""The RL training loop (GRPO / targeted guidance), one linear function: :func:`train_rl`.
+
+Per step (METHOD §6.13): take ``groups`` groups of ``group_size`` rollouts (synchronously, or from the async
+producer with bounded staleness), score them, build masks / advantages / hint-spliced teacher views
+(``repro.trainer_step.build_batch``), run the micro-batches through :class:`repro.trainer_step.LossRoot` (teacher
+forward under no_grad, student forward, chunked log-probs and KL), clip, AdamW step, publish the new weights
+(version += 1), log one metrics line, checkpoint when due.
+
+Run directory (ARCHITECTURE §4): ``config.toml`` (resolved), ``manifest.json``, ``metrics.jsonl``,
+``checkpoints/step_<n>/``. ``resume=True`` continues from the newest checkpoint; synchronous runs resume exactly.
+
+What plugs in (:class:`RLSetup`): tokenizer, model, tasks, an environment factory, a turn checker, a hint source
+and a sampler factory. :func:`repro.wiring.default_setup` builds them from the harness for real runs; tests pass
+small stand-ins.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness.schema import TaskInstance
+from repro import checkpoint as ck
+from repro.compute import ComputeLedger, count_params, forward_flops, train_flops
+from repro.config import ConfigError, TrainConfig, load_saved, to_toml
+from repro.pipeline_async import AsyncProducer, StalenessStats, WeightStore, clone_for_producer, take_fresh
+from repro.rollout import (
+    EnvFactory,
+    HFTurnSampler,
+    RolloutSample,
+    RolloutSettings,
+    TurnChecker,
+    TurnSampler,
+    group_seed,
+    run_group,
+)
+from repro.tokenizer import ChatEncoder
+from repro.track import MetricsWriter, progress, read_metrics
+from repro.trainer_step import LossRoot, build_batch, collate, reduce_stats
+
+logger = logging.getLogger(__name__)
+
+HintText = Callable[[TaskInstance, int, random.Random], str]
+
+
+@dataclass
+class RLSetup:
+    tokenizer: Any
+    model: torch.nn.Module
+    tasks: list[TaskInstance]
+    make_env: EnvFactory
+    checker: TurnChecker
+    hint_text: HintText
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    sampler_factory: Callable[[torch.nn.Module, int], TurnSampler] = HFTurnSampler
+
+
+class TaskStream:
+    """Item i → task: a seeded permutation per epoch (single epoch in the paper)."""
+
+    def __init__(self, tasks: list[TaskInstance], seed: int, shuffle: bool, epochs: int) -> None:
+        if not tasks:
+            raise ConfigError("tasks: the task list is empty; check tasks.path and tasks.split")
+        self.tasks, self.seed, self.shuffle, self.epochs = tasks, seed, shuffle, epochs
+        self._warned = False
+
+    def __getitem__(self, item: int) -> TaskInstance:
+        n = len(self.tasks)
+        epoch, i = divmod(item, n)
+        if epoch >= self.epochs and not self._warned:
+            logger.warning("task stream passed tasks.epochs=%d (item %d of %d tasks); reusing tasks", self.epochs,
+                           item, n)
+            self._warned = True
+        order = list(range(n))
+        if self.shuffle:
+            random.Random(self.seed * 7919 + epoch).shuffle(order)
+        return self.tasks[order[i]]
+
+
+def _lr_lambda(cfg: TrainConfig) -> Callable[[int], float]:
+    o, total = cfg.optim, cfg.run.steps
+
+    def f(step: int) -> float:
+        if o.warmup_steps and step < o.warmup_steps:
+            return (step + 1) / o.warmup_steps
+        if o.schedule == "cosine":
+            frac = (step - o.warmup_steps) / max(1, total - o.warmup_steps)
+            return 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
+        return 1.0
+
+    return f
+
+
+def _check_run_dir(out: Path, cfg: TrainConfig, resume: bool) -> Path | None:
+    saved = out / "config.toml"
+    if not resume:
+        if ck.list_checkpoints(out) or (out / "metrics.jsonl").exists():
+            raise ConfigError(f"{out}: already holds a training run; pass --resume to continue it or choose a new "
+                              "--out directory")
+        return None
+    latest = ck.latest_checkpoint(out)
+    if latest is None:
+        raise ConfigError(f"--resume: {out}/checkpoints has no step_<n> checkpoint; run without --resume first or "
+                          "set run.checkpoint_every")
+    if saved.exists():
+        old = load_saved(saved).to_dict()
+        new = cfg.to_dict()
+        for key in ("steps", "progress", "checkpoint_every", "keep_checkpoints"):
+            old["run"].pop(key, None)
+            new["run"].pop(key, None)
+        if old != new:
+            diff = [f"{s}.{k}" for s in new for k in new[s] if old.get(s, {}).get(k) != new[s][k]]
+            raise ConfigError(f"--resume: {saved} differs from the requested config in {diff}; resume with the same "
+                              "settings (only run.steps / checkpoint_every may change)")
+    return latest
+
+
+def _rollout_metrics(groups: list[list[RolloutSample]]) -> dict[str, Any]:
+    flat = [s for g in groups for s in g]
+    n = len(flat)
+    verdicts = [v for s in flat for v in s.verdicts]
+    applicable = [v for v in verdicts if v != "NA"]
+    traj_ok = [all(v != "FAIL" for v in s.verdicts) for s in flat if any(v != "NA" for v in s.verdicts)]
+    echo = [("reminder" in t.lower() or "as requested" in t.lower()) for s in flat for t in s.texts]
+    out: dict[str, Any] = {
+        "reward/total": sum(s.reward for s in flat) / n,
+        "task/pass_rate": sum(s.outcome.resolved for s in flat) / n,
+        "behaviour/compliance": (sum(v == "PASS" for v in applicable) / len(applicable)) if applicable else None,
+        "behaviour/trajectory_compliance": (sum(traj_ok) / len(traj_ok)) if traj_ok else None,
+        "rollout/response_tokens": sum(sum(s.act) for s in flat) / n,
+        "rollout/turns": sum(s.n_turns for s in flat) / n,
+        "rollout/truncated_frac": sum(s.truncated for s in flat) / n,
+        "rollout/infra_errors": sum(s.outcome.infra_error is not None for s in flat),
+        "guidance/hint_echo_rate": (sum(echo) / len(echo)) if echo else None,
+    }
+    for key in flat[0].rewards:
+        out[f"reward/{key}"] = sum(s.rewards[key] for s in flat) / n
+    return out
+
+
+class _Sources:
+    """Where groups come from: produced inline (sync) or by the async producer thread."""
+
+    def __init__(self, cfg: TrainConfig, setup: RLSetup, stream: TaskStream, ledger: ComputeLedger,
+                 flop_params: int, start_item: int, start_step: int) -> None:
+        self.cfg, self.setup, self.stream, self.ledger, self.flop_params = cfg, setup, stream, ledger, flop_params
+        self.encoder = ChatEncoder(setup.tokenizer)
+        self.next_item = start_item
+        self.stats = StalenessStats()
+        r = cfg.rollout
+        self.settings = RolloutSettings(r.group_size, r.max_turns, r.max_new_tokens, r.max_context_tokens,
+                                        r.temperature, r.top_p, cfg.guidance.hint_in_rollout)
+        self.producer: AsyncProducer | None = None
+        self.store: WeightStore | None = None
+        if cfg.async_.enabled:
+            lead = cfg.async_.max_staleness if cfg.async_.max_lead is None else cfg.async_.max_lead
+            self.store = WeightStore()
+            self.store.publish(start_step, setup.model.state_dict())
+            twin = clone_for_producer(setup.model)
+            loaded = {"v": None}
+
+            def produce(item: int, version: int, state: dict[str, torch.Tensor]) -> list[RolloutSample]:
+                if loaded["v"] != version:
+                    twin.load_state_dict(state)
+                    loaded["v"] = version
+                return self._group(twin, item, version)
+
+            qsize = cfg.async_.queue_groups or cfg.rollout.groups * (lead + 1)
+            self.producer = AsyncProducer(produce, self.store, items_per_step=cfg.rollout.groups,
+                                          start_item=start_item, start_step=start_step, max_lead=lead,
+                                          queue_size=qsize).start()
+
+    def _group(self, model: torch.nn.Module, item: int, version: int) -> list[RolloutSample]:
+        s = self.setup
+        sampler = s.sampler_factory(model, s.tokenizer.pad_token_id)
+        hint_rng_src = (lambda inst, turn, rng: s.hint_text(inst, turn, rng)) if self.settings.hint_in_rollout else None
+        return run_group(instance=self.stream[item], item=item, version=version, make_env=s.make_env,
+                         sampler=sampler, encoder=self.encoder, tokenizer=s.tokenizer, tools=s.tools,
+                         checker=s.checker, settings=self.settings, run_seed=self.cfg.run.seed,
+                         reward_weights=self.cfg.reward, hint_source=hint_rng_src, ledger=self.ledger,
+                         flop_params=self.flop_params)
+
+    def take(self, step: int) -> list[list[RolloutSample]]:
+        g = self.cfg.rollout.groups
+        if self.producer is None:
+            was_training = self.setup.model.training
+            self.setup.model.eval()
+            groups = [self._group(self.setup.model, self.next_item + i, step) for i in range(g)]
+            self.setup.model.train(was_training)
+            self.next_item += g
+            self.stats.consumed += g
+            self.stats.hist[0] += g
+            return groups
+        got = take_fresh(self.producer, g, step, self.cfg.async_.max_staleness, self.stats)
+        self.next_item = max(self.next_item, max(p.item for p in got) + 1)
+        return [p.payload for p in got]
+
+    def published(self, version: int) -> None:
+        if self.store is not None:
+            self.store.publish(version, self.setup.model.state_dict())
+
+    def close(self) -> None:
+        if self.producer is not None:
+            self.producer.stop()
+
+
+def _hint_ids_fn(setup: RLSetup, encoder: ChatEncoder, seed: int) -> Callable[[RolloutSample, int], list[int]]:
+    by_id = {t.instance_id: t for t in setup.tasks}
+
+    def hint_ids(sample: RolloutSample, turn: int) -> list[int]:
+        rng = random.Random(group_seed(seed, sample.item, 1000 + 97 * sample.index + turn))
+        return encoder.hint_ids(setup.hint_text(by_id[sample.instance_id], turn, rng))
+
+    return hint_ids
+
+
+def _optimizer_step(root: LossRoot, cfg: TrainConfig, plan: Any, opt: torch.optim.Optimizer, pad_id: int,
+                    ledger: ComputeLedger, flop_params: int) -> dict[str, Any]:
+    opt.zero_grad(set_to_none=True)
+    parts, total, n_tok, n_teacher = [], 0.0, 0, 0
+    mbs = cfg.optim.micro_batch
+    for i in range(0, len(plan.trajs), mbs):
+        mb = collate(plan.trajs[i:i + mbs], pad_id)
+        loss, stats = root(mb, plan.n_pg, plan.n_kl)
+        if loss.requires_grad:
+            loss.backward()
+        parts.append(stats)
+        total += float(loss)
+        n_tok += mb.n_tokens
+        n_teacher += mb.n_teacher_tokens if cfg.guidance.lam > 0 else 0
+    params = [p for p in root.parameters() if p.grad is not None]
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip)) if params else 0.0
+    opt.step()
+    teacher_s = sum(p["teacher_s"] for p in parts)
+    ledger.add("trainer", tokens=n_tok, flops=train_flops(flop_params, n_tok))
+    ledger.add("teacher", wall_s=teacher_s, tokens=n_teacher, flops=forward_flops(flop_params, n_teacher))
+    return {"loss/total": total, "grad/norm": grad_norm, "_teacher_s": teacher_s, **reduce_stats(parts)}
+
+
+def train_rl(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = None, resume: bool = False,
+             argv: list[str] | None = None) -> ck.CheckpointInfo:
+    """Run (or resume) RL training; returns the final checkpoint's :class:`repro.checkpoint.CheckpointInfo`."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    latest = _check_run_dir(out, cfg, resume)
+    if cfg.model.threads:
+        torch.set_num_threads(cfg.model.threads)
+    if setup is None:
+        from repro.wiring import default_setup
+
+        setup = default_setup(cfg, init_override=latest)
+    model = setup.model
+    if latest is not None:
+        _load_weights(model, latest)
+    model.train()
+    (out / "config.toml").write_text(to_toml(cfg))
+    root = LossRoot(model, cfg)
+    o = cfg.optim
+    opt = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg))
+    ledger, step0, next_item = ComputeLedger(), 0, 0
+    dropped0 = 0
+    if latest is not None:
+        state = ck.load_trainer_state(latest)
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        ck.restore_rng(state["rng"], {})
+        ledger.load(state["compute"])
+        step0, next_item, dropped0 = state["step"], state["next_item"], state.get("dropped", 0)
+    params = count_params(model)
+    encoder = ChatEncoder(setup.tokenizer)
+    stream = TaskStream(setup.tasks, cfg.run.seed, cfg.tasks.shuffle, cfg.tasks.epochs)
+    writer = MetricsWriter(out / "metrics.jsonl", resume_from_step=step0 if latest is not None else None)
+    git_commit, git_dirty = ck.git_state()
+    created = ck.now_iso()
+    manifest = ck.TrainManifest(
+        kind="rl", run_dir=str(out), created_at=created, updated_at=created, argv=list(argv or []),
+        git_commit=git_commit, git_dirty=git_dirty, packages=ck.package_versions(),
+        host={"threads": torch.get_num_threads()}, arm=cfg.run.arm, seed=cfg.run.seed, config=cfg.to_dict(),
+        config_sha256=cfg.sha256(), model_params=params, steps_done=step0,
+        notes=["exact resume holds for synchronous runs (async.enabled = false or async.max_lead = 0)",
+               "FLOPs are 2N/6N estimates per token; attention's quadratic term is excluded"],
+    )
+    ck.write_manifest(out, manifest)
+    sources = _Sources(cfg, setup, stream, ledger, params["flop_params"], next_item, step0)
+    sources.stats.dropped = dropped0
+    hint_ids = _hint_ids_fn(setup, encoder, cfg.run.seed)
+    pad_id = setup.tokenizer.pad_token_id
+    info: ck.CheckpointInfo | None = None
+    bar = progress(cfg.run.steps, step0, cfg.run.progress, desc=f"rl {cfg.run.arm}")
+    try:
+        for step in range(step0, cfg.run.steps):
+            t_step = time.perf_counter()
+            groups = sources.take(step)
+            plan = build_batch(groups, cfg, hint_ids)
+            t_train = time.perf_counter()
+            metrics = _optimizer_step(root, cfg, plan, opt, pad_id, ledger, params["flop_params"])
+            ledger.add("trainer", wall_s=time.perf_counter() - t_train - metrics.pop("_teacher_s"))
+            sched.step()
+            sources.published(step + 1)
+            metrics.update(_rollout_metrics(groups))
+            metrics.update(plan.stats)
+            metrics.update(sources.stats.as_metrics())
+            metrics["optim/lr"] = sched.get_last_lr()[0]
+            metrics["time/step_s"] = time.perf_counter() - t_step
+            metrics["policy/version"] = step + 1
+            writer.log(step + 1, metrics)
+            bar.update(1)
+            bar.set_postfix(reward=f"{metrics['reward/total']:.3f}", loss=f"{metrics['loss/total']:.4f}")
+            last = step + 1 == cfg.run.steps
+            if last or (cfg.run.checkpoint_every and (step + 1) % cfg.run.checkpoint_every == 0):
+                with ledger.phase("checkpoint"):
+                    info = _save(out, step + 1, model, setup, opt, sched, sources, ledger, cfg)
+    finally:
+        bar.close()
+        sources.close()
+        writer.close()
+    rows = read_metrics(out / "metrics.jsonl")
+    summary = {k: _last_k(rows, k) for k in ("behaviour/compliance", "task/pass_rate", "reward/total")}
+    ck.write_manifest(out, manifest.model_copy(update={
+        "updated_at": ck.now_iso(), "steps_done": cfg.run.steps, "status": "done", "compute": ledger.snapshot(),
+        "checkpoints": [str(p) for p in ck.list_checkpoints(out)], "summary": summary}))
+    if info is None:
+        info = ck.read_info(ck.latest_checkpoint(out))
+    return info
+
+
+def _last_k(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    from repro.track import last_k_summary
+
+    return last_k_summary(rows, key, 32)
+
+
+def _load_weights(model: torch.nn.Module, ckpt_dir: Path) -> None:
+    from safetensors.torch import load_file
+
+    state = load_file(str(Path(ckpt_dir) / "model.safetensors"))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    bad_missing = [k for k in missing if not k.endswith("lm_head.weight")]
+    if bad_missing or unexpected:
+        raise RuntimeError(f"{ckpt_dir}/model.safetensors does not match the model: missing {bad_missing[:5]}, "
+                           f"unexpected {unexpected[:5]}; resume with the same model preset")
+    if hasattr(model, "tie_weights"):
+        model.tie_weights()
+
+
+def _save(out: Path, step: int, model: torch.nn.Module, setup: RLSetup, opt: torch.optim.Optimizer,
+          sched: Any, sources: _Sources, ledger: ComputeLedger, cfg: TrainConfig) -> ck.CheckpointInfo:
+    state = {
+        "optimizer": opt.state_dict(),
+        "scheduler": sched.state_dict(),
+        "rng": ck.rng_state({}),
+        "compute": ledger.snapshot(),
+        "step": step,
+        "next_item": sources.next_item,
+        "dropped": sources.stats.dropped,
+    }
+    return ck.save_checkpoint(out, step, model=model, tokenizer=setup.tokenizer, trainer_state=state,
+                              config_sha256=cfg.sha256(), arm=cfg.run.arm, seed=cfg.run.seed,
+                              compute=ledger.snapshot(), keep=cfg.run.keep_checkpoints)

@@ -1,0 +1,259 @@
+"""One optimisation batch: masks, advantages, teacher views, micro-batches, and the loss root module.
+
+``build_batch`` turns groups of scored rollouts into per-trajectory tensors (METHOD §6.2 masks, §6.3 teacher views,
+§6.4 advantages) and global token counts. ``LossRoot`` is the ONE ``nn.Module`` whose ``forward`` computes the whole
+loss of a micro-batch — teacher forward (no grad), student forward, chunked log-probs, clipped surrogate, chunked
+full-vocabulary KL — so that FSDP2 can wrap it as the root (SCALE §2.5: calling inner modules from outside the root's
+forward breaks under FSDP2). Normalisation uses the global counts passed in, so micro-batch losses sum to the batch
+token-means and the same code serves DDP/FSDP ranks (each passes the all-reduced counts).
+
+The hint splice (METHOD §6.3) is ``repro.guidance.plan_guidance``: token-id level, hint blocks before each failing
+turn's assistant header, cut after the last failing turn, position map asserted for every KL token.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from repro.guidance import plan_guidance
+from repro.losses import chunked_kl_loss, chunked_token_logprobs, clipped_surrogate, group_advantages
+from repro.rollout import RolloutSample
+from repro.tokenizer import EncodedConversation
+
+
+@dataclass
+class TeacherView:
+    ids: list[int]
+    student_pos: list[int]  # KL token positions in the student sequence
+    teacher_pos: list[int]  # the same tokens' positions in ids
+
+
+@dataclass
+class TrajBatch:
+    ids: list[int]
+    act_pos: list[int]
+    y: list[int]
+    mu: list[float]
+    adv: float
+    m_pg: list[float]  # over act_pos
+    m_kl: list[float]  # over act_pos
+    views: list[TeacherView] = field(default_factory=list)
+
+
+@dataclass
+class BatchPlan:
+    trajs: list[TrajBatch]
+    n_pg: float
+    n_kl: float
+    stats: dict[str, Any]
+
+
+def build_batch(
+    groups: Sequence[Sequence[RolloutSample]],
+    cfg: Any,
+    hint_ids: Callable[[RolloutSample, int], list[int]],
+) -> BatchPlan:
+    """Masks, advantages and teacher views for a batch of groups (``cfg`` is a ``TrainConfig``)."""
+    g, gr, guid = cfg.rollout, cfg.grpo, cfg.guidance
+    rewards = torch.tensor([[s.reward for s in grp] for grp in groups], dtype=torch.float64)
+    adv = group_advantages(rewards, scale=gr.scale_rewards).tolist()
+    use_kl = guid.lam > 0
+    trajs: list[TrajBatch] = []
+    n_fail_turns = n_applicable = n_zero_var = n_dropped_groups = 0
+    for gi, grp in enumerate(groups):
+        zero_var = float(rewards[gi].max() - rewards[gi].min()) == 0.0
+        n_zero_var += zero_var
+        built = [_one(s, adv[gi][j], cfg, hint_ids, use_kl) for j, s in enumerate(grp)]
+        has_kl = any(sum(t.m_kl) > 0 for t in built)
+        if zero_var and (gr.keep_zero_variance_groups == "never" or
+                         (gr.keep_zero_variance_groups == "if_kl" and not has_kl)):
+            n_dropped_groups += 1
+            continue
+        trajs += built
+        for s in grp:
+            n_fail_turns += sum(v == "FAIL" for v in s.verdicts)
+            n_applicable += sum(v != "NA" for v in s.verdicts)
+    del g
+    n_pg = sum(sum(t.m_pg) for t in trajs)
+    n_kl = sum(sum(t.m_kl) for t in trajs)
+    stats = {
+        "guidance/failing_turn_frac": (n_fail_turns / n_applicable) if n_applicable else None,
+        "guidance/kl_tokens": n_kl,
+        "pg/tokens": n_pg,
+        "grpo/zero_variance_group_frac": n_zero_var / max(1, len(groups)),
+        "grpo/dropped_zero_variance_groups": n_dropped_groups,
+    }
+    return BatchPlan(trajs, float(n_pg), float(n_kl), stats)
+
+
+def _variant(guid: Any) -> str:
+    if guid.gating == "all_turns":
+        return "all_turns"
+    return "per_turn_ctx" if guid.per_turn_ctx else "failing_turns"
+
+
+def _one(s: RolloutSample, adv: float, cfg: Any, hint_ids: Callable[[RolloutSample, int], list[int]],
+         use_kl: bool) -> TrajBatch:
+    guid = cfg.guidance
+    act_pos = [t for t, a in enumerate(s.act) if a]
+    pg_on = 0.0 if (cfg.grpo.mask_truncated and s.truncated) else 1.0
+    tb = TrajBatch(ids=list(s.ids), act_pos=act_pos, y=[s.ids[t] for t in act_pos],
+                   mu=[s.logprobs[t] for t in act_pos], adv=adv, m_pg=[pg_on] * len(act_pos),
+                   m_kl=[0.0] * len(act_pos))
+    if not use_kl or not s.texts:
+        return tb
+    enc = EncodedConversation(s.ids, s.act, s.turn, s.think, s.hint, s.logprobs, s.header_starts)
+    variant = _variant(guid)
+    guided = range(s.n_turns) if variant == "all_turns" else [k for k, v in enumerate(s.verdicts) if v == "FAIL"]
+    hints = {k: hint_ids(s, k) for k in guided}
+    plan = plan_guidance(enc, s.verdicts, hints, variant=variant, include_thinking=guid.include_thinking)
+    tb.m_kl = [float(plan.m_kl[t]) for t in act_pos]
+    tb.views = [TeacherView(c.ids, c.kl_positions, c.teacher_positions) for c in plan.contexts]
+    return tb
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Micro-batch tensors and the loss root
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class MicroBatch:
+    s_ids: torch.Tensor
+    s_mask: torch.Tensor
+    rb: torch.Tensor
+    rt: torch.Tensor
+    y: torch.Tensor
+    mu: torch.Tensor
+    adv: torch.Tensor
+    m_pg: torch.Tensor
+    kl_idx: torch.Tensor  # indices into the act rows that are KL rows (ordered like vb/vt)
+    t_ids: torch.Tensor | None
+    t_mask: torch.Tensor | None
+    vb: torch.Tensor
+    vt: torch.Tensor
+    n_tokens: int
+    n_teacher_tokens: int
+
+
+def _pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+        mask[i, : len(s)] = 1
+    return ids, mask
+
+
+def collate(trajs: Sequence[TrajBatch], pad_id: int) -> MicroBatch:
+    s_ids, s_mask = _pad([t.ids for t in trajs], pad_id)
+    rb, rt, y, mu, adv, m_pg, kl_idx, vb, vt, views = [], [], [], [], [], [], [], [], [], []
+    for b, t in enumerate(trajs):
+        row0 = len(rb)
+        index_of = {p: row0 + i for i, p in enumerate(t.act_pos)}
+        rb += [b] * len(t.act_pos)
+        rt += t.act_pos
+        y += t.y
+        mu += t.mu
+        adv += [t.adv] * len(t.act_pos)
+        m_pg += t.m_pg
+        for view in t.views:
+            vi = len(views)
+            views.append(view.ids)
+            kl_idx += [index_of[p] for p in view.student_pos]
+            vb += [vi] * len(view.teacher_pos)
+            vt += view.teacher_pos
+    t_ids, t_mask = _pad(views, pad_id) if views else (None, None)
+    lt = lambda x: torch.tensor(x, dtype=torch.long)  # noqa: E731
+    ft = lambda x: torch.tensor(x, dtype=torch.float32)  # noqa: E731
+    return MicroBatch(s_ids, s_mask, lt(rb), lt(rt), lt(y), ft(mu), ft(adv), ft(m_pg), lt(kl_idx), t_ids, t_mask,
+                      lt(vb), lt(vt), int(s_mask.sum()), int(t_mask.sum()) if t_mask is not None else 0)
+
+
+class LossRoot(nn.Module):
+    """L = pg_weight·L_GRPO + λ·L_KL for one micro-batch (METHOD §6.6), computed inside ``forward``."""
+
+    def __init__(self, lm: nn.Module, cfg: Any) -> None:
+        super().__init__()
+        self.lm = lm
+        self.g = cfg.guidance
+        self.gr = cfg.grpo
+        self.chunk = cfg.guidance.chunk_size
+
+    def _hidden(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.lm.model(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+
+    def forward(self, mb: MicroBatch, n_pg: float, n_kl: float) -> tuple[torch.Tensor, dict[str, Any]]:
+        g = self.g
+        weight = self.lm.get_output_embeddings().weight
+        need_teacher = g.lam > 0 and mb.t_ids is not None and mb.kl_idx.numel() > 0
+        ht = None
+        t0 = time.perf_counter()
+        if need_teacher:
+            with torch.no_grad():
+                ht = self._hidden(mb.t_ids, mb.t_mask)[mb.vb, mb.vt - 1].detach()
+        teacher_s = time.perf_counter() - t0
+        h = self._hidden(mb.s_ids, mb.s_mask)
+        hr = h[mb.rb, mb.rt - 1]
+        logp, ent = chunked_token_logprobs(hr, weight, mb.y, chunk_size=max(self.chunk, 1024))
+        adv = mb.adv.clone()
+        stats: dict[str, Any] = {"entropy_sum": float(ent.sum()), "entropy_n": int(ent.numel()), "teacher_s": teacher_s}
+        if need_teacher and g.estimator == "sampled_token":
+            with torch.no_grad():
+                lt, _ = chunked_token_logprobs(ht, weight, mb.y[mb.kl_idx], chunk_size=self.chunk)
+                gap = logp.detach()[mb.kl_idx] - lt
+            adv.index_add_(0, mb.kl_idx, -g.lam * g.sampled_token_coef * gap)
+            stats.update(gap_sum=float(gap.sum()), gap_n=int(gap.numel()))
+        loss = logp.new_zeros(())
+        if self.gr.pg_weight > 0:
+            sur = clipped_surrogate(logp[None], mb.mu[None], adv[None], mb.m_pg[None], n_tokens_global=max(1.0, n_pg),
+                                    eps_low=self.gr.eps_low, eps_high=self.gr.eps_high)
+            loss = loss + self.gr.pg_weight * sur.loss
+            n_mb = float(mb.m_pg.sum())
+            stats.update(pg_loss=float(sur.loss.detach()), clip_sum=float(sur.clip_frac) * n_mb, ratio_sum=float(sur.ratio_mean)
+                         * n_mb, ratio_max=float(sur.ratio_max), pg_n=n_mb)
+        if need_teacher and g.estimator == "full_vocab":
+            w = torch.full((mb.kl_idx.numel(),), 1.0 / max(1.0, n_kl))
+            if g.kl_is_clip is not None:
+                w = w * torch.clamp(torch.exp(logp.detach()[mb.kl_idx] - mb.mu[mb.kl_idx]), max=g.kl_is_clip)
+            kl = chunked_kl_loss(hr[mb.kl_idx], ht, weight, w, direction=g.direction, beta=g.jsd_beta,
+                                 kappa=g.kappa, chunk_size=self.chunk)
+            loss = loss + g.lam * kl.loss
+            d = kl.per_token.detach()
+            stats.update(kl_loss=float(kl.loss.detach()), kl_values=d.tolist(), kl_clamped=int((d >= g.kappa).sum()),
+                         kl_entropy_sum=float(ent[mb.kl_idx].sum()))
+        return loss, stats
+
+
+def reduce_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Combine micro-batch stats into the step's namespaced metrics (None when undefined)."""
+    s = lambda k: sum(p.get(k, 0.0) for p in parts)  # noqa: E731
+    out: dict[str, Any] = {}
+    pg_n = s("pg_n")
+    out["loss/policy"] = s("pg_loss") if any("pg_loss" in p for p in parts) else None
+    out["pg/clip_frac"] = s("clip_sum") / pg_n if pg_n else None
+    out["pg/ratio_mean"] = s("ratio_sum") / pg_n if pg_n else None
+    out["pg/ratio_max"] = max((p["ratio_max"] for p in parts if "ratio_max" in p), default=None)
+    ent_n = s("entropy_n")
+    out["entropy/all"] = s("entropy_sum") / ent_n if ent_n else None
+    vals = [v for p in parts for v in p.get("kl_values", [])]
+    out["loss/kl"] = s("kl_loss") if any("kl_loss" in p for p in parts) else None
+    if vals:
+        vs = sorted(vals)
+        out["kl/mean"] = sum(vs) / len(vs)
+        out["kl/p99"] = vs[min(len(vs) - 1, math.ceil(0.99 * len(vs)) - 1)]
+        out["kl/clamp_frac"] = s("kl_clamped") / len(vs)
+        out["entropy/kl_tokens"] = s("kl_entropy_sum") / len(vs)
+    else:
+        out.update({"kl/mean": None, "kl/p99": None, "kl/clamp_frac": None, "entropy/kl_tokens": None})
+    gap_n = s("gap_n")
+    out["kl/sampled_gap_mean"] = s("gap_sum") / gap_n if gap_n else None
+    return out
