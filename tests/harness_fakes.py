@@ -31,10 +31,13 @@ class DirSandbox(Sandbox):
         if repo is not None:
             shutil.copytree(repo, self.root, dirs_exist_ok=True)
 
-    def exec(self, cmd, *, timeout, cwd=None, env=None, input=None) -> ExecResult:  # type: ignore[override]
+    def _tick(self) -> None:
         self.n_exec += 1
         if self.fail_after is not None and self.n_exec > self.fail_after:
             raise SandboxUnavailable("injected engine failure", kind="EXEC_TRANSPORT")
+
+    def exec(self, cmd, *, timeout, cwd=None, env=None, input=None) -> ExecResult:  # type: ignore[override]
+        self._tick()
         full_env = {"PATH": BIN + os.pathsep + os.environ.get("PATH", ""), "HOME": str(self.root), "LANG": "C.UTF-8",
                     "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
         full_env.update(env or {})
@@ -52,9 +55,11 @@ class DirSandbox(Sandbox):
         return ExecResult(proc.returncode, out, err, False, t1 or t2, time.monotonic() - t0)
 
     def read_file(self, path, *, max_bytes=1 << 20):  # type: ignore[override]
+        self._tick()
         return (self.root / path).read_bytes()[:max_bytes]
 
     def write_file(self, path, data):  # type: ignore[override]
+        self._tick()
         p = self.root / path
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(data)
@@ -116,3 +121,64 @@ def make_calc_task(root: Path, instance_id: str = "calc-1") -> tuple[TaskInstanc
         FAIL_TO_PASS=["tests/test_calc.py::test_add"], PASS_TO_PASS=["tests/test_calc.py::test_sub"],
     )
     return inst, repo
+
+
+class FakeFactory:
+    """SandboxFactory over ``DirSandbox``: each open() copies the instance's git repo into a new temp dir.
+
+    ``fail_agent_attempts``: attempt indices whose AGENT sandbox raises SandboxUnavailable after ``fail_after``
+    exec calls (an engine failure injected mid-episode).
+    """
+
+    kind = "local"
+    isolated = False
+
+    def __init__(self, repos: dict[str, Path], *, fail_agent_attempts: set[int] = frozenset(),  # type: ignore[assignment]
+                 fail_after: int = 0) -> None:
+        self.repos, self.fail_agent_attempts, self.fail_after = repos, set(fail_agent_attempts), fail_after
+        self.opened: list[tuple[str, str, int]] = []
+
+    def open(self, instance: TaskInstance, *, role: str, attempt: int):
+        self.opened.append((instance.instance_id, role, attempt))
+        fail = self.fail_after if (role == "agent" and attempt in self.fail_agent_attempts) else None
+        return DirSandbox(self.repos[instance.instance_id], fail_after=fail), instance.base_commit
+
+    def image_digests(self) -> dict[str, str]:
+        return {"base": "sha256:fake"}
+
+
+def _n_assistant(messages) -> int:
+    return sum(m.role == "assistant" for m in messages)
+
+
+def _call(name: str, **arguments) -> str:
+    import json
+
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+
+class FixPolicy:
+    """Turn 0: replace ``add`` in calc.py with ``new``; turn 1: finish. ``sleep_s`` slows each turn."""
+
+    name = "fix"
+
+    def __init__(self, new: str = "def add(a, b):\n    return a + b\n", sleep_s: float = 0.0) -> None:
+        self.new, self.sleep_s = new, sleep_s
+
+    def act(self, messages, *, tools, rng):
+        from harness.interfaces import PolicyOutput
+
+        time.sleep(self.sleep_s)
+        if _n_assistant(messages) == 0:
+            return PolicyOutput(_call("edit_file", path="calc.py", old="def add(a, b):\n    return a - b\n",
+                                      new=self.new))
+        return PolicyOutput(_call("finish", message="Fixed `add` in `calc.py`: it now adds its arguments."))
+
+
+class NullFinishPolicy:
+    name = "null"
+
+    def act(self, messages, *, tools, rng):
+        from harness.interfaces import PolicyOutput
+
+        return PolicyOutput(_call("finish", message="Nothing to do."))

@@ -1,0 +1,260 @@
+"""The resumable runner: arms × instances × seeds, concurrent, with infra retries (HARNESS.md §7.4–7.6).
+
+Python API (the trainer calls this with in-memory policies; tests inject fakes)::
+
+    from harness.runner import run_eval
+    from harness.runner_sandbox import TaskSandboxFactory
+    results = run_eval(task_set, {"oracle": "oracle", "mine": my_policy}, seeds=[0, 1, 2], out_dir="runs/r1",
+                       sandbox_factory=TaskSandboxFactory(task_set, kind="docker", run_id="r1"), workers=2)
+
+Resume: a second call on the same ``out_dir`` keeps every finished non-infra episode (its ``result.json``), re-runs
+attempts that crashed (a directory without ``result.json``, e.g. after ``kill -9``) in place, and re-queues INFRA
+results as a new attempt until ``RetryPolicy.max_attempts`` attempts exist. ``results.jsonl`` (one line per
+instance × arm × seed: its latest attempt) is derived and rebuilt at the end of every call (``rebuild_results``).
+
+Seeds: the episode seed is ``episode_seed(run_seed, instance_id, seed)``; it does not depend on the arm, so arms
+see the same sampling stream on the same (instance, seed) — paired comparisons are paired.
+
+Concurrency: threads (the work is in containers / subprocesses). A ``Policy`` object is shared by all episodes of
+its arm; unless it has ``thread_safe = True`` its ``act`` calls are serialised by a lock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.infra import ControlCache, ErrorRateGuard, RetryPolicy, atomic_write_text, summarize_failures
+from harness.interfaces import EpisodeLimits, FeedbackProvider, Policy, PolicyOutput
+from harness.runner_episode import (
+    EpisodeContext,
+    EpisodeJob,
+    SandboxFactory,
+    episode_dir,
+    read_result,
+    run_attempt,
+)
+from harness.runner_manifest import build_manifest, check_resume_compatible, write_manifest
+from harness.schema import EpisodeMetrics, EpisodeResult, Message, TaskInstance, TaskSet, Trajectory
+
+log = logging.getLogger(__name__)
+
+ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class RunAborted(RuntimeError):
+    """The run stopped early (infra error rate above the guard's threshold); finished episodes are kept."""
+
+
+def episode_seed(run_seed: int, instance_id: str, seed: int) -> int:
+    """Deterministic 63-bit episode seed from (run seed, instance, arm seed); independent of the arm."""
+    digest = hashlib.sha256(f"{run_seed}|{instance_id}|{seed}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+class _LockedPolicy:
+    """Serialises ``act`` of a policy that is not declared thread-safe."""
+
+    def __init__(self, inner: Policy) -> None:
+        self.inner, self.name, self._lock = inner, inner.name, threading.Lock()
+
+    def act(self, messages: list[Message], *, tools: list[dict[str, Any]], rng: random.Random) -> PolicyOutput:
+        with self._lock:
+            return self.inner.act(messages, tools=tools, rng=rng)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What still has to run, decided from the run directory alone."""
+
+    todo: list[EpisodeJob]
+    done: list[EpisodeResult]
+    exhausted: list[EpisodeResult]
+
+
+def plan_work(out_dir: Path, instances: Sequence[TaskInstance], arms: Sequence[str], seeds: Sequence[int], *,
+              retry: RetryPolicy, run_seed: int = 0) -> Plan:
+    """Scan ``episodes/`` and decide, per (instance, arm, seed), to skip, re-run a crashed attempt, or retry."""
+    todo: list[EpisodeJob] = []
+    done: list[EpisodeResult] = []
+    exhausted: list[EpisodeResult] = []
+    for inst in instances:
+        for arm in arms:
+            for seed in seeds:
+                eseed = episode_seed(run_seed, inst.instance_id, seed)
+                attempts = _attempt_indices(episode_dir(out_dir, inst.instance_id, arm, seed))
+                if not attempts:
+                    todo.append(EpisodeJob(inst, arm, seed, 0, eseed))
+                    continue
+                last = attempts[-1]
+                res = read_result(episode_dir(out_dir, inst.instance_id, arm, seed, last))
+                if res is None:  # crashed mid-attempt: re-run the same attempt index in place
+                    todo.append(EpisodeJob(inst, arm, seed, last, eseed))
+                elif not retry.retryable(res):
+                    done.append(res)
+                elif retry.should_retry(res, last):
+                    todo.append(EpisodeJob(inst, arm, seed, last + 1, eseed))
+                else:
+                    exhausted.append(res)
+    return Plan(todo, done, exhausted)
+
+
+def _attempt_indices(d: Path) -> list[int]:
+    if not d.is_dir():
+        return []
+    return sorted(int(p.name[1:]) for p in d.iterdir() if p.is_dir() and re.fullmatch(r"a\d+", p.name))
+
+
+def _resolve_arms(arms: Mapping[str, Policy | str]) -> tuple[dict[str, Policy], dict[str, str]]:
+    policies: dict[str, Policy] = {}
+    specs: dict[str, str] = {}
+    for name, p in arms.items():
+        if not ARM_NAME.match(name):
+            raise ValueError(f"arm name {name!r} must match {ARM_NAME.pattern} (it becomes a directory name); "
+                             "fix: name the arm, e.g. --policy mine=hf:ckpt/step_100")
+        if isinstance(p, str):
+            from harness.policies import make_policy
+
+            specs[name], p = p, make_policy(p)
+        else:
+            specs[name] = getattr(p, "spec", None) or f"object:{p.name}"
+        policies[name] = p if getattr(p, "thread_safe", False) else _LockedPolicy(p)  # type: ignore[assignment]
+    return policies, specs
+
+
+def run_eval(
+    task_set: TaskSet,
+    arms: Mapping[str, Policy | str],
+    seeds: Sequence[int],
+    out_dir: str | Path,
+    *,
+    sandbox_factory: SandboxFactory,
+    workers: int = 1,
+    limits: EpisodeLimits | None = None,
+    retry: RetryPolicy | None = None,
+    run_seed: int = 0,
+    feedback: FeedbackProvider | None = None,
+    excluded_tests: Mapping[str, list[str]] | None = None,
+    grade_timeout_s: float = 900.0,
+    protocol_hash: str | None = None,
+    argv: Sequence[str] = (),
+    progress: bool = False,
+    guard: ErrorRateGuard | None = None,
+    metrics_for: Callable[[Trajectory, TaskInstance], EpisodeMetrics] | None = None,
+    on_result: Callable[[EpisodeResult], None] | None = None,
+) -> list[EpisodeResult]:
+    """Run (or resume) every arm × instance × seed episode into ``out_dir``; returns the final results.
+
+    Raises ``RunAborted`` when the infra-error guard trips and ``ValueError`` when ``out_dir`` belongs to a run
+    with another task set or other arm policies.
+    """
+    out = Path(out_dir)
+    limits, retry = limits or EpisodeLimits(), retry or RetryPolicy()
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    policies, specs = _resolve_arms(arms)
+    run_id = out.resolve().name
+    check_resume_compatible(out, task_set, specs)
+    manifest = build_manifest(run_id=run_id, task_set=task_set, arm_specs=specs, seeds=list(seeds),
+                              factory=sandbox_factory, limits=limits, protocol_hash=protocol_hash,
+                              argv=list(argv), policies=policies)
+    write_manifest(out, manifest)
+    ctx = EpisodeContext(run_id=run_id, out_dir=out, factory=sandbox_factory, limits=limits,
+                         controls=ControlCache(out / "controls"), grade_timeout_s=grade_timeout_s,
+                         excluded_tests=dict(excluded_tests or {}), feedback=feedback, metrics_for=metrics_for)
+    plan = plan_work(out, task_set.instances, list(specs), seeds, retry=retry, run_seed=run_seed)
+    log.info("run %s: %d episodes to run, %d already finished, %d out of retries", run_id, len(plan.todo),
+             len(plan.done), len(plan.exhausted))
+    _execute(plan.todo, policies, ctx, retry, workers, guard or ErrorRateGuard(), progress, on_result)
+    results = rebuild_results(out, task_set.instances, list(specs), seeds)
+    _report_coverage(results, len(task_set.instances) * len(specs) * len(seeds))
+    return results
+
+
+def _execute(jobs: list[EpisodeJob], policies: dict[str, Policy], ctx: EpisodeContext, retry: RetryPolicy,
+             workers: int, guard: ErrorRateGuard, progress: bool,
+             on_result: Callable[[EpisodeResult], None] | None) -> None:
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(jobs), desc="episodes", unit="ep", disable=not progress, dynamic_ncols=True)
+
+    def work(job: EpisodeJob) -> EpisodeResult:
+        delay = retry.delay(job.attempt) if job.attempt else 0.0
+        if delay:
+            time.sleep(delay)
+        return run_attempt(job, policies[job.arm], ctx)
+
+    aborted = False
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="episode") as pool:
+        pending: dict[Future[EpisodeResult], EpisodeJob] = {pool.submit(work, j): j for j in jobs}
+        while pending:
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                job = pending.pop(fut)
+                res = fut.result()
+                guard.record(res)
+                if on_result:
+                    on_result(res)
+                if retry.should_retry(res, job.attempt) and not aborted:
+                    nxt = EpisodeJob(job.instance, job.arm, job.seed, job.attempt + 1, job.episode_seed)
+                    pending[pool.submit(work, nxt)] = nxt
+                    bar.set_postfix_str(f"infra retry {res.infra_kind}")
+                else:
+                    bar.update(1)
+            if guard.tripped and not aborted:
+                aborted = True
+                for fut in [f for f in pending if f.cancel()]:
+                    pending.pop(fut)
+    bar.close()
+    if aborted:
+        raise RunAborted(f"stopped: {guard.n_infra}/{guard.n} attempts were infrastructure errors (> "
+                         f"{guard.max_rate:.0%}). Finished episodes are kept; fix the environment (see "
+                         "`tgsuite doctor`) and run the same command again to resume.")
+
+
+def rebuild_results(out_dir: str | Path, instances: Sequence[TaskInstance] | None = None,
+                    arms: Sequence[str] | None = None, seeds: Sequence[int] | None = None) -> list[EpisodeResult]:
+    """Rebuild ``results.jsonl`` from ``episodes/``: the latest finished attempt of each episode, sorted.
+
+    With ``instances``/``arms``/``seeds`` only those episodes are included; otherwise all found on disk.
+    """
+    out = Path(out_dir)
+    keep_i = {i.instance_id for i in instances} if instances is not None else None
+    keep_a = set(arms) if arms is not None else None
+    keep_s = set(seeds) if seeds is not None else None
+    results: list[EpisodeResult] = []
+    for sdir in sorted((out / "episodes").glob("*/*/s*")):
+        iid, arm, seed = sdir.parent.parent.name, sdir.parent.name, int(sdir.name[1:])
+        if (keep_i is not None and iid not in keep_i) or (keep_a is not None and arm not in keep_a) or (
+                keep_s is not None and seed not in keep_s):
+            continue
+        for a in reversed(_attempt_indices(sdir)):
+            res = read_result(sdir / f"a{a}")
+            if res is not None:
+                results.append(res)
+                break
+    results.sort(key=lambda r: (r.instance_id, r.arm, r.seed))
+    atomic_write_text(out / "results.jsonl", "".join(r.model_dump_json() + "\n" for r in results))
+    return results
+
+
+def _report_coverage(results: list[EpisodeResult], planned: int) -> None:
+    scored = sum(r.scored for r in results)
+    counts = summarize_failures(results)
+    log.info("finished %d/%d episodes; scored %d (coverage %.1f%%); statuses %s", len(results), planned, scored,
+             100.0 * scored / max(planned, 1), counts)
+    if len(results) < planned:
+        log.warning("%d planned episodes have no result; run the same command again to resume",
+                    planned - len(results))
+
+
+__all__ = ["Plan", "RunAborted", "episode_seed", "plan_work", "rebuild_results", "run_eval"]

@@ -1,0 +1,235 @@
+"""One attempt of one episode: agent sandbox → trajectory → patch → fresh grading sandbox → outcome → result.json.
+
+Directory of an attempt (ARCHITECTURE §4)::
+
+    episodes/<instance_id>/<arm>/s<seed>/a<attempt>/
+        trajectory.jsonl   header line ({"type": "trajectory", ...}) then one {"type": "message", ...} per message
+        patch.diff         the candidate (``git add -A && git diff --binary --cached <base>``)
+        grade/             eval.sh, test_output.txt, junit.xml, grade.json
+        timing.json        seconds per phase: sandbox_start, agent, extract, grade, control, behaviour
+        result.json        harness.schema.EpisodeResult, written LAST (tmp + os.replace): its presence = finished
+
+Infra failures at any phase become an ``infra_error`` result (never an agent failure); the caller retries them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal, Protocol
+
+from harness.behaviour import check_behaviour
+from harness.grading import GRADER_VERSION, InfraPolicy, extract_patch, grade_patch
+from harness.infra import ControlCache, Outcome, agent_outcome, atomic_write_text, classify_exception, settle_ambiguous
+from harness.interfaces import EpisodeLimits, FeedbackProvider, Policy
+from harness.sandbox import Sandbox
+from harness.schema import EpisodeMetrics, EpisodeResult, Grade, Message, TaskInstance, Trajectory
+
+log = logging.getLogger(__name__)
+
+Role = Literal["agent", "grade", "control"]
+RESULT_FILE = "result.json"
+
+
+class SandboxFactory(Protocol):
+    """Opens fresh sandboxes holding an instance's repository at its base commit in the work directory."""
+
+    kind: Literal["docker", "local"]
+    isolated: bool
+
+    def open(self, instance: TaskInstance, *, role: Role, attempt: int) -> tuple[Sandbox, str]:
+        """A new sandbox and the base commit id its repository is at. Raises ``SandboxUnavailable``."""
+        ...
+
+    def image_digests(self) -> dict[str, str]:
+        """Image key → digest of every image this factory has used or will use."""
+        ...
+
+
+@dataclass(frozen=True)
+class EpisodeJob:
+    instance: TaskInstance
+    arm: str
+    seed: int
+    attempt: int
+    episode_seed: int
+
+
+@dataclass
+class EpisodeContext:
+    """Everything shared by the attempts of one run."""
+
+    run_id: str
+    out_dir: Path
+    factory: SandboxFactory
+    limits: EpisodeLimits
+    controls: ControlCache
+    grade_timeout_s: float = 900.0
+    infra_policy: InfraPolicy = "reset"
+    excluded_tests: dict[str, list[str]] = field(default_factory=dict)
+    feedback: FeedbackProvider | None = None
+    metrics_for: Callable[[Trajectory, TaskInstance], EpisodeMetrics] | None = None
+
+
+def episode_dir(out_dir: Path, instance_id: str, arm: str, seed: int, attempt: int | None = None) -> Path:
+    d = Path(out_dir) / "episodes" / instance_id / arm / f"s{seed}"
+    return d if attempt is None else d / f"a{attempt}"
+
+
+# ------------------------------------------------------------------------------------------------ trajectory files
+
+
+def write_trajectory(path: Path, traj: Trajectory) -> None:
+    header = traj.model_dump(mode="json", exclude={"messages"})
+    lines = [json.dumps({"type": "trajectory", **header})]
+    lines += [json.dumps({"type": "message", **m.model_dump(mode="json")}) for m in traj.messages]
+    atomic_write_text(path, "\n".join(lines) + "\n")
+
+
+def read_trajectory(path: Path) -> Trajectory:
+    """Inverse of ``write_trajectory``; raises ValueError naming the file and line on bad content."""
+    header: dict | None = None
+    messages: list[Message] = []
+    for i, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            kind = obj.pop("type")
+            if kind == "trajectory":
+                header = obj
+            else:
+                messages.append(Message.model_validate(obj))
+        except (ValueError, KeyError) as exc:
+            raise ValueError(f"{path}:{i}: not a trajectory event ({exc}); fix: delete the attempt to re-run it") from exc
+    if header is None:
+        raise ValueError(f"{path}: no trajectory header line; fix: delete the attempt to re-run it")
+    return Trajectory.model_validate({**header, "messages": messages})
+
+
+def read_result(attempt_dir: Path) -> EpisodeResult | None:
+    p = Path(attempt_dir) / RESULT_FILE
+    if not p.is_file():
+        return None
+    return EpisodeResult.model_validate_json(p.read_text())
+
+
+# ------------------------------------------------------------------------------------------------ one attempt
+
+
+class _Timer:
+    def __init__(self) -> None:
+        self.t: dict[str, float] = {}
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.t[name] = self.t.get(name, 0.0) + time.perf_counter() - t0
+
+
+def run_attempt(job: EpisodeJob, policy: Policy, ctx: EpisodeContext) -> EpisodeResult:
+    """Run, grade and record one attempt; always writes ``result.json`` (infra failures included)."""
+    d = episode_dir(ctx.out_dir, job.instance.instance_id, job.arm, job.seed, job.attempt)
+    d.mkdir(parents=True, exist_ok=True)
+    timer = _Timer()
+    traj: Trajectory | None = None
+    grade: Grade | None = None
+    phase = "setup"
+    try:
+        with timer.phase("sandbox_start"):
+            sb, base = ctx.factory.open(job.instance, role="agent", attempt=job.attempt)
+        with sb:
+            phase = "agent"
+            with timer.phase("agent"):
+                from harness.agent import run_episode
+
+                traj = run_episode(job.instance, policy, sb, ctx.limits, feedback=ctx.feedback, seed=job.episode_seed)
+            write_trajectory(d / "trajectory.jsonl", traj)
+            phase = "extract"
+            with timer.phase("extract"):
+                patch = extract_patch(sb, base)
+        (d / "patch.diff").write_text(patch)
+        phase = "grade"
+        with timer.phase("grade"):
+            grade = _grade(job, patch, ctx, d / "grade", timer)
+        outcome = agent_outcome(traj, patch, grade)
+        if outcome.status == "ambiguous" and grade is not None:
+            with timer.phase("control"):
+                outcome = settle_ambiguous(grade, _control(job, ctx))
+    except Exception as exc:  # noqa: BLE001 - every failure is classified; infra never reads as an agent failure
+        log.warning("%s/%s/s%d a%d: %s during %s", job.instance.instance_id, job.arm, job.seed, job.attempt,
+                    type(exc).__name__, phase, exc_info=log.isEnabledFor(logging.DEBUG))
+        outcome = classify_exception(exc, phase=phase)  # type: ignore[arg-type]
+    with timer.phase("behaviour"):
+        result = _result(job, ctx, traj, grade, outcome)
+    atomic_write_text(d / "timing.json", json.dumps(timer.t, indent=1))
+    atomic_write_text(d / RESULT_FILE, result.model_dump_json(indent=1))
+    return result
+
+
+def _grade(job: EpisodeJob, patch: str, ctx: EpisodeContext, gdir: Path, timer: _Timer) -> Grade | None:
+    if not patch.strip():
+        return None
+    artifacts: dict[str, str] = {}
+    gsb, _ = ctx.factory.open(job.instance, role="grade", attempt=job.attempt)
+    with gsb:
+        grade = grade_patch(job.instance, patch, gsb, timeout_s=ctx.grade_timeout_s, infra_policy=ctx.infra_policy,
+                            excluded_tests=ctx.excluded_tests.get(job.instance.instance_id, ()), artifacts=artifacts)
+    gdir.mkdir(parents=True, exist_ok=True)
+    for name, text in artifacts.items():
+        (gdir / name).write_text(text)
+    atomic_write_text(gdir / "grade.json", grade.model_dump_json(indent=1))
+    return grade
+
+
+def _control(job: EpisodeJob, ctx: EpisodeContext) -> Grade:
+    inst = job.instance
+    digest = ctx.factory.image_digests().get(inst.image, inst.image)
+
+    def run() -> Grade:
+        sb, _ = ctx.factory.open(inst, role="control", attempt=job.attempt)
+        with sb:
+            return grade_patch(inst, inst.patch, sb, timeout_s=ctx.grade_timeout_s, infra_policy=ctx.infra_policy,
+                               excluded_tests=ctx.excluded_tests.get(inst.instance_id, ()))
+
+    return ctx.controls.get_or_run(inst.instance_id, "gold", digest, GRADER_VERSION, run)
+
+
+def _result(job: EpisodeJob, ctx: EpisodeContext, traj: Trajectory | None, grade: Grade | None,
+            outcome: Outcome) -> EpisodeResult:
+    inst = job.instance
+    scored = outcome.failure_class in ("none", "agent")
+    resolved = bool(scored and grade is not None and grade.resolved)
+    behaviour = check_behaviour(traj, inst.behaviour) if (traj is not None and scored) else []
+    behaviour_ok = scored and traj is not None and all(b.ok for b in behaviour)
+    metrics = EpisodeMetrics()
+    if traj is not None:
+        metrics = ctx.metrics_for(traj, inst) if ctx.metrics_for else _basic_metrics(traj)
+    return EpisodeResult(
+        run_id=ctx.run_id, instance_id=inst.instance_id, repo=inst.repo, cluster=inst.cluster_key, arm=job.arm,
+        policy=traj.policy if traj is not None else job.arm, seed=job.seed, attempt=job.attempt,
+        status=outcome.status, failure_class=outcome.failure_class, infra_kind=outcome.infra_kind,
+        error=outcome.error, resolved=resolved, behaviour_ok=behaviour_ok, joint_ok=resolved and behaviour_ok,
+        behaviour=behaviour, grade=grade, metrics=metrics, difficulty=inst.difficulty,
+        template_tier=inst.template_tier, split=inst.split,
+        feedback_kind=traj.feedback_kind if traj is not None else None,
+        finished_at=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+
+
+def _basic_metrics(traj: Trajectory) -> EpisodeMetrics:
+    calls = [c for m in traj.messages for c in m.tool_calls]
+    return EpisodeMetrics(
+        steps=sum(m.role == "assistant" for m in traj.messages), tool_calls=len(calls),
+        tool_call_validity=(sum(c.valid for c in calls) / len(calls)) if calls else None,
+        tokens=traj.n_tokens, wall_s=float(traj.timings.get("wall_s", 0.0)),
+    )

@@ -1,0 +1,116 @@
+"""The run manifest (``manifest.json``, ``harness.schema.RunManifest``): what produced a run directory.
+
+Records git commit and dirtiness of the checkout, versions of the packages that shape results, the task set's
+name/hash/instance ids, image digests, arm policy specs (with checkpoint hashes when a policy exposes
+``checkpoint_sha256``), seeds, sandbox kind and isolation, limits, grader version, behaviour checkers, the frozen
+protocol's sha256 when one is given, and host facts. On resume the manifest is rewritten with the union of arms
+and seeds, keeping ``created_at``; a different task set or a different policy behind an arm name is refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import subprocess
+import sys
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from harness.grading import GRADER_VERSION
+from harness.infra import atomic_write_text
+from harness.interfaces import EpisodeLimits
+from harness.schema import ArmSpec, RunManifest, TaskSet
+
+MANIFEST_FILE = "manifest.json"
+PACKAGES = ("tgsuite", "torch", "transformers", "tokenizers", "pydantic", "docker", "numpy", "pytest", "vllm", "trl")
+_REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def git_state(root: Path = _REPO_ROOT) -> tuple[str | None, bool | None]:
+    """(commit, dirty) of the checkout holding this package; (None, None) outside git."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                                timeout=10, check=True).stdout.strip()
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                                    capture_output=True, text=True, timeout=10, check=True).stdout.strip())
+        return commit, dirty
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+
+
+def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str]:
+    out = {"python": sys.version.split()[0]}
+    for n in names:
+        try:
+            out[n] = metadata.version(n)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def read_manifest(out_dir: Path) -> RunManifest | None:
+    p = Path(out_dir) / MANIFEST_FILE
+    if not p.is_file():
+        return None
+    try:
+        return RunManifest.model_validate_json(p.read_text())
+    except ValueError as exc:
+        raise ValueError(f"{p}: not a run manifest ({exc}); fix: use a new --out directory") from exc
+
+
+def check_resume_compatible(out_dir: Path, task_set: TaskSet, arm_specs: dict[str, str]) -> None:
+    """Refuse to mix runs: same task set hash, and an existing arm name must keep its policy spec."""
+    old = read_manifest(out_dir)
+    if old is None:
+        return
+    if old.task_set_sha256 != task_set.sha256:
+        raise ValueError(f"{Path(out_dir) / MANIFEST_FILE}: this run used task set {old.task_set_name} "
+                         f"(sha256 {old.task_set_sha256[:12]}), not {task_set.name} ({task_set.sha256[:12]}); "
+                         "fix: choose a new --out directory")
+    for arm in old.arms:
+        if arm.name in arm_specs and arm_specs[arm.name] != arm.policy:
+            raise ValueError(f"{Path(out_dir) / MANIFEST_FILE}: arm {arm.name!r} was {arm.policy!r}, now "
+                             f"{arm_specs[arm.name]!r}; fix: give the new policy another arm name or a new --out")
+
+
+def build_manifest(*, run_id: str, task_set: TaskSet, arm_specs: dict[str, str], seeds: list[int], factory: Any,
+                   limits: EpisodeLimits, protocol_hash: str | None, argv: list[str],
+                   policies: dict[str, Any]) -> RunManifest:
+    """A manifest for this invocation, merged with the one already in the run directory (if any)."""
+    arms = [ArmSpec(name=n, policy=s, checkpoint_sha256=getattr(_inner(policies.get(n)), "checkpoint_sha256", None),
+                    train_seed=getattr(_inner(policies.get(n)), "train_seed", None)) for n, s in arm_specs.items()]
+    commit, dirty = git_state()
+    checkers = sorted({c for i in task_set.instances for c in i.behaviour})
+    return RunManifest(
+        run_id=run_id, created_at=datetime.now(UTC).isoformat(timespec="seconds"), argv=argv, git_commit=commit,
+        git_dirty=dirty, packages=package_versions(), task_set_name=task_set.name, task_set_sha256=task_set.sha256,
+        instance_ids=[i.instance_id for i in task_set.instances], image_digests=factory.image_digests(), arms=arms,
+        seeds=seeds, sandbox=factory.kind, isolated=factory.isolated,
+        limits={k: float(v) for k, v in dataclasses.asdict(limits).items()}, grader_version=GRADER_VERSION,
+        behaviour_checkers=checkers, protocol_hash=protocol_hash,
+        host={"platform": platform.platform(), "cpus": os.cpu_count(), "python": sys.executable},
+    )
+
+
+def _inner(policy: Any) -> Any:
+    return getattr(policy, "inner", policy)
+
+
+def write_manifest(out_dir: Path, new: RunManifest) -> RunManifest:
+    """Write ``new`` merged with an existing manifest (union of arms and seeds, first ``created_at`` kept)."""
+    old = read_manifest(out_dir)
+    if old is not None:
+        arms = {a.name: a for a in old.arms} | {a.name: a for a in new.arms}
+        seeds = sorted(set(old.seeds) | set(new.seeds))
+        if old.protocol_hash and new.protocol_hash and old.protocol_hash != new.protocol_hash:
+            raise ValueError(f"{Path(out_dir) / MANIFEST_FILE}: run was started under protocol "
+                             f"{old.protocol_hash[:12]}, now {new.protocol_hash[:12]}; fix: use a new --out")
+        new = new.model_copy(update={"created_at": old.created_at, "arms": list(arms.values()), "seeds": seeds,
+                                     "protocol_hash": new.protocol_hash or old.protocol_hash})
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    atomic_write_text(Path(out_dir) / MANIFEST_FILE, json.dumps(new.model_dump(mode="json"), indent=1))
+    return new

@@ -1,0 +1,109 @@
+"""``TaskSandboxFactory``: fresh Docker or local sandboxes holding an instance's repository at its base commit.
+
+Each instance's snapshot is materialised once per factory on the host (``harness.tasks.materialize_snapshot``, a git
+repository without the hidden tests) and copied into every sandbox opened for it: the agent's sandbox, each
+grading sandbox (always a new one, never the agent's), and control runs. Docker sandboxes come from one
+``DockerSandboxProvider`` per run (containers labelled with the run id and removed by label on ``close``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from typing import Literal
+
+from harness.sandbox import Sandbox, SandboxSpec, SandboxUnavailable
+from harness.schema import TaskInstance, TaskSet
+
+log = logging.getLogger(__name__)
+
+SandboxKind = Literal["docker", "local"]
+
+
+class TaskSandboxFactory:
+    """Implements ``harness.runner_episode.SandboxFactory`` for a task set on disk."""
+
+    def __init__(self, task_set: TaskSet, *, kind: SandboxKind, run_id: str, spec: SandboxSpec | None = None) -> None:
+        if kind not in ("docker", "local"):
+            raise ValueError(f"sandbox kind must be 'docker' or 'local', got {kind!r}")
+        self.task_set, self.kind, self.run_id = task_set, kind, run_id
+        self.isolated = kind == "docker"
+        self.spec = spec or SandboxSpec()
+        self._root = Path(task_set.path)
+        self._cache = Path(tempfile.mkdtemp(prefix="tgsuite-snapshots-"))
+        self._repos: dict[str, tuple[Path, str]] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+        self._digests: dict[str, str] = {}
+        self._provider = None
+        if kind == "docker":
+            from harness.sandbox_docker import DockerSandboxProvider
+
+            self._provider = DockerSandboxProvider(run_id=run_id)
+
+    def preflight(self) -> dict[str, str]:
+        """Docker: engine reachable, every image the task set names present (``SandboxUnavailable`` otherwise).
+        Returns image key → digest (also recorded in the run manifest)."""
+        if self._provider is None:
+            return {}
+        for image in sorted({i.image for i in self.task_set.instances}):
+            info = self._provider.preflight(image)
+            self._digests[image] = info.get("image_id", "")
+        self._provider.cleanup_orphans()
+        return dict(self._digests)
+
+    def image_digests(self) -> dict[str, str]:
+        return dict(self._digests)
+
+    def _repo(self, inst: TaskInstance) -> tuple[Path, str]:
+        with self._guard:
+            lock = self._locks.setdefault(inst.instance_id, threading.Lock())
+        with lock:
+            if inst.instance_id not in self._repos:
+                from harness.tasks import materialize_snapshot
+
+                dest = self._cache / inst.instance_id
+                shutil.rmtree(dest, ignore_errors=True)
+                head = materialize_snapshot(self._root, inst, dest)
+                self._repos[inst.instance_id] = (dest, head)
+            return self._repos[inst.instance_id]
+
+    def open(self, instance: TaskInstance, *, role: str, attempt: int) -> tuple[Sandbox, str]:
+        repo, head = self._repo(instance)
+        spec = dataclasses.replace(self.spec, image=instance.image,
+                                   labels={**self.spec.labels, "tgsuite.role": role})
+        sb: Sandbox
+        if self._provider is not None:
+            sb = self._provider.create(spec, instance_id=instance.instance_id, attempt=attempt)
+        else:
+            from harness.sandbox_local import LocalSandbox
+
+            sb = LocalSandbox(spec)
+        try:
+            sb.copy_in(repo, ".")
+        except OSError as exc:
+            sb.close()
+            raise SandboxUnavailable(f"copying {instance.instance_id} into the sandbox failed: {exc}",
+                                     kind="DISK_FULL" if "No space" in str(exc) else "SANDBOX") from exc
+        except BaseException:
+            sb.close()
+            raise
+        return sb, head
+
+    def close(self) -> None:
+        shutil.rmtree(self._cache, ignore_errors=True)
+        if self._provider is not None:
+            try:
+                self._provider.cleanup_run()
+            except SandboxUnavailable as exc:
+                log.warning("cleanup of run %s containers failed: %s", self.run_id, exc)
+
+    def __enter__(self) -> TaskSandboxFactory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,149 @@
+"""Runner: layout, seeds, resume after kill -9, infra retries, ambiguous settling, manifest, regrade, CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.infra import RetryPolicy
+from harness.interfaces import EpisodeLimits
+from harness.runner import episode_seed, plan_work, rebuild_results, run_eval
+from harness.schema import EpisodeResult, TaskSet
+from tests.harness_fakes import (
+    FakeFactory,
+    FixPolicy,
+    NullFinishPolicy,
+    make_calc_task,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _task_set(tmp: Path, n: int) -> tuple[TaskSet, dict[str, Path]]:
+    insts, repos = [], {}
+    for k in range(n):
+        inst, repo = make_calc_task(tmp / "repos", f"calc-{k}")
+        insts.append(inst)
+        repos[inst.instance_id] = repo
+    return TaskSet(name="calc", path=str(tmp), sha256="f" * 64, instances=insts), repos
+
+
+def _results(out: Path) -> list[Path]:
+    return sorted(out.glob("episodes/*/*/s*/a*/result.json"))
+
+
+def test_layout_outcomes_and_manifest(tmp_path: Path) -> None:
+    ts, repos = _task_set(tmp_path, 2)
+    out = tmp_path / "run"
+    res = run_eval(ts, {"fix": FixPolicy(), "null": NullFinishPolicy()}, [0, 1], out,
+                   sandbox_factory=FakeFactory(repos), workers=2, limits=EpisodeLimits(max_turns=4))
+    assert len(res) == 8
+    by_arm = {a: [r for r in res if r.arm == a] for a in ("fix", "null")}
+    assert all(r.resolved and r.status == "ok" and r.joint_ok for r in by_arm["fix"])
+    assert all(not r.resolved and r.status == "empty_patch" and r.failure_class == "agent" for r in by_arm["null"])
+    d = out / "episodes" / "calc-0" / "fix" / "s1" / "a0"
+    assert {p.name for p in d.iterdir()} >= {"trajectory.jsonl", "patch.diff", "grade", "result.json", "timing.json"}
+    assert (d / "grade" / "junit.xml").is_file() and "calc.py" in (d / "patch.diff").read_text()
+    lines = (out / "results.jsonl").read_text().splitlines()
+    assert len(lines) == 8 and EpisodeResult.model_validate_json(lines[0]).instance_id == "calc-0"
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["task_set_sha256"] == "f" * 64 and man["seeds"] == [0, 1] and man["sandbox"] == "local"
+    assert {a["name"] for a in man["arms"]} == {"fix", "null"} and man["git_commit"]
+
+
+def test_episode_seed_is_deterministic_and_arm_independent() -> None:
+    assert episode_seed(0, "a", 1) == episode_seed(0, "a", 1)
+    assert len({episode_seed(0, "a", 1), episode_seed(0, "a", 2), episode_seed(0, "b", 1),
+                episode_seed(1, "a", 1)}) == 4
+
+
+def test_engine_failure_mid_episode_is_infra_and_retried(tmp_path: Path) -> None:
+    ts, repos = _task_set(tmp_path, 1)
+    out = tmp_path / "run"
+    factory = FakeFactory(repos, fail_agent_attempts={0}, fail_after=1)
+    res = run_eval(ts, {"fix": FixPolicy()}, [0], out, sandbox_factory=factory,
+                   retry=RetryPolicy(max_attempts=3, backoff_s=0.0))
+    a0 = EpisodeResult.model_validate_json((out / "episodes/calc-0/fix/s0/a0/result.json").read_text())
+    assert a0.status == "infra_error" and a0.failure_class == "infra" and a0.infra_kind == "EXEC_TRANSPORT"
+    assert not a0.resolved and not a0.scored
+    assert len(res) == 1 and res[0].attempt == 1 and res[0].resolved
+
+
+def test_infra_retries_are_capped_and_never_scored(tmp_path: Path) -> None:
+    ts, repos = _task_set(tmp_path, 1)
+    out = tmp_path / "run"
+    factory = FakeFactory(repos, fail_agent_attempts={0, 1, 2, 3}, fail_after=0)
+    res = run_eval(ts, {"fix": FixPolicy()}, [0], out, sandbox_factory=factory,
+                   retry=RetryPolicy(max_attempts=2, backoff_s=0.0))
+    assert len(_results(out)) == 2 and res[0].failure_class == "infra" and not res[0].scored
+    again = plan_work(out, ts.instances, ["fix"], [0], retry=RetryPolicy(max_attempts=2))
+    assert not again.todo and len(again.exhausted) == 1
+    more = plan_work(out, ts.instances, ["fix"], [0], retry=RetryPolicy(max_attempts=3))
+    assert [j.attempt for j in more.todo] == [2]
+
+
+def test_ambiguous_grade_settled_by_gold_control(tmp_path: Path) -> None:
+    ts, repos = _task_set(tmp_path, 1)
+    out = tmp_path / "run"
+    # library code that hard-exits on import: no JUnit -> invalid grade -> gold control resolves -> agent failure
+    res = run_eval(ts, {"exit": FixPolicy(new="import os\nos._exit(0)\n")}, [0], out,
+                   sandbox_factory=FakeFactory(repos))
+    assert res[0].status == "tests_failed" and res[0].failure_class == "agent" and not res[0].grade.valid
+    assert len(list((out / "controls").glob("*.json"))) == 1
+
+
+SCRIPT = textwrap.dedent("""
+    import sys, pickle
+    from pathlib import Path
+    sys.path.insert(0, {root!r})
+    from harness.runner import run_eval
+    from tests.harness_fakes import FakeFactory, FixPolicy
+    ts, repos = pickle.loads(Path({state!r}).read_bytes())
+    run_eval(ts, {{"fix": FixPolicy(sleep_s={sleep})}}, [0, 1], {out!r}, sandbox_factory=FakeFactory(repos),
+             workers=2)
+""")
+
+
+def test_kill_minus_9_then_resume_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+    import pickle
+
+    ts, repos = _task_set(tmp_path, 4)
+    state = tmp_path / "state.pkl"
+    state.write_bytes(pickle.dumps((ts, repos)))
+    out = tmp_path / "run"
+    code = SCRIPT.format(root=str(ROOT), state=str(state), out=str(out), sleep=0.3)
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(_results(out)) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    before = {p: p.read_bytes() for p in _results(out)}
+    assert 2 <= len(before) < 8, "the kill must land mid-run"
+    res = run_eval(ts, {"fix": FixPolicy()}, [0, 1], out, sandbox_factory=FakeFactory(repos), workers=2)
+    after = _results(out)
+    assert len(res) == 8 and all(r.resolved for r in res)
+    assert len(after) == 8, "exactly one result per episode: nothing duplicated"
+    assert all(p.read_bytes() == b for p, b in before.items()), "finished episodes are kept untouched"
+    assert len((out / "results.jsonl").read_text().splitlines()) == 8
+
+
+def test_resume_refuses_other_task_set_and_rebuild_results(tmp_path: Path) -> None:
+    ts, repos = _task_set(tmp_path, 1)
+    out = tmp_path / "run"
+    run_eval(ts, {"null": NullFinishPolicy()}, [0], out, sandbox_factory=FakeFactory(repos))
+    other = ts.model_copy(update={"sha256": "0" * 64})
+    with pytest.raises(ValueError, match="task set"):
+        run_eval(other, {"null": NullFinishPolicy()}, [0], out, sandbox_factory=FakeFactory(repos))
+    (out / "results.jsonl").unlink()
+    assert len(rebuild_results(out)) == 1 and (out / "results.jsonl").is_file()
