@@ -41,6 +41,7 @@ class RunCfg(_Section):
 
 class ModelCfg(_Section):
     preset: Literal["nano", "mini", "custom"] = "nano"
+    name: str | None = Field(None, description="a label for the base model, e.g. Qwen3-Coder-30B-A3B-Instruct")
     init: str | None = Field(None, description="a checkpoint directory (HF layout + tokenizer) to start from")
     tokenizer: str | None = Field(None, description="tokenizer directory when `init` is not given")
     dtype: Literal["float32", "bfloat16"] = "float32"
@@ -137,6 +138,34 @@ class DistillCfg(_Section):
     hard_weight: float = Field(0.5, ge=0, le=1, description="weight of CE on the sampled tokens")
 
 
+class ClusterCfg(_Section):
+    """Placement for paper-scale runs (used by ``--dry-run``'s plan; the CPU path ignores it)."""
+
+    trainer_gpus: int = Field(1, ge=1)
+    inference_gpus: int = Field(0, ge=0)
+    gpu_memory_gb: float = Field(141.0, gt=0)
+    weight_sync: Literal["disk", "nccl"] = "disk"
+    fsdp: bool = False
+    tokens_per_trajectory: int = Field(2048, ge=1, description="planning estimate of tokens per trajectory")
+    failing_fraction: float = Field(0.5, ge=0, le=1, description="planning estimate: share needing a teacher pass")
+
+
+class ShapeCfg(_Section):
+    """Model shape for the dry-run plan; all 0 = take it from the model preset."""
+
+    layers: int = 0
+    hidden: int = 0
+    heads: int = 0
+    kv_heads: int = 0
+    head_dim: int = 0
+    vocab: int = 0
+    intermediate: int = 0
+    experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate: int = 0
+    tie_embeddings: bool = False
+
+
 class TrainConfig(_Section):
     run: RunCfg = RunCfg()
     model: ModelCfg = ModelCfg()
@@ -148,6 +177,8 @@ class TrainConfig(_Section):
     optim: OptimCfg = OptimCfg()
     async_: AsyncCfg = Field(AsyncCfg(), alias="async")
     distill: DistillCfg = DistillCfg()
+    cluster: ClusterCfg = ClusterCfg()
+    shape: ShapeCfg = ShapeCfg()
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
@@ -166,6 +197,9 @@ class TrainConfig(_Section):
         if self.distill.hard_weight == 0 and self.distill.target_temperature == 1.0:
             raise ValueError("distill.hard_weight = 0 with distill.target_temperature = 1 trains toward the model's "
                              "own unchanged distribution (zero gradient); lower the temperature or raise hard_weight")
+        if g.gating == "all_turns" and g.per_turn_ctx:
+            raise ValueError("guidance.gating = 'all_turns' with guidance.per_turn_ctx = true is not a defined arm; "
+                             "use one of them")
         if self.rollout.group_size < 2 and self.grpo.pg_weight > 0:
             raise ValueError("rollout.group_size must be ≥ 2 for group-relative advantages")
         return self
