@@ -151,13 +151,15 @@ class MissingDataRule(_Frozen):
 class PowerAssumptions(_Frozen):
     """Inputs of the analytic power calculation (STATS §7); stated before anything is trained."""
 
-    true_difference: float = 0.0
+    true_difference: float = 0.0  # assumed Δ for criteria whose endpoint is not in expected_differences
+    expected_differences: dict[BinaryEndpoint, float] = Field(default_factory=dict)
     sigma_seed: float = Field(default=0.02, ge=0.0)
     tau: float = Field(default=0.15, ge=0.0)
     icc_repo: float = Field(default=0.1, ge=0.0, le=1.0)
     sigma_e2: float = Field(default=0.25, ge=0.0)
     target_power: float = Field(default=0.8, gt=0.0, lt=1.0)
-    stated_power: float | None = None
+    tasks_per_repo: float | None = None  # default: design.n_tasks / design.n_repositories
+    stated_power: float | None = None  # the power the plan claims (checked by `tgsuite protocol power`)
     source: str = ""
 
 

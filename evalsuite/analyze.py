@@ -1,0 +1,306 @@
+"""The confirmatory analysis: (FrozenProtocol, run directories) → :class:`evalsuite.schema.AnalysisResult`.
+
+Refuses (``ProtocolError``) a plan whose hash differs from its frozen record, a run whose manifest names another
+protocol hash (or none), a run created before the freeze, and a run on another task set — unless a matching
+:class:`protocols.schema.Deviation` is recorded; every recorded deviation is copied into the result.
+Decision: SHIP / NO_SHIP by the intersection–union rule (``decide.py``); INCONCLUSIVE when coverage is below the
+plan's threshold, a criterion cannot be evaluated (degenerate data with no fallback, too few seeds or
+repositories for the estimand, the artifact seed missing).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from datetime import datetime
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+from protocols.deviations import covers, default_log_path, load_deviations
+from protocols.freeze import check, load_frozen, utc_now
+from protocols.load import ProtocolError
+from protocols.schema import CriterionSpec, Deviation, DeviationKind, FrozenProtocol, Protocol
+
+from evalsuite import describe, sensitivity
+from evalsuite.decide import CriterionOutcome, decide
+from evalsuite.noninferiority import paired_table, rd_ci_paired
+from evalsuite.outcomes import LoadedRun, OutcomeTable, build_outcome_table, load_run
+from evalsuite.power import power_ni_crossed
+from evalsuite.rates import StatsInputError, rd_ci
+from evalsuite.schema import (
+    AnalysisResult, CriterionResult, Decision, Exploratory, MissingCell, MissingData, PowerSummary, RunRef,
+    SensitivityResult, VarianceComponents, VarianceSplit,
+)  # fmt: skip
+from evalsuite.variance import EffectEstimate, crossed_effect, paired_clustered_diff, variance_components
+
+log = logging.getLogger(__name__)
+
+
+def _ts(s: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(s.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _require(devs: list[Deviation], kind: DeviationKind, run_id: str | None, what: str, frozen_path: str) -> None:
+    if covers(devs, kind, run_id):
+        return
+    rid = f" --run-id {run_id}" if run_id else ""
+    raise ProtocolError(
+        f"{what}. The confirmatory analysis refuses this unless you record a deviation: tgsuite protocol deviation "
+        f"--frozen {frozen_path} --kind {kind}{rid} --description '...' --justification '...'"
+    )
+
+
+def check_provenance(frozen: FrozenProtocol, runs: list[LoadedRun], devs: list[Deviation], *,
+                     plan: str | Path | Protocol | None = None, frozen_path: str = "FROZEN") -> None:  # fmt: skip
+    """Raise :class:`ProtocolError` for every provenance problem not covered by a recorded deviation."""
+    if plan is not None:
+        try:
+            check(frozen, plan)
+        except ProtocolError as exc:
+            _require(devs, "plan_changed", None, str(exc), frozen_path)
+    t_freeze = _ts(frozen.frozen_at)
+    for r in runs:
+        m = r.manifest
+        if m.protocol_hash != frozen.sha256:
+            named = m.protocol_hash[:12] + "…" if m.protocol_hash else "no protocol hash"
+            _require(devs, "protocol_hash_mismatch", m.run_id,
+                     f"run {m.run_id} ({r.path}) names {named}, the frozen plan is {frozen.sha256[:12]}…", frozen_path)  # fmt: skip
+        t_run = _ts(m.created_at)
+        if t_freeze is None or t_run is None or t_run < t_freeze:
+            _require(devs, "run_before_freeze", m.run_id,
+                     f"run {m.run_id} was created at {m.created_at!r}, before (or not comparable with) the freeze at "
+                     f"{frozen.frozen_at}", frozen_path)  # fmt: skip
+        if m.task_set_sha256 != frozen.protocol.task_set.sha256:
+            _require(devs, "task_set_changed", m.run_id,
+                     f"run {m.run_id} used task set {m.task_set_sha256[:12]}…, the plan pinned "
+                     f"{frozen.protocol.task_set.sha256[:12]}…", frozen_path)  # fmt: skip
+
+
+def _blank(endpoint: str, estimand: str, reason: str, a1: float) -> EffectEstimate:
+    nan = math.nan
+    return EffectEstimate(endpoint, estimand, nan, nan, nan, nan, nan, 0.05, nan, a1, nan, nan, nan, (0, 0), 0, 0,  # type: ignore[arg-type]
+                          "not estimable", True, (reason,))  # fmt: skip
+
+
+def _fallback(table: OutcomeTable, endpoint: str, c: CriterionSpec, proto: Protocol, e: EffectEstimate) -> EffectEstimate:
+    """Binomial fallback when the crossed/paired variance is 0 (STATS §8.2): Newcombe on pooled episodes, or Tango
+    on the artifact seeds' paired table when K = 1."""
+    ep = table.episodes
+    if proto.estimand == "artifact" and table.k == 1:
+        yt = table.cell_matrix(endpoint, "treatment")[[table.seeds[table.arms["treatment"]].index(proto.arm("treatment").artifact_seed)]][0]  # type: ignore[arg-type]
+        yc = table.cell_matrix(endpoint, "baseline")[[table.seeds[table.arms["baseline"]].index(proto.arm("baseline").artifact_seed)]][0]  # type: ignore[arg-type]
+        a, b, cc, d = paired_table(yt.astype(int), yc.astype(int))
+        lo, hi = rd_ci_paired(a, b, cc, d, method="tango")
+        low1 = rd_ci_paired(a, b, cc, d, method="tango", alpha=2 * c.alpha_one_sided)[0]
+        name = "tango score (paired), fallback"
+    else:
+        t, cb = ep.loc[ep["role"] == "treatment", endpoint], ep.loc[ep["role"] == "baseline", endpoint]
+        x1, n1, x2, n2 = int(t.sum()), len(t), int(cb.sum()), len(cb)
+        lo, hi = rd_ci(x1, n1, x2, n2, method="newcombe")
+        low1 = rd_ci(x1, n1, x2, n2, method="newcombe", alpha=2 * c.alpha_one_sided)[0]
+        name = "newcombe (episodes pooled), fallback"
+    note = f"primary variance was 0 ({'; '.join(e.notes)}); used {name} as preregistered"
+    return EffectEstimate(endpoint, e.estimand, e.estimate, math.nan, math.nan, lo, hi, 0.05, low1,
+                          c.alpha_one_sided, 0.0, 0.0, 0.0, e.n_seeds, e.n_tasks, e.n_repos, name, False, (note,))  # fmt: skip
+
+
+def primary_estimate(table: OutcomeTable, c: CriterionSpec, proto: Protocol) -> EffectEstimate:
+    e_id, a1 = c.endpoint, c.alpha_one_sided
+    if not table.tasks:
+        return _blank(e_id, proto.estimand, "no task has results in every arm x seed", a1)
+    yt, yc, repo = table.cell_matrix(e_id, "treatment"), table.cell_matrix(e_id, "baseline"), table.repo_labels()
+    try:
+        if proto.estimand == "method":
+            est = crossed_effect(yt, yc, repo, alpha_one_sided=a1, df_rule=proto.decision.df_rule,
+                                 weighting=proto.weighting, endpoint=e_id)  # fmt: skip
+        else:
+            st, sc = proto.arm("treatment").artifact_seed, proto.arm("baseline").artifact_seed
+            seeds_t, seeds_c = table.seeds[table.arms["treatment"]], table.seeds[table.arms["baseline"]]
+            if st not in seeds_t or sc not in seeds_c:
+                return _blank(e_id, "artifact", f"artifact seeds {st}/{sc} not found (have {seeds_t}/{seeds_c})", a1)
+            est = paired_clustered_diff(yt[seeds_t.index(st)], yc[seeds_c.index(sc)], repo, alpha_one_sided=a1,
+                                        endpoint=e_id)  # fmt: skip
+    except StatsInputError as exc:
+        return _blank(e_id, proto.estimand, str(exc), a1)
+    if est.degenerate:
+        return _fallback(table, e_id, c, proto, est)
+    return est
+
+
+def _sensitivities(table: OutcomeTable, c: CriterionSpec, proto: Protocol, frozen: FrozenProtocol,
+                   primary: CriterionOutcome, idx: int, run_objs: list[LoadedRun]) -> list[SensitivityResult]:  # fmt: skip
+    names = list(proto.sensitivity)
+    if not names or not table.tasks:
+        return []
+    out: list[SensitivityResult] = []
+    e_id, pv = c.endpoint, primary.verdict
+    yt, yc, repo = table.cell_matrix(e_id, "treatment"), table.cell_matrix(e_id, "baseline"), table.repo_labels()
+    method_level = proto.estimand == "method" and min(yt.shape[0], yc.shape[0]) >= 2 and np.unique(repo).size >= 2
+    seedless = {"hierarchical_bootstrap", "per_seed_pairs", "conservative_df", "repo_weighted", "leave_one_repo_out"}
+    for n in names:
+        if n in seedless and not method_level:
+            out.append(SensitivityResult(name=n, method=n, status="skipped",
+                                         note="needs the method estimand with >= 2 seeds per arm and >= 2 repositories"))  # fmt: skip
+    if method_level and "hierarchical_bootstrap" in names:
+        rng = np.random.default_rng([proto.analysis_seed, idx])
+        out.append(sensitivity.s1_bootstrap(yt, yc, repo, c, pv, n_resamples=proto.bootstrap_resamples, rng=rng,
+                                            weighting=proto.weighting))  # fmt: skip
+    if "gee" in names:
+        out.append(sensitivity.s2_gee(table.episodes, e_id, c, pv))
+    if "bayes_mixed" in names:
+        out.append(sensitivity.s3_bayes(table.episodes, e_id, c, pv))
+    if method_level and "per_seed_pairs" in names:
+        out.append(sensitivity.s4_seed_pairs(yt, yc, repo, c))
+    if method_level:
+        out += sensitivity.s5_variants(yt, yc, repo, c, pv, names, e_id)
+    if "infra_as_failure" in names:
+        out.append(_s6(table, c, proto, pv, run_objs))
+    return out
+
+
+def _s6(table: OutcomeTable, c: CriterionSpec, proto: Protocol, pv: str, runs: list[LoadedRun]) -> SensitivityResult:
+    other = "count_as_failure" if proto.missing_data.infra == "exclude" else "exclude"
+    n_infra = table.infra_excluded + table.infra_counted
+    if n_infra == 0:
+        return SensitivityResult(name="infra_as_failure", method=f"infra rule '{other}'", status="skipped",
+                                 note="no infra failures on final attempts: identical to the primary analysis")  # fmt: skip
+    alt = build_outcome_table(proto, runs, infra=other)
+    e = primary_estimate(alt, c, proto)
+    res = sensitivity.from_estimate("infra_as_failure", e, c, pv)  # type: ignore[arg-type]
+    return res.model_copy(update={"method": f"{e.method}; infra failures: {other} ({n_infra} episodes)"})
+
+
+def _criterion_result(c: CriterionSpec, e: EffectEstimate, o: CriterionOutcome, holm: float | None, claimed: bool,
+                      table: OutcomeTable, sens: list[SensitivityResult], proto: Protocol) -> CriterionResult:  # fmt: skip
+    def fin(x: float) -> float | None:
+        return float(x) if x is not None and math.isfinite(x) else None
+
+    split = None
+    if math.isfinite(e.var_total) and e.var_total > 0:
+        split = VarianceSplit(
+            var_total=e.var_total, var_training_seeds=e.var_training_seeds, var_task_given_ckpts=e.var_task_given_ckpts,
+            se_total=math.sqrt(e.var_total), se_training_seeds=math.sqrt(e.var_training_seeds),
+            se_task_given_ckpts=math.sqrt(e.var_task_given_ckpts), share_training_seeds=e.var_training_seeds / e.var_total,
+            share_task=e.var_task_given_ckpts / e.var_total,
+        )  # fmt: skip
+    comps = []
+    for role in ("treatment", "baseline"):
+        y = table.cell_matrix(c.endpoint, role) if table.tasks else np.empty((0, 0))  # type: ignore[arg-type]
+        if y.shape[0] >= 2 and y.shape[1] >= 2:
+            vc = variance_components(y)
+            comps.append(VarianceComponents(arm=table.arms[role], seed=vc.seed, task=vc.task, resid=vc.resid,
+                                            icc_seed=fin(vc.icc_seed)))  # fmt: skip
+    verdicts = [s.agrees_with_primary for s in sens if s.agrees_with_primary is not None]
+    return CriterionResult(
+        endpoint=c.endpoint, kind=c.kind, estimand=proto.estimand, method=e.method, estimate=fin(e.estimate),
+        se=fin(e.se), df=fin(e.df), ci_low=fin(e.ci_low), ci_high=fin(e.ci_high), alpha_one_sided=c.alpha_one_sided,
+        lower_one_sided=fin(e.lower_one_sided), threshold=c.threshold, margin=c.margin, bar=c.bar, verdict=o.verdict,
+        p_value=fin(o.p_value), holm_p=holm, claimed=claimed, variance=split, variance_components=comps,
+        degenerate=e.degenerate, fallback_used=e.method if "fallback" in e.method else None,
+        n_seeds_treatment=e.n_seeds[0], n_seeds_baseline=e.n_seeds[1], n_tasks=e.n_tasks, n_repos=e.n_repos,
+        k_episodes=table.k, sensitivity=sens, sensitivity_agree=all(verdicts) if verdicts else None,
+        notes=[*e.notes, o.reason],
+    )  # fmt: skip
+
+
+def _missing(table: OutcomeTable, proto: Protocol) -> MissingData:
+    cov = table.coverage
+    rule = (f"infra failures on the final attempt (after up to {proto.missing_data.max_retries} retries): "
+            f"{proto.missing_data.infra}; missing cells: {proto.missing_data.missing_cell}")  # fmt: skip
+    per_arm = {}
+    for role, arm in table.arms.items():
+        n_exp = max(len(table.seeds[arm]), proto.design.seeds_per_arm) * table.n_expected_tasks * table.k
+        per_arm[arm] = table.observed(arm) / n_exp if n_exp else 0.0
+    return MissingData(
+        rule=rule, expected_cells=table.expected_episodes, observed_cells=table.observed(), coverage=cov,
+        coverage_threshold=proto.coverage_threshold, coverage_ok=cov >= proto.coverage_threshold,
+        infra_excluded=table.infra_excluded, infra_counted_as_failure=table.infra_counted,
+        invalid_instances_excluded=len(table.invalid_instances), superseded_attempts=table.superseded,
+        missing=[MissingCell(arm=a, seed=s, instance_id=t, reason=r) for a, s, t, r in table.missing_cells],  # type: ignore[arg-type]
+        per_arm_coverage=per_arm,
+    )  # fmt: skip
+
+
+def power_summaries(proto: Protocol) -> list[PowerSummary]:
+    """Analytic power of each criterion under the plan's stated assumptions (method estimand only)."""
+    pa = proto.power
+    if pa is None or proto.estimand != "method":
+        return []
+    d = proto.design
+    out = []
+    for c in proto.ordered_criteria():
+        delta1 = pa.expected_differences.get(c.endpoint, pa.true_difference)
+        r = power_ni_crossed(
+            margin=-c.bar, true_difference=delta1, seeds_treatment=d.seeds_per_arm, seeds_baseline=d.seeds_per_arm,
+            n_tasks=d.n_tasks, tasks_per_repo=pa.tasks_per_repo or d.n_tasks / d.n_repositories,
+            sigma_seed=pa.sigma_seed, tau=pa.tau, icc_repo=pa.icc_repo, sigma_e2=pa.sigma_e2 / d.episodes_per_task,
+            alpha=c.alpha_one_sided,
+        )  # fmt: skip
+        out.append(PowerSummary(endpoint=c.endpoint, kind=c.kind, power=r.power, se=r.se, df=r.df,
+                                seeds_per_arm=d.seeds_per_arm, n_tasks=d.n_tasks))  # fmt: skip
+    return out
+
+
+def _software() -> dict[str, str]:
+    out = {}
+    for name in ("tgsuite", "numpy", "scipy", "statsmodels", "pandas", "pydantic"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def analyze(
+    frozen: FrozenProtocol | str | Path,
+    run_dirs: list[str | Path],
+    *,
+    plan: str | Path | Protocol | None = None,
+    deviations: list[Deviation] | None = None,
+    deviations_path: str | Path | None = None,
+    exploratory: Exploratory | None = None,
+    now: str | None = None,
+) -> AnalysisResult:
+    """Run the preregistered analysis. ``frozen`` is a record or its path; deviations are read from
+    ``deviations_path`` (default: next to the frozen record) plus ``deviations``."""
+    frozen_path = str(frozen) if not isinstance(frozen, FrozenProtocol) else "FROZEN.json"
+    record = frozen if isinstance(frozen, FrozenProtocol) else load_frozen(frozen)
+    devs = list(deviations or [])
+    dpath = deviations_path or (default_log_path(frozen) if not isinstance(frozen, FrozenProtocol) else None)
+    if dpath is not None:
+        devs = load_deviations(dpath, protocol_hash=record.sha256) + devs
+    proto = record.protocol
+    runs = [load_run(r) for r in run_dirs]
+    check_provenance(record, runs, devs, plan=plan, frozen_path=frozen_path)
+    table = build_outcome_table(proto, runs)
+    criteria = proto.ordered_criteria()
+    ests = [primary_estimate(table, c, proto) for c in criteria]
+    dec = decide(ests, criteria, claims=proto.decision.claims)
+    results = []
+    for i, (c, e, o) in enumerate(zip(criteria, ests, dec.per_criterion, strict=True)):
+        sens = _sensitivities(table, c, proto, record, o, i, runs)
+        results.append(_criterion_result(c, e, o, dec.holm_p[i], c.endpoint in dec.claims, table, sens, proto))
+    missing = _missing(table, proto)
+    verdict, reasons = dec.verdict, list(dec.reasons)
+    if not missing.coverage_ok:
+        verdict = "INCONCLUSIVE"
+        reasons.insert(0, f"coverage {missing.coverage:.3f} is below the preregistered {proto.coverage_threshold:.3f}")
+    secondary_ids = [e.id for e in proto.endpoints if e.role == "secondary"]
+    return AnalysisResult(
+        plan_name=proto.name, plan_version=proto.version, protocol_hash=record.sha256, frozen_at=record.frozen_at,
+        estimand=proto.estimand, created_at=now or utc_now(), analysis_seed=proto.analysis_seed, arms=table.arms,
+        decision=Decision(verdict=verdict, reasons=reasons, claims_procedure=proto.decision.claims,
+                          claims=list(dec.claims)),
+        criteria=results, arm_summaries=describe.arm_summaries(table),
+        secondary=describe.secondary(table, secondary_ids) if table.tasks else [],
+        breakdowns=describe.breakdowns(table), missing_data=missing, deviations=devs,
+        runs=[RunRef(run_id=r.manifest.run_id, path=str(r.path), created_at=r.manifest.created_at,
+                     protocol_hash=r.manifest.protocol_hash, task_set_sha256=r.manifest.task_set_sha256,
+                     git_commit=r.manifest.git_commit, n_episodes=len(r.results)) for r in runs],
+        run_ids=[r.manifest.run_id for r in runs], power=power_summaries(proto),
+        exploratory=exploratory or Exploratory(), software=_software(), warnings=table.warnings,
+    )  # fmt: skip

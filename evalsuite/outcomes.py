@@ -1,0 +1,300 @@
+"""Outcome tables from run directories (ARCHITECTURE §4 'Run directory'; STATS §8.1).
+
+How a run encodes "arm × training seed" (decided here; the runner and the pipeline follow it):
+1. preferred: the runner's arm name is ``<arm>@s<train_seed>``, e.g. ``tg@s0``, ``grpo@s3`` — one run can then hold
+   every arm and seed;
+2. otherwise the arm name is the plain protocol arm name (``tg``) and the run's manifest has an ``ArmSpec`` of that
+   name with ``train_seed`` set — typically one run per training seed.
+Anything else is an error naming the run and the fix. ``EpisodeResult.seed`` is the *episode* (sampling) seed:
+the K episodes of a (arm, training seed, task) cell have distinct episode seeds.
+
+Rules applied (and counted, never silently): the highest ``attempt`` per (run, instance, arm, episode seed) wins;
+instances marked ``invalid_instance`` are dropped from every arm; an infra failure on the final attempt is excluded
+(``infra = "exclude"``) or scored as a failure on every endpoint (``"count_as_failure"``); a (arm, seed, task) cell
+with no scored episode is "missing". Expected cells are preregistered seeds × the manifests' instances × K.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+from harness.schema import EpisodeResult, RunManifest
+from pydantic import ValidationError
+from protocols.schema import Protocol
+
+from evalsuite.rates import StatsInputError
+
+log = logging.getLogger(__name__)
+
+_ARM_SEED = re.compile(r"^(?P<arm>[A-Za-z0-9_.\-]+)@s(?P<seed>\d+)$")
+BOOL_COLS = ("behaviour_ok", "code_ok", "joint_ok")
+FLOAT_COLS = ("tool_call_validity", "steps", "hallucinations")
+STR_COLS = ("arm", "role", "instance_id", "repo", "difficulty", "template_tier")
+INT_COLS = ("train_seed", "episode_seed")
+
+
+class EvalDataError(StatsInputError):
+    """The run data do not fit the plan (unbalanced, missing arm, bad field). The message names the fix."""
+
+
+@dataclass(frozen=True)
+class LoadedRun:
+    path: Path
+    manifest: RunManifest
+    results: list[EpisodeResult]
+    superseded: int
+
+
+def load_run(run_dir: str | Path) -> LoadedRun:
+    """Read ``manifest.json`` and every ``episodes/**/result.json``; keep the highest attempt per episode."""
+    root = Path(run_dir)
+    mpath = root / "manifest.json"
+    if not mpath.is_file():
+        raise EvalDataError(f"{root}: no manifest.json; is this a run directory written by `tgsuite eval`?")
+    try:
+        manifest = RunManifest.model_validate_json(mpath.read_text(encoding="utf-8"))
+    except ValidationError as exc:
+        raise EvalDataError(f"{mpath}: not a valid RunManifest: {exc.errors()[0]}") from None
+    best: dict[tuple[str, str, int], EpisodeResult] = {}
+    n_files = 0
+    for rpath in sorted((root / "episodes").glob("**/result.json")):
+        n_files += 1
+        try:
+            res = EpisodeResult.model_validate_json(rpath.read_text(encoding="utf-8"))
+        except ValidationError as exc:
+            raise EvalDataError(f"{rpath}: not a valid EpisodeResult: {exc.errors()[0]}") from None
+        key = (res.instance_id, res.arm, res.seed)
+        if key not in best or res.attempt > best[key].attempt:
+            best[key] = res
+    return LoadedRun(root, manifest, list(best.values()), n_files - len(best))
+
+
+def parse_arm(arm: str, manifest: RunManifest, protocol_arms: set[str]) -> tuple[str, int]:
+    """Map a runner arm name to (protocol arm, training seed) by the rules in the module docstring."""
+    m = _ARM_SEED.match(arm)
+    if m:
+        return m["arm"], int(m["seed"])
+    spec = next((a for a in manifest.arms if a.name == arm), None)
+    if spec is not None and spec.train_seed is not None:
+        return arm, int(spec.train_seed)
+    raise EvalDataError(
+        f"run {manifest.run_id}: arm {arm!r} carries no training seed; name runner arms '<arm>@s<seed>' (e.g. "
+        f"'{arm}@s0') or set ArmSpec.train_seed in the manifest. Protocol arms: {sorted(protocol_arms)}"
+    )
+
+
+def _row(res: EpisodeResult, arm: str, role: str, train_seed: int, infra: str) -> dict[str, object] | None:
+    as_failure = res.failure_class == "infra" and infra == "count_as_failure"
+    if not res.scored and not as_failure:
+        return None
+    m = res.metrics
+    return {
+        "run_id": res.run_id, "arm": arm, "role": role, "train_seed": train_seed, "instance_id": res.instance_id,
+        "repo": res.cluster or res.repo, "episode_seed": res.seed, "status": res.status,
+        "counted_as_failure": as_failure, "behaviour_ok": res.behaviour_ok and not as_failure,
+        "code_ok": res.resolved and not as_failure, "joint_ok": res.joint_ok and not as_failure,
+        "tool_call_validity": np.nan if m.tool_call_validity is None or as_failure else float(m.tool_call_validity),
+        "steps": np.nan if as_failure else float(m.steps),
+        "hallucinations": np.nan if as_failure else float(m.hallucinations),
+        "difficulty": res.difficulty, "template_tier": res.template_tier, "feedback_kind": res.feedback_kind or "",
+    }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class OutcomeTable:
+    """Scored episodes of the two protocol arms plus everything needed to report coverage honestly."""
+
+    episodes: pd.DataFrame
+    arms: dict[str, str]  # role -> arm name
+    seeds: dict[str, list[int]]  # arm -> training seeds found
+    tasks: list[str]  # analysis tasks (complete in every arm × seed), sorted
+    repo_of: dict[str, str]
+    k: int
+    expected_episodes: int
+    n_expected_tasks: int = 0
+    infra_excluded: int = 0
+    infra_counted: int = 0
+    invalid_instances: list[str] = field(default_factory=list)
+    superseded: int = 0
+    missing_cells: list[tuple[str, int, str, str]] = field(default_factory=list)  # arm, seed, task, reason
+    runs: list[LoadedRun] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def coverage(self) -> float:
+        observed = int((self.episodes["status"] != "missing").sum())
+        return observed / self.expected_episodes if self.expected_episodes else 0.0
+
+    def observed(self, arm: str | None = None) -> int:
+        ep = self.episodes if arm is None else self.episodes[self.episodes["arm"] == arm]
+        return int((ep["status"] != "missing").sum())
+
+    def repo_labels(self) -> np.ndarray:
+        return np.array([self.repo_of[t] for t in self.tasks])
+
+    def cell_matrix(self, endpoint: str, role: Literal["treatment", "baseline"]) -> np.ndarray:
+        """(seeds × tasks) cell means of ``endpoint`` for one arm over the analysis tasks."""
+        return cell_matrix(self.episodes, endpoint, self.arms[role], self.seeds[self.arms[role]], self.tasks)
+
+
+def validate_episode_frame(df: pd.DataFrame) -> None:
+    """Check columns and types of an episode table; raise :class:`EvalDataError` naming the column and fix."""
+    if not isinstance(df, pd.DataFrame):
+        raise EvalDataError(f"expected a pandas DataFrame of episodes, got {type(df).__name__}")
+    need = (*STR_COLS, *INT_COLS, *BOOL_COLS)
+    missing = [c for c in need if c not in df.columns]
+    if missing:
+        raise EvalDataError(f"episode table lacks columns {missing}; build it with evalsuite.outcomes.build_outcome_table")
+    for c in BOOL_COLS:
+        if df[c].dtype != bool:
+            raise EvalDataError(f"episode table column {c!r} must be bool, got {df[c].dtype}; map outcomes to True/False")
+    for c in INT_COLS:
+        if not pd.api.types.is_integer_dtype(df[c]):
+            raise EvalDataError(f"episode table column {c!r} must be integer, got {df[c].dtype}")
+    bad = df["joint_ok"] != (df["behaviour_ok"] & df["code_ok"])
+    if bad.any():
+        raise EvalDataError(f"episode table: joint_ok != behaviour_ok & code_ok in {int(bad.sum())} rows")
+
+
+def cell_matrix(df: pd.DataFrame, endpoint: str, arm: str, seeds: list[int], tasks: list[str]) -> np.ndarray:
+    sub = df[df["arm"] == arm]
+    if sub.empty:
+        raise EvalDataError(f"arm {arm!r} has no scored episodes; check the runner's arm names")
+    cells = sub.groupby(["train_seed", "instance_id"])[endpoint].mean().unstack("instance_id")
+    cells = cells.reindex(index=seeds, columns=tasks)
+    return cells.to_numpy(dtype=float)
+
+
+def _collect_rows(
+    runs: list[LoadedRun], protocol: Protocol, infra: str
+) -> tuple[list[dict[str, object]], set[str], int, int, list[str]]:
+    roles = {a.name: a.role for a in protocol.arms}
+    rows: list[dict[str, object]] = []
+    invalid: set[str] = set()
+    n_infra_ex = n_infra_ct = 0
+    foreign: set[str] = set()
+    for run in runs:
+        for res in run.results:
+            arm, seed = parse_arm(res.arm, run.manifest, set(roles))
+            if arm not in roles:
+                foreign.add(arm)
+                continue
+            if res.failure_class == "invalid_instance":
+                invalid.add(res.instance_id)
+                continue
+            row = _row(res, arm, roles[arm], seed, infra)
+            if res.failure_class == "infra":
+                n_infra_ct += row is not None
+                n_infra_ex += row is None
+            if row is not None:
+                rows.append(row)
+    warn = [f"runs contain arms {sorted(foreign)} that are not in the plan; they are ignored"] if foreign else []
+    return rows, invalid, n_infra_ex, n_infra_ct, warn
+
+
+def _expected_tasks(runs: list[LoadedRun], protocol: Protocol) -> tuple[list[str], list[str]]:
+    shas = {r.manifest.task_set_sha256 for r in runs}
+    if len(shas) > 1:
+        raise EvalDataError(
+            f"runs use different task sets {sorted(s[:12] for s in shas)}; analyse runs of one held-out set together"
+        )
+    tasks = sorted({i for r in runs for i in r.manifest.instance_ids})
+    warnings = []
+    if len(tasks) != protocol.design.n_tasks:
+        warnings.append(f"the runs list {len(tasks)} instances, the plan preregistered n_tasks={protocol.design.n_tasks}")
+    return tasks, warnings
+
+
+def build_outcome_table(
+    protocol: Protocol, run_dirs: list[str | Path] | list[LoadedRun], *, infra: str | None = None
+) -> OutcomeTable:
+    """Load runs and build the validated outcome table under the plan's missing-data rule (or ``infra``)."""
+    if not run_dirs:
+        raise EvalDataError("no run directories given; pass --runs DIR (one or more `tgsuite eval` outputs)")
+    runs = [r if isinstance(r, LoadedRun) else load_run(r) for r in run_dirs]
+    infra_rule = infra or protocol.missing_data.infra
+    rows, invalid, n_ex, n_ct, warnings = _collect_rows(runs, protocol, infra_rule)
+    all_tasks, w2 = _expected_tasks(runs, protocol)
+    warnings += w2
+    df = pd.DataFrame(rows, columns=list(_row_columns()))
+    df = df.astype({c: bool for c in (*BOOL_COLS, "counted_as_failure")}).astype({c: "int64" for c in INT_COLS})
+    df = df[~df["instance_id"].isin(invalid)].reset_index(drop=True)
+    expected_tasks = [t for t in all_tasks if t not in invalid]
+    arms = {"treatment": protocol.arm("treatment").name, "baseline": protocol.arm("baseline").name}
+    k = protocol.design.episodes_per_task
+    seeds: dict[str, list[int]] = {}
+    for role, name in arms.items():
+        found = sorted(df.loc[df["arm"] == name, "train_seed"].unique().tolist())
+        if not found:
+            raise EvalDataError(
+                f"the {role} arm {name!r} has no scored episodes in the runs; check the runner's arm names "
+                f"('{name}@s<seed>') and that the runs finished"
+            )
+        if len(found) != protocol.design.seeds_per_arm:
+            warnings.append(
+                f"arm {name}: found training seeds {found}, the plan preregistered {protocol.design.seeds_per_arm}"
+            )
+        seeds[name] = [int(s) for s in found]
+    counts = df.groupby(["arm", "train_seed", "instance_id"]).size()
+    over = counts[counts > k]
+    if len(over):
+        raise EvalDataError(
+            f"{len(over)} cells have more than K={k} scored episodes (e.g. {over.index[0]}); the plan says "
+            f"episodes_per_task = {k}: remove duplicate runs or fix design.episodes_per_task"
+        )
+    missing: list[tuple[str, int, str, str]] = []
+    for name in arms.values():
+        for s in seeds[name]:
+            for t in expected_tasks:
+                if (name, s, t) not in counts.index:
+                    missing.append((name, s, t, "no_result"))
+    missing_tasks = {t for _, _, t, _ in missing}
+    fill_zero = protocol.missing_data.missing_cell == "count_as_failure"
+    if fill_zero and missing:
+        df = _fill_missing_as_failure(df, missing, arms, protocol)
+        missing_tasks = set()
+    n_seed_slots = sum(max(len(v), protocol.design.seeds_per_arm) for v in seeds.values())
+    expected = n_seed_slots * len(expected_tasks) * k
+    repo_of = dict(zip(df["instance_id"], df["repo"], strict=False))
+    tasks = [t for t in expected_tasks if t not in missing_tasks and t in repo_of]
+    df = df[df["instance_id"].isin(tasks)].reset_index(drop=True)
+    if missing_tasks and not fill_zero:
+        warnings.append(f"{len(missing_tasks)} task(s) lack a result in some arm x seed and were dropped from all arms")
+    return OutcomeTable(
+        episodes=df, arms=arms, seeds=seeds, tasks=tasks, repo_of={t: repo_of[t] for t in tasks}, k=k,
+        expected_episodes=expected, n_expected_tasks=len(expected_tasks), infra_excluded=n_ex, infra_counted=n_ct, invalid_instances=sorted(invalid),
+        superseded=sum(r.superseded for r in runs), missing_cells=missing, runs=runs, warnings=warnings,
+    )  # fmt: skip
+
+
+def _row_columns() -> tuple[str, ...]:
+    return (
+        "run_id", "arm", "role", "train_seed", "instance_id", "repo", "episode_seed", "status", "counted_as_failure",
+        *BOOL_COLS, *FLOAT_COLS, "difficulty", "template_tier", "feedback_kind",
+    )  # fmt: skip
+
+
+def _fill_missing_as_failure(
+    df: pd.DataFrame, missing: list[tuple[str, int, str, str]], arms: dict[str, str], protocol: Protocol
+) -> pd.DataFrame:
+    role_of = {v: k for k, v in arms.items()}
+    meta = df.drop_duplicates("instance_id").set_index("instance_id")
+    rows = []
+    for arm, seed, task, _ in missing:
+        if task not in meta.index:
+            continue
+        info = meta.loc[task]
+        rows.append({
+            "run_id": "", "arm": arm, "role": role_of[arm], "train_seed": seed, "instance_id": task,
+            "repo": info["repo"], "episode_seed": -1, "status": "missing", "counted_as_failure": True,
+            "behaviour_ok": False, "code_ok": False, "joint_ok": False, "tool_call_validity": np.nan,
+            "steps": np.nan, "hallucinations": np.nan, "difficulty": info["difficulty"],
+            "template_tier": info["template_tier"], "feedback_kind": "",
+        })  # fmt: skip
+    return pd.concat([df, pd.DataFrame(rows, columns=df.columns)], ignore_index=True) if rows else df

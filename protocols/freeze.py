@@ -1,0 +1,148 @@
+"""Freeze a plan: sha256 of its canonical JSON, UTC time, git commit and dirty flag (STATS §5 'Locking').
+
+The canonical JSON is ``Protocol.model_dump(mode="json")`` serialised with sorted keys, no whitespace and
+``ensure_ascii=False``, UTF-8 encoded; comments and key order in the TOML therefore do not change the hash,
+while any value change does. The frozen record is a JSON file (``FrozenProtocol``). ``check`` refuses a plan
+whose hash differs from its record. External timestamping (OSF, RFC 3161) is out of scope: commit and tag the
+record before training, as STATS §5 describes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from protocols.load import ProtocolError, format_validation_error, load_plan
+from protocols.schema import FrozenProtocol, GitState, Protocol
+
+_PKGS = ("tgsuite", "numpy", "scipy", "statsmodels", "pandas", "pydantic")
+
+
+def canonical_json(protocol: Protocol) -> str:
+    return json.dumps(protocol.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def protocol_hash(protocol: Protocol) -> str:
+    return hashlib.sha256(canonical_json(protocol).encode("utf-8")).hexdigest()
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def git_state(cwd: str | Path | None = None) -> GitState:
+    """Commit and dirty flag of the git checkout at ``cwd`` (None/None outside git)."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, capture_output=True, text=True,
+            check=True, timeout=10,
+        ).stdout.strip() != ""  # fmt: skip
+        return GitState(commit=commit, dirty=dirty)
+    except (OSError, subprocess.SubprocessError):
+        return GitState()
+
+
+def _versions() -> dict[str, str]:
+    out = {}
+    for name in _PKGS:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def with_task_set(protocol: Protocol, *, name: str, sha256: str) -> Protocol:
+    """A copy of ``protocol`` pinned to the task set ``name``/``sha256`` (for pipelines that build the set first)."""
+    data = protocol.model_dump(mode="json")
+    data["task_set"] = {**data["task_set"], "name": name, "sha256": sha256}
+    return Protocol.model_validate(data)
+
+
+def freeze_plan(
+    plan: str | Path | Protocol, *, out: str | Path | None = None, now: str | None = None, overwrite: bool = False
+) -> FrozenProtocol:
+    """Freeze a plan (path or :class:`Protocol`); write the record to ``out`` if given. Returns the record.
+
+    Refuses to overwrite an existing record with a *different* hash unless ``overwrite`` (re-freezing a changed
+    plan is a deviation and must be visible).
+    """
+    source_path, source_sha = None, None
+    if isinstance(plan, Protocol):
+        proto = plan
+    else:
+        proto = load_plan(plan)
+        source_path = str(Path(plan))
+        source_sha = hashlib.sha256(Path(plan).read_bytes()).hexdigest()
+    if not _HEX64.match(proto.task_set.sha256):
+        raise ProtocolError(
+            f"plan {proto.name}: task_set.sha256 = {proto.task_set.sha256!r} is not a 64-hex sha256; pin the held-out "
+            "task set first (its sha256 is printed by `tgsuite tasks validate DIR`) — a plan cannot be frozen unpinned"
+        )
+    record = FrozenProtocol(
+        protocol=proto, sha256=protocol_hash(proto), frozen_at=now or utc_now(),
+        git=git_state(Path(source_path).parent if source_path else None), source_path=source_path,
+        source_sha256=source_sha, packages=_versions(),
+    )  # fmt: skip
+    if out is not None:
+        out = Path(out)
+        if out.exists() and not overwrite:
+            old = load_frozen(out)
+            if old.sha256 != record.sha256:
+                raise ProtocolError(
+                    f"{out}: already holds a frozen plan with hash {old.sha256[:12]}…, the plan now hashes to "
+                    f"{record.sha256[:12]}…; record a deviation (tgsuite protocol deviation) and write the new record "
+                    "to a new file, or pass --overwrite if nothing has been run yet"
+                )
+            return old
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(out.suffix + ".tmp")
+        tmp.write_text(record.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        tmp.replace(out)
+    return record
+
+
+def load_frozen(path: str | Path) -> FrozenProtocol:
+    """Read a frozen record and verify that its plan still hashes to the recorded sha256."""
+    p = Path(path)
+    if not p.is_file():
+        raise ProtocolError(f"{p}: frozen record not found; create it with `tgsuite protocol freeze PLAN.toml --out {p}`")
+    try:
+        record = FrozenProtocol.model_validate_json(p.read_text(encoding="utf-8"))
+    except ValidationError as exc:
+        raise ProtocolError(format_validation_error(exc, str(p))) from None
+    actual = protocol_hash(record.protocol)
+    if actual != record.sha256:
+        raise ProtocolError(
+            f"{p}: the plan inside the record hashes to {actual[:12]}…, the record says {record.sha256[:12]}…; the "
+            "record was edited after freezing. Restore it from git, or freeze the new plan and record a deviation"
+        )
+    return record
+
+
+def check(frozen: str | Path | FrozenProtocol, plan: str | Path | Protocol | None = None) -> FrozenProtocol:
+    """Verify a frozen record (and, if given, that ``plan`` still hashes to it). Raises :class:`ProtocolError`."""
+    record = frozen if isinstance(frozen, FrozenProtocol) else load_frozen(frozen)
+    if plan is not None:
+        proto = plan if isinstance(plan, Protocol) else load_plan(plan)
+        h = protocol_hash(proto)
+        if h != record.sha256:
+            raise ProtocolError(
+                f"plan {plan if not isinstance(plan, Protocol) else proto.name} hashes to {h[:12]}… but the frozen "
+                f"record has {record.sha256[:12]}…: the plan changed after freezing. Revert the plan, or record a "
+                "'plan_changed' deviation with `tgsuite protocol deviation`"
+            )
+    return record
