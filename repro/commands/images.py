@@ -85,3 +85,23 @@ def _show(args: argparse.Namespace) -> int:
         for name, version in sorted(info["packages"].items()):
             print(f"  {name} {version}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone entry (``python -m repro.commands.images build``), used by scripts/setup.sh."""
+    import logging
+    import sys
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    parser = argparse.ArgumentParser(prog="tgsuite")
+    register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["images", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        return int(args.func(args) or 0)
+    except CLIError as exc:
+        print(f"tgsuite images: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
