@@ -98,7 +98,7 @@ def breakdowns_section(a: AnalysisResult) -> Section:
     if not tables:
         return Section(id="breakdowns", title="Breakdowns", available=False,
                        absent="No breakdown per repository, difficulty or template tier was computed in this analysis.")
-    return Section(id="breakdowns", title="Breakdowns (exploratory)", tables=tables, items=missing,
+    return Section(id="breakdowns", title="Breakdowns (exploratory)", tables=tables, notes=missing,
                    intro="Not part of the decision. Many groups are shown, so some will look different by chance.")
 
 

@@ -64,6 +64,7 @@ def _to_svg(fig: plt.Figure, prefix: str) -> str:
     plt.close(fig)
     text = buf.getvalue()
     text = text[text.index("<svg") :]
+    text = re.sub(r"\s*<metadata>.*?</metadata>", "", text, flags=re.S)  # RDF boilerplate only
     # Make every id unique to this figure so several inline SVGs never collide.
     text = re.sub(r'id="([^"]+)"', lambda m: f'id="{prefix}-{m.group(1)}"', text)
     text = re.sub(r"url\(#([^)]+)\)", lambda m: f"url(#{prefix}-{m.group(1)})", text)

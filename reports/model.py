@@ -47,7 +47,7 @@ class Section(_View):
     absent: str = ""
     tables: list[Table] = Field(default_factory=list)
     figures: list[Figure] = Field(default_factory=list)
-    items: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
 
 

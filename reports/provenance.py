@@ -90,7 +90,7 @@ def prereg_section(a: AnalysisResult, protocol: FrozenProtocol | None, manifests
                                                  "preregistered", "done", "effect on results", "run"], rows=dev_rows,
                         caption=f"Deviations from the frozen plan: {len(a.deviations)} recorded.",
                         note="" if dev_rows else "No deviations recorded."))
-    return Section(id="prereg", title="Preregistration", tables=tables, items=items,
+    return Section(id="prereg", title="Preregistration", tables=tables, notes=items,
                    warnings=hash_warnings(a, protocol, manifests))
 
 
@@ -123,4 +123,4 @@ def provenance_section(a: AnalysisResult, manifests: Sequence[RunManifest]) -> S
     if not manifests:
         items.append("No run manifest was readable (run directories not given or not found), so git state, "
                      "packages, images and hardware of the evaluation runs are not shown.")
-    return Section(id="provenance", title="Provenance", tables=tables, items=items)
+    return Section(id="provenance", title="Provenance", tables=tables, notes=items)

@@ -101,7 +101,7 @@ def noisy_section(a: AnalysisResult) -> Section:
     if trends:
         tables.append(Table(id="noisy-trends", header=["arm", "endpoint", "trend test", "statistic", "p", "slope"],
                             rows=trends))
-    return Section(id="noisy", title="Noisy feedback (exploratory)", figures=figs, tables=tables, items=list(nf.notes))
+    return Section(id="noisy", title="Noisy feedback (exploratory)", figures=figs, tables=tables, notes=list(nf.notes))
 
 
 def equal_compute_section(a: AnalysisResult) -> Section:
@@ -125,7 +125,7 @@ def equal_compute_section(a: AnalysisResult) -> Section:
         tables.append(Table(id="compute-matched", header=["endpoint", "axis", "budget", "treatment", "baseline", "Δ",
                                                           "CI", "method", "note"], rows=cmp,
                             caption="Arms compared at the same compute budget."))
-    return Section(id="compute", title="Equal compute (exploratory)", tables=tables, items=list(ec.notes))
+    return Section(id="compute", title="Equal compute (exploratory)", tables=tables, notes=list(ec.notes))
 
 
 def can_do_section(a: AnalysisResult) -> Section:
@@ -138,7 +138,7 @@ def can_do_section(a: AnalysisResult) -> Section:
             for cd in cds for ch in cd.changes]
     notes = [n for cd in cds for n in cd.notes]
     return Section(
-        id="cando", title="Can do vs does do (exploratory)", items=notes,
+        id="cando", title="Can do vs does do (exploratory)", notes=notes,
         intro="The same held-out states answered with the plain prompt and with a corrective prompt. A large gain "
         "from the corrective prompt means the model can do the behaviour but does not do it unprompted.",
         tables=[Table(id="cando-table", header=["arm", "states", "endpoint", "both / corrective only / plain only / "

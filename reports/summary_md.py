@@ -27,7 +27,7 @@ def summary_markdown(s: ReportSummary, a: AnalysisResult) -> str:
         f"## {ICON[s.verdict]} {s.verdict}: {md_escape(s.plan_name)} (plan v{md_escape(s.plan_version)})",
         "",
         f"Protocol `{fmt.short_hash(s.protocol_hash, 16)}` · estimand {s.estimand} · treatment "
-        f"`{md_escape(s.arms.get('treatment', '?'))}` vs baseline `{md_escape(s.arms.get('baseline', '?'))}` · "
+        f"{md_escape(s.arms.get('treatment', '?'))} vs baseline {md_escape(s.arms.get('baseline', '?'))} · "
         f"coverage {fmt.pct(s.coverage)}{'' if s.coverage_ok else ' (below threshold)'} · "
         f"{s.n_deviations} deviation(s)",
         "",

@@ -1,0 +1,87 @@
+"""``tgsuite report``: render an analysis into a self-contained HTML report folder."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from repro.commands._common import CLIError
+
+EPILOG = """\
+worked example:
+  # 1. analyse the evaluation runs against the frozen plan (writes analysis.json)
+  tgsuite analyze --protocol plan.frozen.json --run-dir runs/eval1 --out analysis.json
+  # 2. render the report; the run directories named inside analysis.json are found automatically
+  tgsuite report --analysis analysis.json --protocol plan.frozen.json --out report/ \\
+      --training tg:0=runs/train-tg-s0 --training tg:1=runs/train-tg-s1 \\
+      --training grpo:0=runs/train-grpo-s0 --training grpo:1=runs/train-grpo-s1
+  # 3. open it (works from file://, needs no network)
+  xdg-open report/index.html
+
+what you get in --out:
+  index.html            the report: verdict banner, criteria, forest plot, 2x2 behaviour x code tables, variance
+                        split, sensitivity analyses, training curves, studies, preregistration, provenance, and a
+                        pageable table of every episode
+  trajectories/*.html   one page per episode (messages, tool calls, diff, grading log), for at most
+                        --max-trajectory-pages episodes (a stratified sample above that; the table says which)
+  summary.json          verdict and criteria for CI; summary.md the same as Markdown for a pull-request comment
+
+The report only formats what analysis.json holds; it never recomputes a statistic.
+"""
+
+
+def _training_arg(text: str) -> tuple[str, str, Path]:
+    m = re.fullmatch(r"([A-Za-z0-9_.\-]+):([0-9]+)=(.+)", text)
+    if not m:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected ARM:SEED=DIR, e.g. tg:0=runs/train-tg-s0 (DIR holds metrics.jsonl)"
+        )
+    return m.group(1), m.group(2), Path(m.group(3))
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "report", help="render analysis.json into a self-contained HTML report",
+        description="Render an analysis (from `tgsuite analyze`) into index.html, trajectory pages, summary.json "
+        "and summary.md.", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--analysis", required=True, type=Path, help="analysis.json written by `tgsuite analyze`")
+    p.add_argument("--out", required=True, type=Path, help="folder to write the report into (created if needed)")
+    p.add_argument("--protocol", type=Path, default=None,
+                   help="the frozen protocol JSON (`tgsuite protocol freeze`); shows the plan and re-checks its hash")
+    p.add_argument("--run-dir", action="append", type=Path, default=[], metavar="DIR",
+                   help="evaluation run directory (repeatable); default: the runs named in analysis.json")
+    p.add_argument("--training", action="append", type=_training_arg, default=[], metavar="ARM:SEED=DIR",
+                   help="training run directory holding metrics.jsonl, per arm and seed (repeatable)")
+    p.add_argument("--max-trajectory-pages", type=int, default=500, metavar="N",
+                   help="write trajectory pages for at most N episodes (default 500)")
+    p.add_argument("--fail-unless-ship", action="store_true",
+                   help="exit with status 1 when the verdict is not SHIP (for CI gates)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from reports.build import ReportInputError, build_report  # imported late: keeps `tgsuite --help` fast
+    from reports.episodes import RunDirError
+    from reports.training import MetricsError
+
+    if args.max_trajectory_pages < 0:
+        raise CLIError("--max-trajectory-pages must be >= 0 (0 writes no trajectory pages)")
+    training: dict[str, dict[str, Path]] = {}
+    for arm, seed, path in args.training:
+        if seed in training.setdefault(arm, {}):
+            raise CLIError(f"--training {arm}:{seed} given twice; give each arm and seed once")
+        training[arm][seed] = path
+    try:
+        summary = build_report(
+            args.analysis, out_dir=args.out, protocol=args.protocol, run_dirs=args.run_dir,
+            training_metrics=training or None, max_trajectory_pages=args.max_trajectory_pages,
+        )
+    except (ReportInputError, RunDirError, MetricsError) as exc:
+        raise CLIError(str(exc)) from exc
+    print(f"{summary.verdict}: {args.out / 'index.html'} ({summary.n_episodes:,} episodes, "
+          f"{summary.n_trajectory_pages:,} trajectory pages)")
+    for w in summary.warnings:
+        print(f"warning: {w}")
+    return 1 if args.fail_unless_ship and summary.verdict != "SHIP" else 0
