@@ -157,7 +157,7 @@ def decide_grade(
                      reason=f"INVALID_GRADE: exit code {exit_code} but no test failed", **common)
     if not junit:
         return Grade(resolved=False, valid=False, f2p=f2p_s, p2p=p2p_s,
-                     reason=f"NO_TESTS_COLLECTED: empty report (exit code {exit_code})", **common)
+                     reason=f"NO_TESTS_COLLECTED: the JUnit report has no test results (exit code {exit_code})", **common)
     bad_f2p = sorted(t for t, s in f2p_s.items() if s != "passed")
     bad_p2p = sorted(t for t, s in p2p_s.items() if s not in ("passed", "skipped"))
     resolved = exit_code == 0 and not bad_f2p and not bad_p2p
