@@ -214,9 +214,11 @@ def _missing(table: OutcomeTable, proto: Protocol) -> MissingData:
     per_arm = {}
     for role, arm in table.arms.items():
         n_exp = max(len(table.seeds[arm]), proto.design.seeds_per_arm) * table.n_expected_tasks * table.k
-        per_arm[arm] = table.observed(arm) / n_exp if n_exp else 0.0
+        n_obs = int(table.scored_per_arm.get(arm, 0))
+        per_arm[arm] = n_obs / n_exp if n_exp else 0.0
     return MissingData(
-        rule=rule, expected_cells=table.expected_episodes, observed_cells=table.observed(), coverage=cov,
+        rule=rule, expected_cells=table.expected_episodes, observed_cells=table.n_scored_all_tasks,
+        analysed_episodes=table.observed(), dropped_tasks=table.dropped_tasks, coverage=cov,
         coverage_threshold=proto.coverage_threshold, coverage_ok=cov >= proto.coverage_threshold,
         infra_excluded=table.infra_excluded, infra_counted_as_failure=table.infra_counted,
         invalid_instances_excluded=len(table.invalid_instances), superseded_attempts=table.superseded,

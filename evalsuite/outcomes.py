@@ -118,6 +118,9 @@ class OutcomeTable:
     k: int
     expected_episodes: int
     n_expected_tasks: int = 0
+    n_scored_all_tasks: int = 0  # scored episodes before incomplete tasks were dropped (coverage numerator)
+    dropped_tasks: list[str] = field(default_factory=list)
+    scored_per_arm: dict[str, int] = field(default_factory=dict)
     infra_excluded: int = 0
     infra_counted: int = 0
     invalid_instances: list[str] = field(default_factory=list)
@@ -128,8 +131,8 @@ class OutcomeTable:
 
     @property
     def coverage(self) -> float:
-        observed = int((self.episodes["status"] != "missing").sum())
-        return observed / self.expected_episodes if self.expected_episodes else 0.0
+        """Scored episodes (before dropping incomplete tasks) / preregistered expected episodes."""
+        return self.n_scored_all_tasks / self.expected_episodes if self.expected_episodes else 0.0
 
     def observed(self, arm: str | None = None) -> int:
         ep = self.episodes if arm is None else self.episodes[self.episodes["arm"] == arm]
@@ -263,12 +266,15 @@ def build_outcome_table(
     expected = n_seed_slots * len(expected_tasks) * k
     repo_of = dict(zip(df["instance_id"], df["repo"], strict=False))
     tasks = [t for t in expected_tasks if t not in missing_tasks and t in repo_of]
+    real = df[df["status"] != "missing"]
+    n_scored, per_arm = len(real), {a: int((real["arm"] == a).sum()) for a in arms.values()}
     df = df[df["instance_id"].isin(tasks)].reset_index(drop=True)
     if missing_tasks and not fill_zero:
         warnings.append(f"{len(missing_tasks)} task(s) lack a result in some arm x seed and were dropped from all arms")
     return OutcomeTable(
         episodes=df, arms=arms, seeds=seeds, tasks=tasks, repo_of={t: repo_of[t] for t in tasks}, k=k,
-        expected_episodes=expected, n_expected_tasks=len(expected_tasks), infra_excluded=n_ex, infra_counted=n_ct, invalid_instances=sorted(invalid),
+        expected_episodes=expected, n_expected_tasks=len(expected_tasks), n_scored_all_tasks=n_scored,
+        dropped_tasks=sorted(set(expected_tasks) - set(tasks)), scored_per_arm=per_arm, infra_excluded=n_ex, infra_counted=n_ct, invalid_instances=sorted(invalid),
         superseded=sum(r.superseded for r in runs), missing_cells=missing, runs=runs, warnings=warnings,
     )  # fmt: skip
 

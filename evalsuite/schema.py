@@ -212,8 +212,8 @@ class MissingCell(_Frozen):
 class MissingData(_Frozen):
     rule: str  # the preregistered rule, in words
     expected_cells: int  # arms × seeds × tasks × episodes
-    observed_cells: int  # scored
-    coverage: float
+    observed_cells: int  # scored episodes (before incomplete tasks are dropped)
+    coverage: float  # observed_cells / expected_cells
     coverage_threshold: float
     coverage_ok: bool
     infra_excluded: int = 0
@@ -221,6 +221,8 @@ class MissingData(_Frozen):
     invalid_instances_excluded: int = 0
     superseded_attempts: int = 0
     missing: list[MissingCell] = Field(default_factory=list)
+    analysed_episodes: int = 0  # episodes in the confirmatory analysis (complete tasks only)
+    dropped_tasks: list[str] = Field(default_factory=list)  # tasks without a result in some arm x seed
     per_arm_coverage: dict[str, float] = Field(default_factory=dict)
 
 
@@ -315,6 +317,38 @@ class CanDoResult(_Frozen):
     n_states: int
     changes: list[PairedChange]
     notes: list[str] = Field(default_factory=list)
+
+
+# Study inputs (fed by the reproduction pipeline) ------------------------------------------------------------
+
+
+class CheckpointEval(_Frozen):
+    """One evaluated checkpoint of one training run, with the compute spent to reach it (equal-compute study)."""
+
+    arm: str
+    seed: int
+    step: int
+    rollout_tokens: int = 0
+    teacher_forward_tokens: int = 0
+    trainer_tokens: int = 0
+    flops: float = 0.0
+    wall_s: float = 0.0
+    peak_memory_bytes: int = 0
+    tuning_trials: int = 0
+    successes: dict[str, int]  # endpoint -> successes on the held-out set
+    n: int = Field(ge=1)  # scored episodes
+
+
+class CanDoRow(_Frozen):
+    """One held-out state answered twice by the same checkpoint: with the plain and with a corrective prompt."""
+
+    arm: str
+    state_id: str
+    repo: str = ""
+    plain_behaviour_ok: bool
+    plain_code_ok: bool
+    corrective_behaviour_ok: bool
+    corrective_code_ok: bool
 
 
 class Exploratory(_Frozen):

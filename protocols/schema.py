@@ -144,7 +144,9 @@ class DecisionRule(_Frozen):
 class MissingDataRule(_Frozen):
     infra: Literal["exclude", "count_as_failure"] = "exclude"
     max_retries: int = Field(default=3, ge=0)
-    missing_cell: Literal["inconclusive", "count_as_failure"] = "inconclusive"
+    # a task lacking any scored episode in some arm x seed is dropped from every arm (complete-task analysis; the
+    # coverage threshold guards against dropping much), or its missing cells are scored as failures
+    missing_cell: Literal["drop_task", "count_as_failure"] = "drop_task"
     note: str = ""
 
 
