@@ -1,0 +1,74 @@
+"""Host-side self-check of generated tasks: hidden tests on the base snapshot and after the gold patch.
+
+This is the cheap, local check the generator's tests run (host Python, a temp folder, no isolation). The
+Docker gate (gold x3 / empty x3 in the task's image) is ``harness.validate``; run it before an evaluation.
+
+For one instance it materialises the snapshot, copies in the hidden tests and runs
+``python -m pytest -rA -p no:cacheprovider <hidden test files>`` twice, on the base and after ``git apply`` of the
+gold patch, and checks: every FAIL_TO_PASS test fails on base and passes with gold; every PASS_TO_PASS test passes
+on both; the visible suite fails on base (it reproduces the issue) and passes with gold; ``base_commit`` matches.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.schema import TaskInstance
+from harness.tasks import apply_patch, materialize_snapshot, write_hidden_tests
+
+_STATUS = re.compile(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (\S+)", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    instance_id: str
+    ok: bool
+    problems: list[str] = field(default_factory=list)
+
+
+def pytest_statuses(repo: Path, tests: list[str], *, python: str = sys.executable,
+                    timeout: float = 120.0) -> tuple[int, dict[str, str]]:
+    """Run pytest on ``tests`` in ``repo``; returns (exit code, {node id: status word})."""
+    cmd = [python, "-m", "pytest", "-rA", "-q", "-p", "no:cacheprovider", *tests]
+    res = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=timeout, check=False,
+                         env={"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"})
+    return res.returncode, {m.group(2): m.group(1) for m in _STATUS.finditer(res.stdout)}
+
+
+def check_instance(root: str | Path, inst: TaskInstance, *, python: str = sys.executable) -> CheckResult:
+    """Check one instance (see the module docstring); never raises for a failing check, only for I/O errors."""
+    problems: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="tgsuite-selfcheck-") as tmp:
+        repo, hidden_dir = Path(tmp) / "repo", Path(tmp) / "hidden"
+        head = materialize_snapshot(root, inst, repo)
+        if head != inst.base_commit:
+            problems.append(f"base_commit {inst.base_commit} != materialised {head}")
+        vis_code, _ = pytest_statuses(repo, [], python=python)
+        if vis_code == 0:
+            problems.append("visible tests pass on the base snapshot (no reproduction of the issue)")
+        hidden = write_hidden_tests(root, inst, hidden_dir)
+        for rel in hidden:
+            (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+            (repo / rel).write_bytes((hidden_dir / rel).read_bytes())
+        _, base = pytest_statuses(repo, hidden, python=python)
+        apply_patch(repo, inst.patch)
+        _, gold = pytest_statuses(repo, hidden, python=python)
+        for t in inst.FAIL_TO_PASS:
+            if base.get(t) == "PASSED":
+                problems.append(f"F2P {t} passes on base")
+            if gold.get(t) != "PASSED":
+                problems.append(f"F2P {t} is {gold.get(t, 'missing')} with gold")
+        for t in inst.PASS_TO_PASS:
+            if base.get(t) != "PASSED" or gold.get(t) != "PASSED":
+                problems.append(f"P2P {t}: base {base.get(t, 'missing')}, gold {gold.get(t, 'missing')}")
+        for rel in hidden:
+            (repo / rel).unlink()
+        vis_code, _ = pytest_statuses(repo, [], python=python)
+        if vis_code != 0:
+            problems.append("visible tests fail after the gold patch")
+    return CheckResult(inst.instance_id, not problems, problems)

@@ -1,0 +1,72 @@
+"""Module templates for the mini task family: the data model and the registry.
+
+A ``ModuleTemplate`` is the source of one realistic Python module (docstrings, 20-120 lines, standard library
+only, no ``while`` loops so that every mutant terminates) plus call cases per function. Expected values are never
+written by hand: the generator executes the clean module to get them, and executes each mutant to see which
+cases detect the planted bug. ``$NAME`` placeholders (``string.Template``) are filled per repository from
+``params`` so that repositories built from the same template differ in their constants.
+
+Two disjoint pools:
+
+- ``train``: used by the train split and by the held-out ``seen_templates`` tier;
+- ``unseen``: used only by the held-out ``unseen_templates`` tier. No function name or module name of an unseen
+  template occurs in any train template (``check_pools_disjoint`` proves it; a test calls it).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from string import Template
+from typing import Literal
+
+Pool = Literal["train", "unseen"]
+
+
+@dataclass(frozen=True)
+class ModuleTemplate:
+    """One module: ``module`` is the file stem, ``cases`` maps function name -> argument lists (Python source)."""
+
+    key: str
+    module: str
+    pool: Pool
+    domain: str
+    source: str
+    cases: dict[str, tuple[str, ...]]
+    params: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def render(self, values: dict[str, str]) -> str:
+        """Source with ``$NAME`` placeholders filled (every placeholder must be given)."""
+        return Template(self.source).substitute(values)
+
+    def function_names(self) -> list[str]:
+        """Top-level function names, in source order."""
+        tree = ast.parse(self.render({k: v[0] for k, v in self.params.items()}))
+        return [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
+
+
+def all_templates() -> list[ModuleTemplate]:
+    """Every template of both pools, in a fixed order."""
+    from harness.minirepos.templates_train import TRAIN_TEMPLATES
+    from harness.minirepos.templates_unseen import UNSEEN_TEMPLATES
+
+    return [*TRAIN_TEMPLATES, *UNSEEN_TEMPLATES]
+
+
+def templates_for(pool: Pool) -> list[ModuleTemplate]:
+    """The templates of one pool, in a fixed order."""
+    return [t for t in all_templates() if t.pool == pool]
+
+
+def check_pools_disjoint() -> None:
+    """Raise ValueError if an unseen template shares a module or function name with any train template."""
+    train, unseen = templates_for("train"), templates_for("unseen")
+    train_funcs = {f for t in train for f in t.function_names()}
+    train_modules = {t.module for t in train} | {t.key for t in train}
+    for t in unseen:
+        clash = set(t.function_names()) & train_funcs
+        if clash or t.module in train_modules or t.key in train_modules:
+            raise ValueError(f"unseen template {t.key!r} overlaps the train pool: {sorted(clash) or t.module}")
+    keys = [t.key for t in all_templates()]
+    if len(keys) != len(set(keys)):
+        raise ValueError(f"duplicate template keys: {keys}")

@@ -1,0 +1,353 @@
+"""Task sets on disk: load and validate, write, hash, and materialise repository snapshots.
+
+Layout (ARCHITECTURE §4)::
+
+    <task set dir>/tasks.jsonl            one TaskInstance record per line (SWE-bench field names plus ours)
+    <task set dir>/snapshots/<instance_id>/         the repository at ``base_commit``, either
+                                                    (a) plain files: we ``git init`` and commit them, or
+                                                    (b) a git work tree (has ``.git``): ``base_commit`` is checked out
+    <task set dir>/snapshots/<instance_id>.tar.gz   the same as an archive (repository root at the top, or under
+                                                    a single ``<instance_id>/`` folder)
+
+Plain-file snapshots are committed deterministically (fixed author, committer, dates and message; see
+``SNAPSHOT_AUTHOR``), so their commit id is a pure function of the files and ``git_commit_sha`` computes it without
+git. The mini task family records that id as ``base_commit``; ``materialize_snapshot`` re-creates the commit and
+warns when the record disagrees (user task sets with plain snapshots of a real history cannot reproduce its ids;
+grading diffs against the materialised commit either way). Snapshots are one per instance: tasks of one generated
+repository differ in their planted bug, so they cannot share a tree.
+
+SWE-bench compatibility: ``FAIL_TO_PASS``/``PASS_TO_PASS`` may be JSON-encoded strings (as in the Hugging Face
+dumps) and the SWE-bench fields ``version``, ``environment_setup_commit``, ``hints_text`` and ``created_at`` are
+kept under ``extra``. Any other unknown field is an error (it is usually a typo).
+
+The content hash (``TaskSet.sha256``) covers every record (canonical JSON) and every snapshot (file paths and
+bytes for folders, ``HEAD`` for git work trees, archive bytes for ``.tar.gz``), in file order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from harness.schema import TaskInstance, TaskSet
+
+log = logging.getLogger(__name__)
+
+TASKS_FILE = "tasks.jsonl"
+SNAPSHOTS_DIR = "snapshots"
+SWE_BENCH_EXTRA_FIELDS = ("version", "environment_setup_commit", "hints_text", "created_at")
+SNAPSHOT_AUTHOR = "tgsuite <tgsuite@localhost> 1700000000 +0000"
+SNAPSHOT_MESSAGE = "tgsuite snapshot\n"
+_GIT_ENV = {
+    "GIT_AUTHOR_NAME": "tgsuite",
+    "GIT_AUTHOR_EMAIL": "tgsuite@localhost",
+    "GIT_AUTHOR_DATE": "1700000000 +0000",
+    "GIT_COMMITTER_NAME": "tgsuite",
+    "GIT_COMMITTER_EMAIL": "tgsuite@localhost",
+    "GIT_COMMITTER_DATE": "1700000000 +0000",
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
+_GIT_OPTS = ["-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null", "-c", "core.autocrlf=false"]
+
+_FIELD_FIXES = {
+    "instance_id": "give every record a unique non-empty string id",
+    "FAIL_TO_PASS": "list the hidden tests that must go from failing to passing as pytest node ids",
+    "PASS_TO_PASS": "list pytest node ids (a JSON list, possibly empty)",
+    "patch": "give the gold patch as a unified diff string (a/ and b/ paths)",
+    "test_patch": "give the hidden tests as a unified diff string",
+    "split": "use one of train, heldout, test, dev",
+    "template_tier": "use one of seen_templates, unseen_templates, n/a",
+}
+
+
+class TaskSetError(ValueError):
+    """A task set on disk is malformed; the message names the file, the record, the field and the fix."""
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Records
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def parse_record(obj: Any, *, where: str) -> TaskInstance:
+    """Validate one JSON record (SWE-bench or ours) into a ``TaskInstance``; ``where`` names it in errors."""
+    if not isinstance(obj, dict):
+        raise TaskSetError(f"{where}: a record must be a JSON object, got {type(obj).__name__}")
+    rec = dict(obj)
+    ident = rec.get("instance_id", "?")
+    for key in ("FAIL_TO_PASS", "PASS_TO_PASS"):
+        if isinstance(rec.get(key), str):
+            try:
+                rec[key] = json.loads(rec[key])
+            except json.JSONDecodeError as exc:
+                raise TaskSetError(
+                    f"{where} (instance {ident!r}): field {key!r} is a string but not JSON ({exc}); "
+                    "fix: write a JSON list of pytest node ids"
+                ) from exc
+    extra = dict(rec.get("extra") or {})
+    for key in SWE_BENCH_EXTRA_FIELDS:
+        if key in rec:
+            extra[key] = rec.pop(key)
+    if extra:
+        rec["extra"] = extra
+    try:
+        return TaskInstance.model_validate(rec)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            field = ".".join(str(p) for p in err["loc"]) or "(record)"
+            top = str(err["loc"][0]) if err["loc"] else ""
+            if err["type"] == "extra_forbidden":
+                fix = f"remove it or move it under 'extra' (known fields: {', '.join(TaskInstance.model_fields)})"
+            else:
+                fix = _FIELD_FIXES.get(top, "see harness.schema.TaskInstance for the expected type")
+            problems.append(f"field {field!r}: {err['msg']}; fix: {fix}")
+        raise TaskSetError(f"{where} (instance {ident!r}): " + " | ".join(problems)) from None
+
+
+def _read_records(tasks_file: Path) -> list[tuple[int, TaskInstance]]:
+    if not tasks_file.is_file():
+        raise TaskSetError(f"{tasks_file}: not found; fix: a task set is a folder with {TASKS_FILE} and {SNAPSHOTS_DIR}/")
+    out: list[tuple[int, TaskInstance]] = []
+    seen: dict[str, int] = {}
+    with tasks_file.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            where = f"{tasks_file}:{lineno}"
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise TaskSetError(f"{where}: invalid JSON ({exc}); fix: one JSON object per line") from exc
+            inst = parse_record(obj, where=where)
+            if inst.instance_id in seen:
+                raise TaskSetError(
+                    f"{where}: duplicate instance_id {inst.instance_id!r} (first on line {seen[inst.instance_id]}); "
+                    "fix: instance ids must be unique"
+                )
+            seen[inst.instance_id] = lineno
+            out.append((lineno, inst))
+    if not out:
+        raise TaskSetError(f"{tasks_file}: no records; fix: write one TaskInstance JSON object per line")
+    return out
+
+
+def canonical_record(instance: TaskInstance) -> str:
+    """The record as canonical JSON (sorted keys, no spaces): what the content hash covers."""
+    return json.dumps(instance.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Snapshots
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def snapshot_path(root: Path, instance_id: str) -> Path | None:
+    """The snapshot of ``instance_id`` under ``root`` (folder preferred over archive); None if there is none."""
+    folder = root / SNAPSHOTS_DIR / instance_id
+    if folder.is_dir():
+        return folder
+    archive = root / SNAPSHOTS_DIR / f"{instance_id}.tar.gz"
+    return archive if archive.is_file() else None
+
+
+def _git(args: list[str], cwd: Path, *, input: bytes | None = None) -> str:
+    env = {**os.environ, **_GIT_ENV}
+    res = subprocess.run(["git", *_GIT_OPTS, *args], cwd=cwd, env=env, input=input, capture_output=True, check=False)
+    if res.returncode != 0:
+        raise RuntimeError(f"git {' '.join(args)} failed in {cwd}: {res.stderr.decode(errors='replace').strip()}")
+    return res.stdout.decode(errors="replace").strip()
+
+
+def snapshot_digest(path: Path) -> str:
+    """Digest of one snapshot: files and bytes of a folder, HEAD of a git work tree, bytes of an archive."""
+    if path.is_file():
+        return "tar:" + hashlib.sha256(path.read_bytes()).hexdigest()
+    if (path / ".git").exists():
+        return "git:" + _git(["rev-parse", "HEAD"], path)
+    h = hashlib.sha256()
+    for rel, data in sorted(_walk_files(path).items()):
+        h.update(rel.encode() + b"\0" + str(len(data)).encode() + b"\0" + data)
+    return "files:" + h.hexdigest()
+
+
+def _walk_files(root: Path) -> dict[str, bytes]:
+    out: dict[str, bytes] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != ".git"]
+        for name in filenames:
+            full = Path(dirpath) / name
+            out[full.relative_to(root).as_posix()] = full.read_bytes()
+    return out
+
+
+def git_commit_sha(files: Mapping[str, bytes]) -> str:
+    """Commit id git gives ``files`` (mode 100644) committed as a root commit with the fixed snapshot identity."""
+    tree: dict[str, Any] = {}
+    for rel, data in files.items():
+        parts = rel.split("/")
+        node = tree
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = data
+
+    def obj(kind: str, body: bytes) -> str:
+        return hashlib.sha1(f"{kind} {len(body)}\0".encode() + body).hexdigest()  # noqa: S324 - git object id
+
+    def tree_sha(node: dict[str, Any]) -> str:
+        entries = []
+        for name, value in node.items():
+            if isinstance(value, dict):
+                entries.append((name + "/", b"40000 " + name.encode() + b"\0" + bytes.fromhex(tree_sha(value))))
+            else:
+                entries.append((name, b"100644 " + name.encode() + b"\0" + bytes.fromhex(obj("blob", value))))
+        return obj("tree", b"".join(e for _, e in sorted(entries)))
+
+    body = f"tree {tree_sha(tree)}\nauthor {SNAPSHOT_AUTHOR}\ncommitter {SNAPSHOT_AUTHOR}\n\n{SNAPSHOT_MESSAGE}"
+    return obj("commit", body.encode())
+
+
+def _extract(archive: Path, dest: Path, instance_id: str) -> None:
+    with tarfile.open(archive, "r:gz") as tar:
+        tar.extractall(dest, filter="data")
+    inner = dest / instance_id
+    if inner.is_dir() and [p.name for p in dest.iterdir()] == [instance_id]:
+        for child in inner.iterdir():
+            shutil.move(str(child), dest / child.name)
+        inner.rmdir()
+
+
+def materialize_snapshot(root: str | Path, instance: TaskInstance, dest: str | Path) -> str:
+    """Put ``instance``'s repository at ``base_commit`` into ``dest`` (created; must be empty) as a git repo.
+
+    Returns the commit id of ``HEAD`` in ``dest``: grading diffs against it. Hidden tests are NOT included
+    (see ``write_hidden_tests``).
+    """
+    root, dest = Path(root), Path(dest)
+    src = snapshot_path(root, instance.instance_id)
+    if src is None:
+        raise TaskSetError(f"{root / SNAPSHOTS_DIR}: no snapshot for {instance.instance_id!r}; fix: add "
+                           f"{SNAPSHOTS_DIR}/{instance.instance_id}/ or {SNAPSHOTS_DIR}/{instance.instance_id}.tar.gz")
+    if dest.exists() and any(dest.iterdir()):
+        raise FileExistsError(f"{dest} is not empty; materialize_snapshot needs an empty or missing folder")
+    dest.mkdir(parents=True, exist_ok=True)
+    if src.is_dir():
+        shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=True)
+    else:
+        _extract(src, dest, instance.instance_id)
+    if (dest / ".git").exists():
+        if _git(["rev-parse", "HEAD"], dest) != instance.base_commit:
+            _git(["checkout", "-q", instance.base_commit], dest)
+        return _git(["rev-parse", "HEAD"], dest)
+    _git(["-c", "init.defaultBranch=main", "init", "-q"], dest)
+    _git(["add", "-A"], dest)
+    _git(["commit", "-q", "--allow-empty", "-m", SNAPSHOT_MESSAGE.strip()], dest)
+    head = _git(["rev-parse", "HEAD"], dest)
+    if head != instance.base_commit:
+        log.warning("%s: snapshot committed as %s but the record says base_commit=%s; diffs use %s",
+                    instance.instance_id, head, instance.base_commit, head)
+    return head
+
+
+def apply_patch(repo: str | Path, patch: str) -> None:
+    """``git apply`` a unified diff in ``repo`` (raises RuntimeError naming git's complaint)."""
+    if patch.strip():
+        _git(["apply", "--whitespace=nowarn", "-"], Path(repo), input=patch.encode())
+
+
+def write_hidden_tests(root: str | Path, instance: TaskInstance, dest: str | Path) -> list[str]:
+    """Write the files the hidden ``test_patch`` creates or changes (post-patch content) under ``dest``.
+
+    Returns their repository-relative paths. The agent must never see them; the grader copies them in.
+    """
+    dest = Path(dest)
+    with tempfile.TemporaryDirectory(prefix="tgsuite-hidden-") as tmp:
+        repo = Path(tmp) / "repo"
+        materialize_snapshot(root, instance, repo)
+        apply_patch(repo, instance.test_patch)
+        changed = _git(["status", "--porcelain", "--untracked-files=all"], repo).splitlines()
+        paths = sorted(line[3:].strip() for line in changed if line.strip())
+        for rel in paths:
+            target = dest / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if (repo / rel).exists():
+                shutil.copy2(repo / rel, target)
+    return paths
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Task sets
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def load_task_set(path: str | Path, *, require_snapshots: bool = True) -> TaskSet:
+    """Load and validate a task set folder (or its ``tasks.jsonl``) and compute its content hash.
+
+    Raises ``TaskSetError`` naming the file, line, instance, field and fix for: bad JSON, schema violations,
+    duplicate ids, and (unless ``require_snapshots=False``) missing snapshots.
+    """
+    path = Path(path)
+    tasks_file = path if path.suffix == ".jsonl" else path / TASKS_FILE
+    root = tasks_file.parent
+    records = _read_records(tasks_file)
+    h = hashlib.sha256()
+    for lineno, inst in records:
+        h.update(canonical_record(inst).encode() + b"\n")
+        snap = snapshot_path(root, inst.instance_id)
+        if snap is None:
+            if require_snapshots:
+                raise TaskSetError(
+                    f"{tasks_file}:{lineno} (instance {inst.instance_id!r}): no snapshot; fix: put the repository "
+                    f"at base_commit in {SNAPSHOTS_DIR}/{inst.instance_id}/ or {SNAPSHOTS_DIR}/{inst.instance_id}.tar.gz"
+                )
+            h.update(b"snapshot:none\n")
+        else:
+            h.update(snapshot_digest(snap).encode() + b"\n")
+    return TaskSet(name=root.resolve().name, path=str(root), sha256=h.hexdigest(),
+                   instances=[inst for _, inst in records])
+
+
+def write_task_set(
+    out_dir: str | Path,
+    instances: Iterable[TaskInstance],
+    snapshots: Mapping[str, Mapping[str, bytes]],
+    *,
+    overwrite: bool = False,
+) -> Path:
+    """Write ``tasks.jsonl`` and plain-file ``snapshots/<instance_id>/`` folders; returns the folder.
+
+    ``snapshots`` maps instance id -> {relative path: bytes}. Refuses to overwrite an existing task set unless
+    ``overwrite`` (then the old ``tasks.jsonl`` and ``snapshots/`` are removed first).
+    """
+    out = Path(out_dir)
+    tasks_file = out / TASKS_FILE
+    if tasks_file.exists() or (out / SNAPSHOTS_DIR).exists():
+        if not overwrite:
+            raise FileExistsError(f"{out} already holds a task set; choose another folder or pass overwrite=True")
+        tasks_file.unlink(missing_ok=True)
+        shutil.rmtree(out / SNAPSHOTS_DIR, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for inst in instances:
+        files = snapshots.get(inst.instance_id)
+        if files is None:
+            raise ValueError(f"write_task_set: no snapshot files given for {inst.instance_id!r}")
+        base = out / SNAPSHOTS_DIR / inst.instance_id
+        for rel, data in files.items():
+            target = base / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        lines.append(inst.model_dump_json() + "\n")
+    tasks_file.write_text("".join(lines), encoding="utf-8")
+    return out
