@@ -43,7 +43,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,8 @@ KILL_GRACE_S = 2  # `timeout -k`: SIGKILL this long after SIGTERM
 OUTER_SLACK_S = 5.0  # host-side deadline = timeout + grace + slack
 DEFAULT_CLIENT_TIMEOUT_S = 60.0
 MIN_FREE_DISK_BYTES = 2 << 30
+_IDLE_CHECK_S = 0.5  # idle stream: ask the engine whether the command is still running this often
+_EXIT_DRAIN_S = 0.2  # after it exited, read what is left for this long
 _UID = images.AGENT_UID
 
 
@@ -242,18 +244,32 @@ class _Demux:
             view = view[len(take) :]
 
 
-def _pump(raw: socket.socket, data: bytes | None, demux: _Demux, deadline: float) -> bool:
-    """Write stdin and read the exec stream until EOF; returns False when the host-side deadline passed."""
+def _pump(
+    raw: socket.socket,
+    data: bytes | None,
+    demux: _Demux,
+    deadline: float,
+    still_running: Callable[[], bool] | None = None,
+) -> bool:
+    """Write stdin and read the exec stream until EOF; returns False when the host-side deadline passed.
+
+    A detached child (``cmd &``, ``setsid``) can hold the stream open after the command itself exited, so when
+    the stream is idle for ``_IDLE_CHECK_S`` we ask ``still_running()`` and stop after a short drain if not.
+    """
     raw.setblocking(False)
     pending = memoryview(data) if data else None
     if data is not None and not data:
         raw.shutdown(socket.SHUT_WR)
+    last_data = time.monotonic()
+    exited_at: float | None = None
     while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return False
+        now = time.monotonic()
+        if exited_at is not None and now - exited_at > _EXIT_DRAIN_S:
+            return True
+        if now >= deadline:
+            return exited_at is not None
         wlist = [raw] if pending is not None else []
-        readable, writable, _ = select.select([raw], wlist, [], min(left, 1.0))
+        readable, writable, _ = select.select([raw], wlist, [], min(deadline - now, _IDLE_CHECK_S))
         if writable and pending is not None:
             with contextlib.suppress(BlockingIOError):
                 pending = pending[raw.send(pending[: 1 << 16]) :]
@@ -268,6 +284,11 @@ def _pump(raw: socket.socket, data: bytes | None, demux: _Demux, deadline: float
             if not chunk:
                 return True
             demux.feed(chunk)
+            last_data = time.monotonic()
+        elif exited_at is None and still_running is not None and time.monotonic() - last_data >= _IDLE_CHECK_S:
+            if not still_running():
+                exited_at = time.monotonic()
+            last_data = time.monotonic()
 
 
 def _parse_oom_count(text: str) -> int | None:
@@ -334,7 +355,9 @@ class DockerSandbox(Sandbox):
             sock = self._api.exec_start(exec_id, socket=True)
             raw = getattr(sock, "_sock", sock)
             try:
-                finished = _pump(raw, input, _Demux(out, err), start + timeout + KILL_GRACE_S + OUTER_SLACK_S)
+                deadline = start + timeout + KILL_GRACE_S + OUTER_SLACK_S
+                running = lambda: bool(self._api.exec_inspect(exec_id).get("Running"))  # noqa: E731
+                finished = _pump(raw, input, _Demux(out, err), deadline, running)
             finally:
                 with contextlib.suppress(Exception):
                     sock.close()
@@ -407,6 +430,7 @@ class DockerSandbox(Sandbox):
             except docker.errors.NotFound as exc:
                 if "No such container" in str(exc):
                     raise
+                self._check_running()  # a dead sandbox is an infra error, not a missing file
                 raise FileNotFoundError(f"{full}: no such file in sandbox {self.name}") from exc
             if stat.get("mode", 0) & (1 << 31):
                 raise IsADirectoryError(f"{full} is a directory in sandbox {self.name}; use copy_out")
