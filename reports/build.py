@@ -93,7 +93,8 @@ def build_view(
     """Assemble the whole view model (pure: no file access)."""
     secs = [
         sections.criteria_section(a), sections.outcomes_section(a), details.variance_section(a),
-        details.sensitivity_section(a), studies.training_section(training_runs), studies.noisy_section(a),
+        details.sensitivity_section(a), studies.training_section(
+            training_runs, arm_order=[a.arms[r] for r in ("treatment", "baseline") if r in a.arms]), studies.noisy_section(a),
         studies.equal_compute_section(a), studies.can_do_section(a), details.breakdowns_section(a),
         details.secondary_section(a), details.missing_section(a), provenance.prereg_section(a, protocol, manifests),
         provenance.provenance_section(a, manifests),

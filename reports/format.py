@@ -31,7 +31,7 @@ def pp(x: float | None, *, digits: int = 1, signed: bool = True) -> str:
     if not is_num(x):
         return DASH
     v = 100.0 * float(x)  # type: ignore[arg-type]
-    text = f"{v:+.{digits}f}" if signed else f"{v:.{digits}f}"
+    text = f"{v:+.{digits}f}" if signed and round(v, digits) != 0 else f"{abs(v) if round(v, digits) == 0 else v:.{digits}f}"
     return text.replace("-", "\u2212") + " pp"
 
 

@@ -58,7 +58,7 @@ def _plan_tables(p: Protocol) -> list[Table]:
                                           f"{fmt.pct(pw.target_power, digits=0)}" + (f"; {pw.source}" if pw.source else "")))
     crit = Table(
         id="prereg-criteria", header=["endpoint", "kind", "threshold X", "margin δ", "one-sided α", "rationale"],
-        rows=[[Cell(text=c.endpoint), Cell(text=c.kind), Cell(text=fmt.pp(c.threshold)),
+        rows=[[Cell(text=c.endpoint), Cell(text=c.kind), Cell(text=fmt.pp(c.threshold) if c.kind in ("superiority_margin", "dual") else fmt.DASH),
                Cell(text=fmt.pp(c.margin, signed=False) if c.margin is not None else fmt.DASH),
                Cell(text=f"{c.alpha_one_sided:g}"), Cell(text=c.rationale or fmt.DASH)] for c in p.ordered_criteria()],
         caption="Criteria as preregistered, in claim order.",

@@ -6,7 +6,7 @@ the training runs' ``metrics.jsonl`` (see ``reports.training`` for the one descr
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from evalsuite.schema import AnalysisResult, NoisyFeedbackResult
 from reports import figures, training
@@ -17,17 +17,27 @@ NOT_RUN = "Not run in this study."
 KIND_ORDER = {"correct": 0, "irrelevant": 1, "wrong": 2}
 
 
+def ordered_arms(preferred: Sequence[str], present: Iterable[str]) -> list[str]:
+    """Arms in a stable order (treatment, baseline, then the rest sorted) so colours match across figures."""
+    present = set(present)
+    return [a for a in preferred if a in present] + sorted(present - set(preferred))
+
+
 def training_section(
-    runs: Mapping[str, Mapping[str, list[dict[str, float]]]] | None, *, window: int = training.DEFAULT_WINDOW
+    runs: Mapping[str, Mapping[str, list[dict[str, float]]]] | None,
+    *,
+    arm_order: Sequence[str] = (),
+    window: int = training.DEFAULT_WINDOW,
 ) -> Section:
     if not runs:
         return Section(id="training", title="Training curves", available=False,
                        absent="No training metrics were given to the report (pass --training ARM:SEED=RUN_DIR), "
                        "so training curves are not shown.")
-    colours = figures.arm_colours(list(runs))
+    arms = ordered_arms(arm_order, runs)
+    colours = figures.arm_colours(arms)
     figs, rows = [], []
     for key, title in training.CURVE_METRICS:
-        curves = [training.arm_curves(arm, key, per_seed) for arm, per_seed in runs.items()]
+        curves = [training.arm_curves(arm, key, runs[arm]) for arm in arms]
         series = []
         for c in curves:
             series += [figures.Series(label=f"{c.arm} s{s.seed}", x=s.steps, y=s.values, colour=colours[c.arm],
@@ -77,7 +87,7 @@ def noisy_section(a: AnalysisResult) -> Section:
     if nf is None or not nf.rows:
         return Section(id="noisy", title="Noisy feedback", available=False, absent=NOT_RUN)
     xpos, xlabel = _x_positions(nf)
-    colours = figures.arm_colours(sorted({r.arm for r in nf.rows}))
+    colours = figures.arm_colours(ordered_arms(list(a.arms.values()), {r.arm for r in nf.rows}))
     figs = []
     for ep in sorted({r.endpoint for r in nf.rows}):
         series = []

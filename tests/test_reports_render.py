@@ -137,7 +137,7 @@ def test_trajectory_page_content(built: tuple[Path, ReportSummary]) -> None:
     index = (out / "index.html").read_text()
     name = page_path.name
     assert f'"trajectories/{name}"' in index  # in the embedded table data (paged by the inline script)
-    assert re.search(r'<a href="trajectories/repo\d__task-\d+__grpo__s\d__a0__\w+\.html">open</a>', index)
+    assert re.search(r'<a href="trajectories/repo\d__task-\d+__grpo__s\d__a0__\w+\.html">repo\d__task-\d+</a>', index)
 
 
 def test_strict_undefined_catches_missing_field() -> None:
