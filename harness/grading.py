@@ -399,34 +399,49 @@ def grade_patch(
     junit_text = _read_junit(sandbox, grader_dir) if markers.exit_code is not None else None
     _cleanup(sandbox, grader_dir)
     if artifacts is not None:
-        artifacts.update({"eval.sh": script, "test_output.txt": res.stdout + "\n--- stderr ---\n" + res.stderr})
+        artifacts.update({"eval.sh": script, "test_output.txt": res.stdout + STDERR_SEPARATOR + res.stderr})
         if junit_text is not None:
             artifacts["junit.xml"] = junit_text
     if markers.reset_failed:
         raise GraderError(f"grading sandbox could not reset the repository to {instance.base_commit}")
-    tests_touched = markers.pyproject_pytest_changed or any(
-        p in restore or is_test_path(p) or is_test_infra_path(p) for p in touched
-    )
-    common = dict(tests_touched=tests_touched, duration_s=time.monotonic() - t0)
+    touched_tests = any(p in restore or is_test_path(p) or is_test_infra_path(p) for p in touched)
+    grade = grade_from_output(f2p=f2p, p2p=p2p, stdout=res.stdout, junit_text=junit_text,
+                              touched_tests=touched_tests, duration_s=time.monotonic() - t0,
+                              sandbox_timed_out=res.timed_out, instance_id=instance.instance_id)
+    if grade is None:
+        raise GraderError(f"eval script ended without an exit-code marker (rc {res.returncode}): "
+                          f"{res.stderr.strip()[-300:]}")
+    return grade
+
+
+STDERR_SEPARATOR = "\n--- stderr ---\n"
+
+
+def grade_from_output(*, f2p: list[str], p2p: list[str], stdout: str, junit_text: str | None, touched_tests: bool,
+                      duration_s: float = 0.0, sandbox_timed_out: bool = False,
+                      instance_id: str = "") -> Grade | None:
+    """Pure: the Grade from the eval script's stdout and the JUnit text (live grading and offline ``--regrade``).
+    Returns None when the script died before printing an exit code and the sandbox did not time out."""
+    markers = parse_eval_markers(stdout)
+    common = dict(tests_touched=touched_tests or markers.pyproject_pytest_changed, duration_s=duration_s)
     if markers.apply_failed:
         return decide_grade(f2p=f2p, p2p=p2p, junit=None, exit_code=None, patch_applied=False, **common)
     if markers.test_patch_failed:
         return Grade(resolved=False, valid=False, reason="TEST_PATCH_FAILED: hidden test patch did not apply",
                      parse_source="none", grader_version=GRADER_VERSION, **common)
     if markers.exit_code is None:
-        if res.timed_out:
+        if sandbox_timed_out:
             return decide_grade(f2p=f2p, p2p=p2p, junit=None, exit_code=None, timed_out=True, **common)
-        raise GraderError(f"eval script ended without an exit-code marker (rc {res.returncode}): "
-                          f"{res.stderr.strip()[-300:]}")
+        return None
     junit = None
     if junit_text is not None:
         try:
             junit = parse_junit_xml(junit_text)
         except ValueError as exc:
-            log.warning("%s: %s", instance.instance_id, exc)
+            log.warning("%s: %s", instance_id, exc)
     return decide_grade(
         f2p=f2p, p2p=p2p, junit=junit, exit_code=markers.exit_code, timed_out=markers.exit_code in (124, 137),
-        text_statuses=parse_pytest_text(res.stdout), **common,
+        text_statuses=parse_pytest_text(stdout), **common,
     )
 
 

@@ -147,3 +147,41 @@ def test_resume_refuses_other_task_set_and_rebuild_results(tmp_path: Path) -> No
         run_eval(other, {"null": NullFinishPolicy()}, [0], out, sandbox_factory=FakeFactory(repos))
     (out / "results.jsonl").unlink()
     assert len(rebuild_results(out)) == 1 and (out / "results.jsonl").is_file()
+
+
+def test_regrade_redecides_from_stored_output(tmp_path: Path) -> None:
+    from harness.runner_regrade import regrade_run
+
+    ts, repos = _task_set(tmp_path, 1)
+    out = tmp_path / "run"
+    first = run_eval(ts, {"fix": FixPolicy()}, [0], out, sandbox_factory=FakeFactory(repos))
+    assert first[0].resolved
+    stricter = ts.model_copy(update={"instances": [ts.instances[0].model_copy(
+        update={"FAIL_TO_PASS": [*ts.instances[0].FAIL_TO_PASS, "tests/test_calc.py::test_nope"]})]})
+    again = regrade_run(out, stricter)
+    assert not again[0].resolved and again[0].status == "tests_failed"
+    assert again[0].grade.f2p["tests/test_calc.py::test_nope"] == "missing"
+    assert len(_results(out)) == 1  # rewritten in place, nothing added
+    assert regrade_run(out, ts)[0].resolved  # and back
+
+
+def test_cli_argument_helpers(tmp_path: Path) -> None:
+    from repro.commands._common import CLIError
+    from repro.commands.eval import _protocol_hash, parse_arms, parse_seeds
+
+    assert parse_seeds("0,1,2") == [0, 1, 2]
+    for bad in ("", "0,0", "a"):
+        with pytest.raises(CLIError):
+            parse_seeds(bad)
+    assert parse_arms(["oracle", "tg=hf:runs/x/step_5", "hf:runs/y/step_9/"]) == {
+        "oracle": "oracle", "tg": "hf:runs/x/step_5", "hf-step_9": "hf:runs/y/step_9/"}
+    assert parse_arms(["openai:http://127.0.0.1:8000/v1#Qwen/Qwen3-8B"]) == {
+        "openai-Qwen3-8B": "openai:http://127.0.0.1:8000/v1#Qwen/Qwen3-8B"}
+    with pytest.raises(CLIError):
+        parse_arms(["null", "null"])
+    frozen = tmp_path / "frozen.json"
+    frozen.write_text(json.dumps({"sha256": "ab" * 32}))
+    assert _protocol_hash(str(frozen)) == "ab" * 32
+    frozen.write_text("{}")
+    with pytest.raises(CLIError, match="sha256"):
+        _protocol_hash(str(frozen))

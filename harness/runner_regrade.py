@@ -1,0 +1,106 @@
+"""Offline regrade (``tgsuite eval --regrade``): re-decide every finished episode from its stored artifacts.
+
+No sandbox runs. For the latest attempt of each episode the grade is re-derived from ``grade/test_output.txt`` and
+``grade/junit.xml`` with the current parser and decision rules (``harness.grading.grade_from_output``), behaviour
+checkers are re-run on ``trajectory.jsonl``, and ``result.json`` is rewritten atomically; ``results.jsonl`` is
+rebuilt. Ambiguous grades use a control grade already cached in ``controls/``; without one the episode stays
+``ambiguous`` (run ``tgsuite eval`` again, without ``--regrade``, to run the control). INFRA results are left as
+they are (they are re-run, not regraded). Use it when a parser or checker changes (bump ``GRADER_VERSION``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+
+from harness.grading import GRADER_VERSION, STDERR_SEPARATOR, grade_from_output
+from harness.infra import ControlCache, Outcome, agent_outcome, atomic_write_text, settle_ambiguous
+from harness.interfaces import EpisodeLimits
+from harness.runner import _attempt_indices, rebuild_results
+from harness.runner_episode import RESULT_FILE, EpisodeContext, EpisodeJob, _result, read_result, read_trajectory
+from harness.runner_manifest import read_manifest
+from harness.schema import EpisodeResult, Grade, TaskSet
+
+log = logging.getLogger(__name__)
+
+
+class _NoFactory:
+    kind = "local"
+    isolated = False
+
+    def open(self, *a: object, **k: object) -> None:
+        raise RuntimeError("regrade runs no sandbox")
+
+    def image_digests(self) -> dict[str, str]:
+        return {}
+
+
+def regrade_run(out_dir: str | Path, task_set: TaskSet, *,
+                excluded_tests: Mapping[str, list[str]] | None = None) -> list[EpisodeResult]:
+    """Regrade every finished episode of ``out_dir`` offline; returns the rebuilt results."""
+    out = Path(out_dir)
+    man = read_manifest(out)
+    if man is None:
+        raise ValueError(f"{out}: no manifest.json, so this is not a run directory; fix: point --out at one")
+    if man.task_set_sha256 != task_set.sha256:
+        raise ValueError(f"{out}/manifest.json: run used task set sha256 {man.task_set_sha256[:12]}, "
+                         f"not {task_set.sha256[:12]}; fix: pass the run's own --tasks")
+    by_id = task_set.by_id()
+    digests = man.image_digests
+    ctx = EpisodeContext(run_id=man.run_id, out_dir=out, factory=_NoFactory(), limits=EpisodeLimits(),
+                         controls=ControlCache(out / "controls"), excluded_tests=dict(excluded_tests or {}))
+    n = 0
+    for sdir in sorted((out / "episodes").glob("*/*/s*")):
+        inst = by_id.get(sdir.parent.parent.name)
+        attempts = _attempt_indices(sdir)
+        if inst is None or not attempts:
+            continue
+        adir = sdir / f"a{attempts[-1]}"
+        old = read_result(adir)
+        if old is None or old.failure_class == "infra" or not (adir / "trajectory.jsonl").is_file():
+            continue
+        new = _regrade_attempt(adir, old, inst, ctx, digests.get(inst.image, inst.image))
+        atomic_write_text(adir / RESULT_FILE, new.model_dump_json(indent=1))
+        n += 1
+    log.info("regraded %d episodes with %s", n, GRADER_VERSION)
+    return rebuild_results(out, task_set.instances, [a.name for a in man.arms], man.seeds)
+
+
+def _regrade_attempt(adir: Path, old: EpisodeResult, inst, ctx: EpisodeContext, digest: str) -> EpisodeResult:
+    traj = read_trajectory(adir / "trajectory.jsonl")
+    patch = (adir / "patch.diff").read_text() if (adir / "patch.diff").is_file() else ""
+    grade = _stored_grade(adir / "grade", old, inst, ctx.excluded_tests.get(inst.instance_id, []))
+    outcome: Outcome = agent_outcome(traj, patch, grade)
+    if outcome.status == "ambiguous" and grade is not None:
+        control = _cached_control(ctx.controls, inst.instance_id, digest)
+        if control is not None:
+            outcome = settle_ambiguous(grade, control)
+    job = EpisodeJob(inst, old.arm, old.seed, old.attempt, traj.seed)
+    return _result(job, ctx, traj, grade, outcome)
+
+
+def _stored_grade(gdir: Path, old: EpisodeResult, inst, excluded: list[str]) -> Grade | None:
+    out_file = gdir / "test_output.txt"
+    if not out_file.is_file():
+        return old.grade
+    stdout = out_file.read_text().split(STDERR_SEPARATOR, 1)[0]
+    junit = (gdir / "junit.xml").read_text() if (gdir / "junit.xml").is_file() else None
+    skip = set(excluded)
+    touched = bool(old.grade and old.grade.tests_touched)
+    grade = grade_from_output(
+        f2p=[t for t in inst.FAIL_TO_PASS if t not in skip], p2p=[t for t in inst.PASS_TO_PASS if t not in skip],
+        stdout=stdout, junit_text=junit, touched_tests=touched,
+        duration_s=old.grade.duration_s if old.grade else 0.0, instance_id=inst.instance_id,
+    )
+    if grade is not None:
+        atomic_write_text(gdir / "grade.json", grade.model_dump_json(indent=1))
+    return grade or old.grade
+
+
+def _cached_control(cache: ControlCache, instance_id: str, digest: str) -> Grade | None:
+    path = cache._path(instance_id, "gold", digest, GRADER_VERSION)
+    if not path.is_file():
+        return None
+    return Grade.model_validate(json.loads(path.read_text())["grade"])
