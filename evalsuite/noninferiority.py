@@ -64,11 +64,16 @@ def ni_test(
         z = score_z(int(x1), int(n1), int(x2), int(n2), -margin, correction=(method == "mn"))
         p = float(stats.norm.sf(z))
         lower = rd_ci(x1, n1, x2, n2, method="mn" if method == "mn" else "mee", alpha=2 * alpha)[0]
+    elif method == "wald" and (x1 in (0, n1) and x2 in (0, n2)):
+        # Wald's variance is 0 at 0/n and n/n: the test is undefined (never report z = inf, p = 0)
+        z, p = math.nan, math.nan
+        lower = rd_ci(x1, n1, x2, n2, method="wald", alpha=2 * alpha)[0]
     elif method in ("wald", "agresti_caffo"):
-        res = test_proportions_2indep(
-            int(x1), int(n1), int(x2), int(n2), value=-margin, method=method.replace("_", "-"),
-            compare="diff", alternative="larger",
-        )  # fmt: skip
+        with np.errstate(divide="ignore", invalid="ignore"):  # statsmodels also computes an unused odds ratio
+            res = test_proportions_2indep(
+                int(x1), int(n1), int(x2), int(n2), value=-margin, method=method.replace("_", "-"),
+                compare="diff", alternative="larger",
+            )  # fmt: skip
         z, p = float(res.statistic), float(res.pvalue)
         lower = rd_ci(x1, n1, x2, n2, method=method, alpha=2 * alpha)[0]
     elif method == "newcombe":
@@ -76,7 +81,7 @@ def ni_test(
         lower = rd_ci(x1, n1, x2, n2, method="newcombe", alpha=2 * alpha)[0]
     else:
         raise StatsInputError(f"ni_test: unknown method {method!r}; use mn, fm, wald, agresti_caffo or newcombe")
-    passed = (p < alpha) if method != "newcombe" else (lower > -margin)
+    passed = bool(p < alpha) if method != "newcombe" else (lower > -margin)  # NaN p never passes
     return NITestResult(est, z, p, float(lower), float(margin), float(alpha), bool(passed), method)
 
 
