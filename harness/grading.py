@@ -306,6 +306,10 @@ if [ -s "$G/test.diff" ]; then
 fi
 mkdir -p "$G/out"
 echo '>>>>> Start Test Output'
+if ! command -v python >/dev/null 2>&1 && command -v python3 >/dev/null 2>&1; then
+  mkdir -p "$G/bin" && printf '#!/bin/sh\nexec python3 "$@"\n' > "$G/bin/python" && chmod +x "$G/bin/python"
+  export PATH="$G/bin:$PATH"
+fi
 export PYTHONDONTWRITEBYTECODE=1; unset PYTEST_ADDOPTS
 timeout -k 5 {int(timeout_s)} {test_cmd} -rA -p no:cacheprovider --junitxml="$G/out/junit.xml" {ids} < /dev/null
 echo ">>>>> Test Exit Code: $?"

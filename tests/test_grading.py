@@ -205,3 +205,42 @@ def test_extract_patch_takes_new_files_and_skips_bytecode(calc, tmp_path: Path) 
     assert touched_paths(patch) == ["calc.py", "new_mod.py"]
     g = _grade(calc, patch)
     assert g.resolved
+
+
+# ---------------------------------------------------------------- the real sandboxes
+
+CASES = [  # (name, edits or "gold"/"empty", expect resolved)
+    ("gold", "gold", True),
+    ("empty", "empty", False),
+    ("conftest_print_exit", {"conftest.py": CONFTEST_PRINT_EXIT}, False),
+    ("conftest_forge", {"conftest.py": CONFTEST_FORGE_REPORTS, "calc.py": CALC_FIXED.replace("+", "-")}, False),
+    ("delete_tests", {"tests/test_calc.py": None}, False),
+]
+
+
+def _patch_for(calc, edits) -> str:
+    inst, repo = calc
+    return {"gold": inst.patch, "empty": ""}[edits] if isinstance(edits, str) else diff_of(repo, edits)
+
+
+def test_grading_with_local_sandbox(calc) -> None:
+    from harness.sandbox_local import LocalSandbox
+
+    inst, repo = calc
+    for name, edits, expected in CASES:
+        with LocalSandbox() as sb:
+            sb.copy_in(repo, ".")
+            g = grade_patch(inst, _patch_for(calc, edits), sb, timeout_s=120)
+        assert g.resolved is expected, (name, g.reason)
+
+
+@pytest.mark.docker
+def test_grading_in_docker(calc, docker_provider) -> None:
+    inst, repo = calc
+    for name, edits, expected in CASES:
+        with docker_provider.create(instance_id=inst.instance_id) as sb:
+            sb.copy_in(repo, ".")
+            g = grade_patch(inst, _patch_for(calc, edits), sb, timeout_s=120)
+        assert g.resolved is expected, (name, g.reason)
+        if name == "gold":
+            assert g.valid and g.parse_source == "junit-xml" and g.exit_code == 0
