@@ -1,0 +1,258 @@
+"""Token-in/token-out rollout engines: the ``RolloutEngine`` protocol and our KV-cached batched sampler.
+
+``RolloutEngine.generate(requests, generator=...)`` takes prompt token ids and returns sampled token ids with their
+behaviour log-probs and the policy version that produced them; nothing is ever re-tokenised. Engines today:
+
+- ``KVSampler`` (this file): a functional re-implementation of the Qwen3 decoder forward (RMSNorm, q/k-norm, RoPE,
+  GQA, SwiGLU) over the *live* parameters of a ``Qwen3ForCausalLM``, with a preallocated KV cache, one left-padded
+  batched prefill per DISTINCT prompt (the n rollouts of a GRPO group share it, as vLLM's prefix cache would),
+  per-step compaction of finished rows, per-request ``max_new_tokens``, temperature and top-p. It reads the model's tensors on every
+  call, so optimizer updates are visible immediately; ``set_version`` records which weights they are.
+  Equivalence with the HF forward is tested (greedy tokens and log-probs).
+- vLLM (paper scale, SCALE.md §3.4): a client for ``vllm serve`` implementing the same protocol, not written yet.
+
+Log-probs are those of the distribution actually sampled from (after temperature and top-p), i.e. μ in METHOD §6.4;
+at T = 1, top_p = 1 they equal the model's raw log-softmax. ``temperature=0`` means greedy (log-prob of the raw
+softmax). One ``torch.Generator`` drives a whole batch, so a request's sample depends on its batch-mates; a fixed
+(batch, generator seed) pair is reproducible. Covered: dense Qwen3 (no sliding window, no MoE). Not covered: MoE
+routing, prefix caching across turns, speculative decoding.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+import torch
+import torch.nn.functional as F
+from transformers import Qwen3ForCausalLM
+
+log = logging.getLogger(__name__)
+
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass(frozen=True)
+class TokenRequest:
+    prompt_ids: list[int]
+    max_new_tokens: int
+    stop_ids: tuple[int, ...] = ()
+    temperature: float = 1.0
+    top_p: float = 1.0
+
+
+@dataclass(frozen=True)
+class TokenResult:
+    ids: list[int]                  # sampled ids, including the stop token when finish_reason == "stop"
+    logprobs: list[float]           # behaviour log-prob of each sampled id
+    finish_reason: FinishReason
+    version: int                    # policy version of the weights that sampled every token
+    info: dict[str, float] = field(default_factory=dict)
+
+
+@runtime_checkable
+class RolloutEngine(Protocol):
+    """What the RL loop needs from an inference engine (ours now, vLLM at scale)."""
+
+    def generate(self, requests: Sequence[TokenRequest], *, generator: torch.Generator) -> list[TokenResult]: ...
+
+    def current_version(self) -> int: ...
+
+    def set_version(self, version: int) -> None: ...
+
+
+def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    h = x.shape[-1] // 2
+    rot = torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+    return x * cos + rot * sin
+
+
+@dataclass
+class _Layer:
+    ln1: torch.Tensor
+    qkv: torch.Tensor
+    q_norm: torch.Tensor
+    k_norm: torch.Tensor
+    o: torch.Tensor
+    ln2: torch.Tensor
+    gate_up: torch.Tensor
+    down: torch.Tensor
+
+
+class KVSampler:
+    """KV-cached batched sampler over a ``Qwen3ForCausalLM``'s live weights (see module docstring)."""
+
+    def __init__(self, model: Qwen3ForCausalLM, *, version: int = 0, max_batch: int = 64) -> None:
+        cfg = model.config
+        if getattr(cfg, "model_type", "") != "qwen3":
+            raise ValueError(f"KVSampler supports dense Qwen3 models; got model_type={cfg.model_type!r}. Use "
+                             "model.generate for other architectures.")
+        self.model, self.cfg, self.version, self.max_batch = model, cfg, version, max_batch
+        self.n_heads, self.n_kv, self.hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.eps = cfg.rms_norm_eps
+        self.max_len = cfg.max_position_embeddings
+
+    def current_version(self) -> int:
+        return self.version
+
+    def set_version(self, version: int) -> None:
+        self.version = version
+
+    def _weights(self) -> tuple[list[_Layer], torch.Tensor, torch.Tensor, torch.Tensor]:
+        m = self.model.model
+        layers = []
+        for lyr in m.layers:
+            a, p = lyr.self_attn, lyr.mlp
+            layers.append(_Layer(
+                lyr.input_layernorm.weight, torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]),
+                a.q_norm.weight, a.k_norm.weight, a.o_proj.weight, lyr.post_attention_layernorm.weight,
+                torch.cat([p.gate_proj.weight, p.up_proj.weight]), p.down_proj.weight))
+        return layers, m.embed_tokens.weight, m.norm.weight, self.model.get_output_embeddings().weight
+
+    def _rope_table(self, n: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        rot = self.model.model.rotary_emb
+        pos = torch.arange(n, device=device, dtype=torch.float32)
+        freqs = torch.outer(pos, rot.inv_freq.to(device=device, dtype=torch.float32))
+        emb = torch.cat((freqs, freqs), dim=-1)
+        scale = float(getattr(rot, "attention_scaling", 1.0))
+        return (emb.cos() * scale).to(dtype), (emb.sin() * scale).to(dtype)
+
+    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, start: int,
+                 cache: list[tuple[torch.Tensor, torch.Tensor]], w: tuple, rope: tuple) -> torch.Tensor:
+        """ids/pos [B, T]; writes K/V for cache slots [start, start+T); mask [B, 1, T, start+T] (True = attend)."""
+        layers, embed, norm_w, head = w
+        cos, sin = rope[0][pos].unsqueeze(1), rope[1][pos].unsqueeze(1)   # [B, 1, T, hd]
+        b, t = ids.shape
+        x = embed[ids]
+        nq, nk = self.n_heads * self.hd, self.n_kv * self.hd
+        for lyr, (kc, vc) in zip(layers, cache, strict=True):
+            h = _rms(x, lyr.ln1, self.eps) @ lyr.qkv.T
+            q = _rms(h[..., :nq].view(b, t, self.n_heads, self.hd), lyr.q_norm, self.eps).transpose(1, 2)
+            k = _rms(h[..., nq:nq + nk].view(b, t, self.n_kv, self.hd), lyr.k_norm, self.eps).transpose(1, 2)
+            v = h[..., nq + nk:].view(b, t, self.n_kv, self.hd).transpose(1, 2)
+            kc[:, :, start:start + t] = _rope(k, cos, sin)
+            vc[:, :, start:start + t] = v
+            att = F.scaled_dot_product_attention(_rope(q, cos, sin), kc[:, :, :start + t], vc[:, :, :start + t],
+                                                 attn_mask=mask, enable_gqa=self.n_kv != self.n_heads)
+            x = x + att.transpose(1, 2).reshape(b, t, nq) @ lyr.o.T
+            gu = _rms(x, lyr.ln2, self.eps) @ lyr.gate_up.T
+            g, u = gu.chunk(2, dim=-1)
+            x = x + (F.silu(g) * u) @ lyr.down.T
+        return _rms(x[:, -1], norm_w, self.eps) @ head.T
+
+    @torch.no_grad()
+    def generate(self, requests: Sequence[TokenRequest], *, generator: torch.Generator) -> list[TokenResult]:
+        """Sample completions for ``requests`` (batched in groups of ``max_batch``)."""
+        out: list[TokenResult] = []
+        for s in range(0, len(requests), self.max_batch):
+            out.extend(self._generate_batch(list(requests[s:s + self.max_batch]), generator))
+        return out
+
+    def _check(self, reqs: list[TokenRequest]) -> None:
+        for i, r in enumerate(reqs):
+            if not r.prompt_ids:
+                raise ValueError(f"request {i}: empty prompt_ids; the prompt must hold at least the chat header.")
+            if r.max_new_tokens < 1 or r.temperature < 0 or not 0 < r.top_p <= 1:
+                raise ValueError(f"request {i}: max_new_tokens={r.max_new_tokens} (>=1), temperature="
+                                 f"{r.temperature} (>=0) and top_p={r.top_p} (in (0, 1]) out of range.")
+            if len(r.prompt_ids) + r.max_new_tokens > self.max_len:
+                raise ValueError(f"request {i}: prompt ({len(r.prompt_ids)}) + max_new_tokens ({r.max_new_tokens}) "
+                                 f"exceeds the model's max_position_embeddings={self.max_len}; shorten the context.")
+
+    def _generate_batch(self, reqs: list[TokenRequest], gen: torch.Generator) -> list[TokenResult]:
+        """Prefill each DISTINCT prompt once (GRPO groups share their prompt), expand the KV cache to one row per
+        request, then decode."""
+        self._check(reqs)
+        w = self._weights()
+        dev, dt = w[1].device, w[1].dtype
+        uniq: dict[tuple[int, ...], int] = {}
+        src = [uniq.setdefault(tuple(r.prompt_ids), len(uniq)) for r in reqs]
+        prompts = list(uniq)
+        lens = [len(p) for p in prompts]
+        p_max, n_new = max(lens), max(r.max_new_tokens for r in reqs)
+        total = p_max + n_new
+        rope = self._rope_table(total, dt, dev)
+        u = len(prompts)
+        pad = torch.tensor([p_max - n for n in lens], device=dev)
+        ids = torch.zeros(u, p_max, dtype=torch.long, device=dev)
+        for i, p in enumerate(prompts):
+            ids[i, p_max - lens[i]:] = torch.tensor(p, device=dev)
+        ar = torch.arange(p_max, device=dev)
+        pos = (ar.unsqueeze(0) - pad.unsqueeze(1)).clamp(min=0)
+        valid = ar.unsqueeze(0) >= pad.unsqueeze(1)                                   # [U, P] real key slots
+        causal = ar.unsqueeze(1) >= ar.unsqueeze(0)                                    # [P, P]
+        diag = torch.eye(p_max, dtype=torch.bool, device=dev)
+        mask = (causal.unsqueeze(0) & valid.unsqueeze(1)) | diag                      # pad queries see themselves
+        cache = [(torch.zeros(u, self.n_kv, total, self.hd, dtype=dt, device=dev),
+                  torch.zeros(u, self.n_kv, total, self.hd, dtype=dt, device=dev)) for _ in w[0]]
+        logits = self._forward(ids, pos, mask.unsqueeze(1), 0, cache, w, rope)
+        key_valid = torch.zeros(u, total, dtype=torch.bool, device=dev)
+        key_valid[:, :p_max] = valid
+        next_pos = torch.tensor(lens, device=dev)
+        if u < len(reqs) or src != list(range(u)):
+            idx = torch.tensor(src, device=dev)
+            cache = [(k.index_select(0, idx), v.index_select(0, idx)) for k, v in cache]
+            logits, key_valid, next_pos = logits[idx], key_valid[idx], next_pos[idx]
+        return self._decode(reqs, logits, cache, key_valid, next_pos, p_max, w, rope, gen)
+
+    def _decode(self, reqs, logits, cache, key_valid, next_pos, p_max, w, rope, gen) -> list[TokenResult]:
+        b = len(reqs)
+        dev = logits.device
+        toks: list[list[int]] = [[] for _ in range(b)]
+        lps: list[list[float]] = [[] for _ in range(b)]
+        reason: list[FinishReason] = ["length"] * b
+        rows = list(range(b))                       # original request index of each active row
+        temps = torch.tensor([r.temperature for r in reqs], device=dev)
+        top_ps = torch.tensor([r.top_p for r in reqs], device=dev)
+        step = 0
+        while rows:
+            tok, lp = _sample(logits.float(), temps, top_ps, gen)
+            keep = []
+            for j, (i, t, l) in enumerate(zip(rows, tok.tolist(), lp.tolist(), strict=True)):
+                toks[i].append(t)
+                lps[i].append(l)
+                if t in reqs[i].stop_ids:
+                    reason[i] = "stop"
+                elif len(toks[i]) < reqs[i].max_new_tokens:
+                    keep.append(j)
+            if not keep:
+                break
+            if len(keep) < len(rows):
+                idx = torch.tensor(keep, device=dev)
+                cache = [(k.index_select(0, idx), v.index_select(0, idx)) for k, v in cache]
+                key_valid, next_pos, tok = key_valid[idx], next_pos[idx], tok[idx]
+                temps, top_ps = temps[idx], top_ps[idx]
+                rows = [rows[j] for j in keep]
+            slot = p_max + step
+            key_valid[:, slot] = True
+            logits = self._forward(tok.unsqueeze(1), next_pos.unsqueeze(1), key_valid[:, None, None, :slot + 1],
+                                   slot, cache, w, rope)
+            next_pos = next_pos + 1
+            step += 1
+        return [TokenResult(toks[i], lps[i], reason[i], self.version) for i in range(b)]
+
+
+def _sample(logits: torch.Tensor, temps: torch.Tensor, top_ps: torch.Tensor,
+            gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row from fp32 logits [B, V]; returns (ids, log-prob under the sampling distribution)."""
+    greedy = temps == 0
+    scaled = logits / torch.where(greedy, torch.ones_like(temps), temps).unsqueeze(1)
+    logp = torch.log_softmax(scaled, dim=-1)
+    if bool((top_ps < 1).any()):
+        sp, si = torch.sort(logp, dim=-1, descending=True)
+        cum = sp.exp().cumsum(-1)
+        drop_sorted = (cum - sp.exp()) >= top_ps.unsqueeze(1)          # keep the smallest prefix reaching top_p
+        drop = torch.zeros_like(drop_sorted).scatter(1, si, drop_sorted)
+        logp = torch.log_softmax(logp.masked_fill(drop, -math.inf), dim=-1)
+    probs = logp.exp()
+    tok = torch.multinomial(probs, 1, generator=gen).squeeze(1)
+    if bool(greedy.any()):
+        tok = torch.where(greedy, logits.argmax(-1), tok)
+    return tok, logp.gather(1, tok.unsqueeze(1)).squeeze(1)
