@@ -352,17 +352,19 @@ class HFTurnSampler:
         for i, c in enumerate(contexts):
             ids[i, width - len(c):] = torch.tensor(list(c), dtype=torch.long)
             att[i, width - len(c):] = 1
+        dev = next(self.model.parameters()).device
+        ids, att = ids.to(dev), att.to(dev)
         pos = (att.cumsum(-1) - 1).clamp(min=0)
         out = self.model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=True)
         past, logits = out.past_key_values, out.logits[:, -1]
-        done = torch.zeros(b, dtype=torch.bool)
+        done = torch.zeros(b, dtype=torch.bool, device=dev)
         toks: list[list[int]] = [[] for _ in range(b)]
         lps: list[list[float]] = [[] for _ in range(b)]
         for _ in range(max_new_tokens):
             logp = torch.log_softmax(logits.float() / temperature, dim=-1)
             if top_p < 1.0:
                 logp = _top_p_logp(logp, top_p)
-            tok = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)
+            tok = torch.multinomial(logp.exp().cpu(), 1, generator=generator).squeeze(1).to(dev)
             chosen = logp.gather(1, tok[:, None]).squeeze(1)
             for i in range(b):
                 if not done[i]:
@@ -371,7 +373,7 @@ class HFTurnSampler:
             done |= tok == stop_id
             if bool(done.all()):
                 break
-            att = torch.cat([att, torch.ones((b, 1), dtype=torch.long)], dim=1)
+            att = torch.cat([att, torch.ones((b, 1), dtype=torch.long, device=dev)], dim=1)
             pos = pos[:, -1:] + 1
             out = self.model(input_ids=tok[:, None], attention_mask=att, position_ids=pos, past_key_values=past,
                              use_cache=True)

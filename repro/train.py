@@ -227,8 +227,9 @@ def _optimizer_step(root: LossRoot, cfg: TrainConfig, plan: Any, opt: torch.opti
     opt.zero_grad(set_to_none=True)
     parts, total, n_tok, n_teacher = [], 0.0, 0, 0
     mbs = cfg.optim.micro_batch
+    device = next(root.parameters()).device
     for i in range(0, len(plan.trajs), mbs):
-        mb = collate(plan.trajs[i:i + mbs], pad_id)
+        mb = collate(plan.trajs[i:i + mbs], pad_id).to(device)
         loss, stats = root(mb, plan.n_pg, plan.n_kl)
         if loss.requires_grad:
             loss.backward()
@@ -248,6 +249,9 @@ def _optimizer_step(root: LossRoot, cfg: TrainConfig, plan: Any, opt: torch.opti
 def train_rl(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = None, resume: bool = False,
              argv: list[str] | None = None) -> ck.CheckpointInfo:
     """Run (or resume) RL training; returns the final checkpoint's :class:`repro.checkpoint.CheckpointInfo`."""
+    if cfg.rollout.engine != "hf_sampler":
+        raise ConfigError(f"rollout.engine = {cfg.rollout.engine!r} is designed (SCALE.md §3.3) but not implemented "
+                          "yet; use rollout.engine = 'hf_sampler', or --dry-run to check a paper-scale plan")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     latest = _check_run_dir(out, cfg, resume)
@@ -257,7 +261,7 @@ def train_rl(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = N
         from repro.wiring import default_setup
 
         setup = default_setup(cfg, init_override=latest)
-    model = setup.model
+    model = setup.model.to(_device(cfg))
     if latest is not None:
         _load_weights(model, latest)
     model.train()
@@ -331,6 +335,15 @@ def train_rl(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = N
     if info is None:
         info = ck.read_info(ck.latest_checkpoint(out))
     return info
+
+
+def _device(cfg: TrainConfig) -> torch.device:
+    want = cfg.model.device
+    if want == "auto":
+        want = "cuda" if torch.cuda.is_available() else "cpu"
+    if want == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("model.device = 'cuda' but no CUDA device is visible; use model.device = 'cpu' or 'auto'")
+    return torch.device(want)
 
 
 def _last_k(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:

@@ -142,6 +142,10 @@ class MicroBatch:
     n_tokens: int
     n_teacher_tokens: int
 
+    def to(self, device: torch.device | str) -> MicroBatch:
+        moved = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in self.__dict__.items()}
+        return MicroBatch(**moved)
+
 
 def _pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(len(s) for s in seqs)
@@ -221,7 +225,7 @@ class LossRoot(nn.Module):
             stats.update(pg_loss=float(sur.loss.detach()), clip_sum=float(sur.clip_frac) * n_mb, ratio_sum=float(sur.ratio_mean)
                          * n_mb, ratio_max=float(sur.ratio_max), pg_n=n_mb)
         if need_teacher and g.estimator == "full_vocab":
-            w = torch.full((mb.kl_idx.numel(),), 1.0 / max(1.0, n_kl))
+            w = torch.full((mb.kl_idx.numel(),), 1.0 / max(1.0, n_kl), device=hr.device)
             if g.kl_is_clip is not None:
                 w = w * torch.clamp(torch.exp(logp.detach()[mb.kl_idx] - mb.mu[mb.kl_idx]), max=g.kl_is_clip)
             kl = chunked_kl_loss(hr[mb.kl_idx], ht, weight, w, direction=g.direction, beta=g.jsd_beta,

@@ -83,7 +83,7 @@ def setup(seed: int = 0) -> RLSetup:
 
 def config(arm: str = "tg", *sets: str) -> TrainConfig:
     base = ["run.steps=2", "run.progress=false", "rollout.groups=2", "rollout.group_size=3", "rollout.max_turns=2",
-            "rollout.max_new_tokens=12", "optim.lr=0.003", "optim.micro_batch=4", "guidance.chunk_size=16"]
+            "rollout.max_new_tokens=12", "model.threads=1", "optim.lr=0.003", "optim.micro_batch=4", "guidance.chunk_size=16"]
     return load_config(arm=arm, sets=base + list(sets))
 
 
