@@ -1,0 +1,184 @@
+"""``HFPolicy``: any transformers causal LM with its chat template, sampled locally with a KV cache.
+
+Rendering: ``tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True)``; assistant turns
+are passed as ``{"role": "assistant", "content": <text>}`` with their ``<think>``/``<tool_call>`` markup verbatim
+(no ``tool_calls`` field, so the template does not render calls twice); tool observations as ``role: tool``;
+hints as ``role: user``.
+
+Sampling: one ``torch.Generator`` seeded from ``rng.getrandbits(63)`` per turn, so a (policy, messages, rng state)
+triple is reproducible on the same device. ``temperature=0`` is greedy. ``top_k``/``top_p`` filter the
+temperature-scaled distribution and renormalise it.
+
+Returned ``token_ids`` are the sampled completion including the stop token (``<|im_end|>`` / eos) when one was
+sampled; ``logprobs`` are their behaviour log-probabilities under the distribution actually sampled from
+(``logprobs_mode="sampling"``: after temperature, top-k and top-p; at T=1 and no filtering this is the model's
+log-softmax) or the model's raw log-softmax (``logprobs_mode="raw"``; always used for greedy decoding).
+``finish_reason``: ``stop`` (a stop token), ``length`` (``max_new_tokens``), ``context`` (the prompt plus the
+completion reached ``max_context``; ``run_episode`` records a ``context`` limit).
+
+Not covered: batching several conversations, speculative decoding, multi-GPU sharding (use ``OpenAIPolicy`` with
+``vllm serve`` for that).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import random
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from harness.interfaces import PolicyOutput
+from harness.schema import Message
+
+log = logging.getLogger(__name__)
+
+
+def to_chat(messages: list[Message]) -> list[dict[str, Any]]:
+    """Harness messages as chat-template dicts (role + content; see the module docstring)."""
+    return [{"role": m.role, "content": m.content} for m in messages]
+
+
+def sample_token(
+    logits: torch.Tensor,
+    generator: torch.Generator,
+    *,
+    temperature: float,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    logprobs_mode: Literal["sampling", "raw"] = "sampling",
+) -> tuple[int, float]:
+    """Sample one id from 1-D ``logits``; returns (id, log-prob) as described in the module docstring."""
+    logits = logits.float()
+    raw = torch.log_softmax(logits, dim=-1)
+    if temperature == 0:
+        tok = int(torch.argmax(logits))
+        return tok, float(raw[tok])
+    scaled = logits / temperature
+    if top_k > 0 and top_k < scaled.numel():
+        kth = torch.topk(scaled, top_k).values[-1]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(scaled, descending=True)
+        probs_sorted = torch.softmax(sorted_logits, dim=-1)
+        cum = torch.cumsum(probs_sorted, dim=-1)
+        drop_sorted = (cum - probs_sorted) >= top_p  # keep the smallest prefix whose mass reaches top_p
+        drop = torch.zeros_like(drop_sorted).scatter(0, order, drop_sorted)
+        scaled = scaled.masked_fill(drop, float("-inf"))
+    logp = torch.log_softmax(scaled, dim=-1)
+    tok = int(torch.multinomial(logp.exp(), 1, generator=generator))
+    return tok, float(logp[tok] if logprobs_mode == "sampling" else raw[tok])
+
+
+class HFPolicy:
+    """A transformers causal LM as a ``harness.interfaces.Policy`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        name: str = "hf",
+        max_new_tokens: int = 1024,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        max_context: int | None = None,
+        logprobs_mode: Literal["sampling", "raw"] = "sampling",
+        chat_template_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        if temperature < 0 or not 0 < top_p <= 1 or top_k < 0 or max_new_tokens < 1:
+            raise ValueError(
+                "HFPolicy: need temperature >= 0, 0 < top_p <= 1, top_k >= 0 and max_new_tokens >= 1 "
+                f"(got {temperature}, {top_p}, {top_k}, {max_new_tokens})"
+            )
+        if getattr(tokenizer, "chat_template", None) is None:
+            raise ValueError(f"HFPolicy {name}: the tokenizer has no chat_template; save one with the checkpoint")
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.name = name
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.top_p = top_p
+        self.top_k = top_k
+        self.logprobs_mode = logprobs_mode
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        cfg_ctx = getattr(model.config, "max_position_embeddings", None)
+        self.max_context = int(max_context or cfg_ctx or 32_768)
+        self.stop_ids = self._stop_ids()
+        # transformers >= 5.x names the KV cache argument ``cache`` (``past_key_values`` is deprecated there)
+        params = inspect.signature(model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, *, device: str | None = None, **kwargs: Any) -> HFPolicy:
+        """Load a checkpoint directory (``save_pretrained`` layout with its tokenizer)."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        p = Path(path)
+        if not (p / "config.json").is_file():
+            raise FileNotFoundError(
+                f"{p}: no config.json here; pass a checkpoint directory written by save_pretrained "
+                "(e.g. runs/train/checkpoints/step_200)"
+            )
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        tok = AutoTokenizer.from_pretrained(p)
+        model = AutoModelForCausalLM.from_pretrained(p).to(device)
+        kwargs.setdefault("name", f"hf:{p}")
+        return cls(model, tok, **kwargs)
+
+    def _stop_ids(self) -> set[int]:
+        ids: set[int] = set()
+        for tok in ("<|im_end|>", "<|endoftext|>", self.tokenizer.eos_token):
+            if tok:
+                tid = self.tokenizer.convert_tokens_to_ids(tok)
+                if isinstance(tid, int) and tid != self.tokenizer.unk_token_id:
+                    ids.add(tid)
+        gen_eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+        ids |= set(gen_eos if isinstance(gen_eos, list) else [gen_eos] if gen_eos is not None else [])
+        if not ids:
+            raise ValueError(f"HFPolicy {self.name}: the tokenizer defines no <|im_end|> or eos token to stop on")
+        return ids
+
+    def render(self, messages: list[Message], tools: list[dict[str, Any]] | None) -> list[int]:
+        """Prompt token ids for the next assistant turn."""
+        out = self.tokenizer.apply_chat_template(
+            to_chat(messages), tools=tools or None, add_generation_prompt=True, tokenize=True,
+            **self.chat_template_kwargs,
+        )
+        if isinstance(out, dict) or hasattr(out, "input_ids"):  # BatchEncoding in newer transformers
+            out = out["input_ids"]
+        return list(out)
+
+    @torch.no_grad()
+    def act(self, messages: list[Message], *, tools: list[dict[str, Any]], rng: random.Random) -> PolicyOutput:
+        prompt = self.render(messages, tools)
+        gen = torch.Generator(device="cpu").manual_seed(rng.getrandbits(63))
+        budget = min(self.max_new_tokens, self.max_context - len(prompt))
+        if budget <= 0:
+            return PolicyOutput(text="", token_ids=[], logprobs=[], finish_reason="context",
+                                info={"prompt_tokens": len(prompt)})
+        device = next(self.model.parameters()).device
+        out = self.model(input_ids=torch.tensor([prompt], device=device), use_cache=True)
+        ids: list[int] = []
+        lps: list[float] = []
+        reason = "context" if budget < self.max_new_tokens else "length"
+        for _ in range(budget):
+            logits = out.logits[0, -1].to("cpu")
+            tok, lp = sample_token(
+                logits, gen, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
+                logprobs_mode=self.logprobs_mode,
+            )
+            ids.append(tok)
+            lps.append(lp)
+            if tok in self.stop_ids:
+                reason = "stop"
+                break
+            cache = getattr(out, self._cache_kw, None)
+            out = self.model(input_ids=torch.tensor([[tok]], device=device), use_cache=True, **{self._cache_kw: cache})
+        body = ids[:-1] if reason == "stop" else ids
+        text = self.tokenizer.decode(body, skip_special_tokens=False)
+        return PolicyOutput(text=text, token_ids=ids, logprobs=lps, finish_reason=reason,
+                            info={"prompt_tokens": len(prompt)})

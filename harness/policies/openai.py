@@ -1,0 +1,240 @@
+"""``OpenAIPolicy``: any OpenAI-compatible chat-completions endpoint (``vllm serve``, SGLang, OpenAI, ...).
+
+Transport: stdlib ``urllib`` (no extra dependency), ``POST {base_url}/chat/completions`` with a per-request timeout.
+``base_url`` includes the API prefix, e.g. ``http://127.0.0.1:8000/v1``. The key is read from ``api_key`` or the
+environment variable named by ``api_key_env`` (default ``OPENAI_API_KEY``); none is sent when neither is set.
+
+Request: ``model``, ``messages`` (assistant turns verbatim with their ``<think>``/``<tool_call>`` markup; tool
+observations as ``role: tool`` or, with ``tool_role="user"``, as ``<tool_response>`` blocks in a user message for
+servers that insist on ``tool_call_id`` pairing), ``tools``, ``temperature``, ``top_p``, ``max_tokens``, ``seed``
+(drawn from the episode rng: vLLM honours per-request seeds), ``logprobs: true`` when ``logprobs`` is set and
+vLLM's ``return_token_ids``/``return_tokens_as_token_ids`` when ``return_token_ids`` is set.
+
+Response → ``PolicyOutput``: structured ``tool_calls`` (servers started with a tool parser strip them from
+``content``) are written back as Qwen3 ``<tool_call>`` blocks, arguments verbatim (unparseable arguments stay
+unparseable, so the harness sees the malformed call); ``reasoning_content`` becomes a ``<think>`` block. Per-token
+log-probs come from ``choices[0].logprobs.content``; token ids from ``choices[0].token_ids`` or ``token_id:N``
+token strings when the server provides them (else ``None``).
+
+Failures: connection errors, timeouts, HTTP 408/409/429/5xx and unreadable bodies are retried with exponential
+backoff (``backoff_s * 2**attempt``, capped at ``max_backoff_s``; ``max_retries`` retries). Then, or at once for
+other HTTP errors (401, 404, a 400 that is not about context length), ``ModelEndpointError`` is raised: a
+``harness.sandbox.SandboxUnavailable`` with ``kind="MODEL_ENDPOINT"``, i.e. an INFRA failure (HARNESS §7.6) that
+the runner retries and never scores. A 400 saying the context length was exceeded is the agent's limit:
+``finish_reason="context"``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from typing import Any, Literal
+
+from harness.interfaces import PolicyOutput
+from harness.sandbox import SandboxUnavailable
+from harness.schema import Message
+
+log = logging.getLogger(__name__)
+
+RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
+_CONTEXT_MARKERS = ("context length", "maximum context", "context_length_exceeded", "too many tokens")
+
+
+class ModelEndpointError(SandboxUnavailable):
+    """The model endpoint failed (after retries, or with a non-retryable HTTP error): an INFRA failure."""
+
+    def __init__(self, message: str, *, status: int | None = None, attempts: int = 1) -> None:
+        super().__init__(message, kind="MODEL_ENDPOINT")
+        self.status = status
+        self.attempts = attempts
+
+
+class _Retryable(Exception):
+    pass
+
+
+def render_tool_call(name: str, arguments: Any) -> str:
+    """A structured tool call as a Qwen3 ``<tool_call>`` block; argument strings are inserted verbatim when they
+    are a JSON object, else kept as a JSON string (so a malformed call stays detectable)."""
+    if isinstance(arguments, str):
+        try:
+            parsed = json.loads(arguments)
+            args = arguments if isinstance(parsed, dict) else json.dumps(arguments)
+        except json.JSONDecodeError:
+            args = arguments
+    else:
+        args = json.dumps(arguments, ensure_ascii=False)
+    return '<tool_call>\n{"name": ' + json.dumps(name) + ', "arguments": ' + args + "}\n</tool_call>"
+
+
+def response_text(message: dict[str, Any]) -> str:
+    """Assistant text in harness form from a chat-completions ``message`` object."""
+    content = message.get("content") or ""
+    reasoning = message.get("reasoning_content") or message.get("reasoning")
+    text = f"<think>\n{reasoning.strip()}\n</think>\n\n{content}" if reasoning else content
+    calls = [
+        render_tool_call(tc.get("function", {}).get("name", ""), tc.get("function", {}).get("arguments", "{}"))
+        for tc in message.get("tool_calls") or []
+    ]
+    if calls:
+        text = (text.rstrip() + "\n" if text.strip() else "") + "\n".join(calls)
+    return text
+
+
+def _token_ids(choice: dict[str, Any], entries: list[dict[str, Any]]) -> list[int] | None:
+    if isinstance(choice.get("token_ids"), list):
+        return [int(t) for t in choice["token_ids"]]
+    toks = [str(e.get("token", "")) for e in entries]
+    if entries and all(t.startswith("token_id:") for t in toks):
+        return [int(t.split(":", 1)[1]) for t in toks]
+    return None
+
+
+class OpenAIPolicy:
+    """An OpenAI-compatible chat-completions endpoint as a ``harness.interfaces.Policy`` (module docstring)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        name: str | None = None,
+        api_key: str | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        max_tokens: int = 1024,
+        timeout_s: float = 120.0,
+        max_retries: int = 4,
+        backoff_s: float = 1.0,
+        max_backoff_s: float = 30.0,
+        logprobs: bool = True,
+        return_token_ids: bool = False,
+        send_seed: bool = True,
+        tool_role: Literal["tool", "user"] = "tool",
+        extra_body: dict[str, Any] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"OpenAIPolicy: base_url {base_url!r} must start with http:// or https:// "
+                             "(e.g. http://127.0.0.1:8000/v1)")
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.model = model
+        self.name = name or f"openai:{base_url}#{model}"
+        self.api_key = api_key or os.environ.get(api_key_env)
+        self.temperature, self.top_p, self.max_tokens = temperature, top_p, max_tokens
+        self.timeout_s, self.max_retries = timeout_s, max_retries
+        self.backoff_s, self.max_backoff_s = backoff_s, max_backoff_s
+        self.logprobs, self.return_token_ids, self.send_seed = logprobs, return_token_ids, send_seed
+        self.tool_role = tool_role
+        self.extra_body = dict(extra_body or {})
+        self._sleep = sleep
+
+    def _messages(self, messages: list[Message]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for m in messages:
+            if m.role == "tool" and self.tool_role == "user":
+                block = f"<tool_response>\n{m.content}\n</tool_response>"
+                if out and out[-1]["role"] == "user" and out[-1].get("_tool"):
+                    out[-1]["content"] += "\n" + block
+                else:
+                    out.append({"role": "user", "content": block, "_tool": True})
+            elif m.role == "tool":
+                out.append({"role": "tool", "content": m.content, "tool_call_id": f"call_{m.turn}"})
+            else:
+                out.append({"role": m.role, "content": m.content})
+        return [{k: v for k, v in d.items() if k != "_tool"} for d in out]
+
+    def payload(self, messages: list[Message], tools: list[dict[str, Any]], rng: random.Random) -> dict[str, Any]:
+        """The request body for one turn (draws the request seed from ``rng``)."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": self._messages(messages),
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "max_tokens": self.max_tokens,
+        }
+        seed = rng.getrandbits(31)
+        if self.send_seed:
+            body["seed"] = seed
+        if tools:
+            body["tools"] = tools
+        if self.logprobs:
+            body["logprobs"] = True
+        if self.return_token_ids:
+            body["return_token_ids"] = True
+            body["return_tokens_as_token_ids"] = True
+        body.update(self.extra_body)
+        return body
+
+    def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        req = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                raw = resp.read()
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode("utf-8", errors="replace")[:2000]
+            if exc.code == 400 and any(k in detail.lower() for k in _CONTEXT_MARKERS):
+                return {"_context_exceeded": detail}
+            if exc.code in RETRYABLE_STATUS:
+                raise _Retryable(f"HTTP {exc.code}: {detail[:300]}") from exc
+            raise ModelEndpointError(
+                f"{self.url}: HTTP {exc.code}: {detail[:500]} — check the base URL, model name and API key",
+                status=exc.code,
+            ) from exc
+        except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
+            raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
+        try:
+            data = json.loads(raw)
+            data["choices"][0]["message"]  # noqa: B018 - shape check
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise _Retryable(f"unreadable response body: {raw[:200]!r}") from exc
+        return data
+
+    def _post_with_retries(self, body: dict[str, Any]) -> dict[str, Any]:
+        last = ""
+        for attempt in range(self.max_retries + 1):
+            try:
+                return self._post(body)
+            except _Retryable as exc:
+                last = str(exc)
+                log.warning("%s: attempt %d/%d failed: %s", self.url, attempt + 1, self.max_retries + 1, last)
+                if attempt < self.max_retries:
+                    self._sleep(min(self.max_backoff_s, self.backoff_s * 2**attempt))
+        raise ModelEndpointError(
+            f"{self.url}: no answer after {self.max_retries + 1} attempts (last: {last}); is the server up "
+            "(e.g. `vllm serve MODEL --port 8000`) and reachable?",
+            attempts=self.max_retries + 1,
+        )
+
+    def act(self, messages: list[Message], *, tools: list[dict[str, Any]], rng: random.Random) -> PolicyOutput:
+        body = self.payload(messages, tools, rng)
+        t0 = time.perf_counter()
+        data = self._post_with_retries(body)
+        latency = time.perf_counter() - t0
+        if "_context_exceeded" in data:
+            return PolicyOutput(text="", finish_reason="context", info={"detail": data["_context_exceeded"]})
+        choice = data["choices"][0]
+        entries = (choice.get("logprobs") or {}).get("content") or []
+        lps = [float(e["logprob"]) for e in entries] if entries else None
+        ids = _token_ids(choice, entries)
+        if ids is not None and lps is not None and len(ids) != len(lps):
+            log.warning("%s: %d token ids but %d logprobs; dropping both", self.url, len(ids), len(lps))
+            ids = lps = None
+        reason = {"tool_calls": "stop", "stop": "stop", "length": "length"}.get(choice.get("finish_reason"), "stop")
+        return PolicyOutput(
+            text=response_text(choice["message"]),
+            token_ids=ids,
+            logprobs=lps,
+            finish_reason=reason,
+            info={"usage": data.get("usage") or {}, "latency_s": latency, "seed": body.get("seed")},
+        )
