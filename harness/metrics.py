@@ -31,11 +31,12 @@ import io
 import posixpath
 import re
 import tarfile
-from collections.abc import Iterable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.schema import EpisodeMetrics, Message, ToolCall, Trajectory
+from harness.schema import EpisodeMetrics, Message, TaskInstance, TaskSet, ToolCall, Trajectory
 from harness.tools import ERROR_PREFIX, normalize_path
 
 _EXT = r"(?:py|pyi|pyx|txt|md|rst|toml|cfg|ini|json|ya?ml|sh|lock|csv)"
@@ -204,3 +205,32 @@ def compute_metrics(trajectory: Trajectory, index: RepoIndex) -> EpisodeMetrics:
         tokens=trajectory.n_tokens,
         wall_s=float(trajectory.timings.get("wall_s", 0.0)),
     )
+
+
+def snapshot_index(task_set_dir: str | Path, instance_id: str) -> RepoIndex:
+    """``RepoIndex`` of a task set's snapshot (``snapshots/<id>/`` folder or ``snapshots/<id>.tar.gz``)."""
+    from harness.tasks import snapshot_path
+
+    path = snapshot_path(Path(task_set_dir), instance_id)
+    if path is None:
+        raise FileNotFoundError(
+            f"{task_set_dir}: no snapshots/{instance_id}/ or snapshots/{instance_id}.tar.gz; hallucinations are "
+            "judged against the snapshot, so the task set must keep its snapshots (re-run `tgsuite tasks make-mini`)"
+        )
+    return RepoIndex.from_dir(path) if path.is_dir() else RepoIndex.from_tar(path)
+
+
+def metrics_for(task_set: TaskSet) -> Callable[[Trajectory, TaskInstance], EpisodeMetrics]:
+    """A ``(trajectory, instance) -> EpisodeMetrics`` callable for the runner (``run_eval(metrics_for=...)``);
+    snapshot indexes are built once per instance and cached (thread-safe)."""
+    cache: dict[str, RepoIndex] = {}
+    lock = threading.Lock()
+
+    def compute(trajectory: Trajectory, instance: TaskInstance) -> EpisodeMetrics:
+        with lock:
+            index = cache.get(instance.instance_id)
+            if index is None:
+                index = cache[instance.instance_id] = snapshot_index(task_set.path, instance.instance_id)
+        return compute_metrics(trajectory, index)
+
+    return compute

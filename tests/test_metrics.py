@@ -13,10 +13,12 @@ from harness.metrics import (
     RepoIndex,
     compute_metrics,
     count_hallucinations,
+    metrics_for,
     python_definitions,
+    snapshot_index,
     summary_hallucinations,
 )
-from harness.schema import Message, Trajectory
+from harness.schema import Message, TaskSet, Trajectory
 from harness.tools import ERROR_PREFIX, parse_tool_calls
 from harness.tools import format_tool_call as fc
 from tests.harness_fakes import DirSandbox, make_calc_task
@@ -150,3 +152,17 @@ def test_metrics_on_a_real_episode(tmp_path: Path) -> None:
     m = compute_metrics(traj, RepoIndex.from_dir(repo))
     assert (m.steps, m.tool_calls, m.edits, m.test_runs, m.rework, m.hallucinations) == (5, 5, 1, 2, 1, 2)
     assert m.tool_call_validity == 1.0 and m.tokens == traj.n_tokens and m.wall_s > 0
+
+
+def test_metrics_for_a_task_set(tmp_path: Path) -> None:
+    inst, repo = make_calc_task(tmp_path / "build")
+    root = tmp_path / "ts"
+    (root / "snapshots").mkdir(parents=True)
+    repo.rename(root / "snapshots" / inst.instance_id)
+    ts = TaskSet(name="t", path=str(root), sha256="0" * 64, instances=[inst])
+    assert "calc.py" in snapshot_index(root, inst.instance_id).files
+    fn = metrics_for(ts)
+    traj = _traj([_a(fc("read_file", {"path": "nope.py"})), _t(ERROR_PREFIX + "x")], "Fixed `add()` in `calc.py`.")
+    assert fn(traj, inst).hallucinations == 1 and fn(traj, inst).steps == 1
+    with pytest.raises(FileNotFoundError, match="snapshots/missing"):
+        snapshot_index(root, "missing")

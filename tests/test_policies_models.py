@@ -151,7 +151,7 @@ def test_hf_save_load_and_episode(tiny, tmp_path: Path) -> None:
     model.save_pretrained(ckpt)
     tok.save_pretrained(ckpt)
     pol = make_policy(f"hf:{ckpt}", max_new_tokens=8, device="cpu")
-    assert isinstance(pol, HFPolicy) and pol.name == f"hf:{ckpt}"
+    assert isinstance(pol, HFPolicy) and pol.name == pol.spec == f"hf:{ckpt}" and not pol.thread_safe
     with pytest.raises(FileNotFoundError, match="save_pretrained"):
         make_policy(f"hf:{tmp_path / 'nothing'}")
     inst, repo = make_calc_task(tmp_path)
@@ -335,7 +335,8 @@ def test_policy_specs() -> None:
         with pytest.raises(ValueError, match="use one of"):
             parse_policy_spec(bad)
     pol = make_policy("openai:http://127.0.0.1:9/v1#m", temperature=0.2)
-    assert isinstance(pol, OpenAIPolicy) and pol.name == "openai:http://127.0.0.1:9/v1#m" and pol.temperature == 0.2
+    assert isinstance(pol, OpenAIPolicy) and pol.name == pol.spec == "openai:http://127.0.0.1:9/v1#m"
+    assert pol.temperature == 0.2 and pol.thread_safe
     with pytest.raises(ValueError, match="http://"):
         OpenAIPolicy("127.0.0.1:8000/v1", "m")
     # scripted policies come from harness.policies.scripted, options passed through

@@ -73,7 +73,11 @@ def sample_token(
 
 
 class HFPolicy:
-    """A transformers causal LM as a ``harness.interfaces.Policy`` (see the module docstring)."""
+    """A transformers causal LM as a ``harness.interfaces.Policy`` (see the module docstring).
+
+    Not thread-safe (one model, sequential decoding): runners serialise calls to it."""
+
+    thread_safe = False
 
     def __init__(
         self,
@@ -99,6 +103,7 @@ class HFPolicy:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.name = name
+        self.spec: str | None = None  # the command-line spec, set by from_pretrained
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.top_p = top_p
@@ -127,7 +132,9 @@ class HFPolicy:
         tok = AutoTokenizer.from_pretrained(p)
         model = AutoModelForCausalLM.from_pretrained(p).to(device)
         kwargs.setdefault("name", f"hf:{p}")
-        return cls(model, tok, **kwargs)
+        policy = cls(model, tok, **kwargs)
+        policy.spec = f"hf:{p}"
+        return policy
 
     def _stop_ids(self) -> set[int]:
         ids: set[int] = set()

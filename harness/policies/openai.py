@@ -97,7 +97,11 @@ def _token_ids(choice: dict[str, Any], entries: list[dict[str, Any]]) -> list[in
 
 
 class OpenAIPolicy:
-    """An OpenAI-compatible chat-completions endpoint as a ``harness.interfaces.Policy`` (module docstring)."""
+    """An OpenAI-compatible chat-completions endpoint as a ``harness.interfaces.Policy`` (module docstring).
+
+    Stateless between calls, so one object may serve concurrent episodes (``thread_safe = True``)."""
+
+    thread_safe = True
 
     def __init__(
         self,
@@ -125,6 +129,7 @@ class OpenAIPolicy:
             raise ValueError(f"OpenAIPolicy: base_url {base_url!r} must start with http:// or https:// "
                              "(e.g. http://127.0.0.1:8000/v1)")
         self.url = base_url.rstrip("/") + "/chat/completions"
+        self.spec = f"openai:{base_url}#{model}"
         self.model = model
         self.name = name or f"openai:{base_url}#{model}"
         self.api_key = api_key or os.environ.get(api_key_env)
