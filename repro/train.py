@@ -34,7 +34,6 @@ from repro.config import ConfigError, TrainConfig, load_saved, to_toml
 from repro.pipeline_async import AsyncProducer, StalenessStats, WeightStore, clone_for_producer, take_fresh
 from repro.rollout import (
     EnvFactory,
-    HFTurnSampler,
     RolloutSample,
     RolloutSettings,
     TurnChecker,
@@ -43,6 +42,7 @@ from repro.rollout import (
     run_group,
 )
 from repro.tokenizer import ChatEncoder
+from repro.wiring import default_sampler
 from repro.track import MetricsWriter, progress, read_metrics
 from repro.trainer_step import LossRoot, build_batch, collate, reduce_stats
 
@@ -60,7 +60,7 @@ class RLSetup:
     checker: TurnChecker
     hint_text: HintText
     tools: list[dict[str, Any]] = field(default_factory=list)
-    sampler_factory: Callable[[torch.nn.Module, int], TurnSampler] = HFTurnSampler
+    sampler_factory: Callable[[torch.nn.Module, int], TurnSampler] = default_sampler
 
 
 class TaskStream:
@@ -258,7 +258,7 @@ def train_rl(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = N
     if cfg.model.threads:
         torch.set_num_threads(cfg.model.threads)
     if setup is None:
-        from repro.wiring import default_setup
+        from repro.wiring import default_setup  # noqa: PLC0415
 
         setup = default_setup(cfg, init_override=latest)
     model = setup.model.to(_device(cfg))

@@ -67,7 +67,11 @@ def build_batch(
     use_kl = guid.lam > 0
     trajs: list[TrajBatch] = []
     n_fail_turns = n_applicable = n_zero_var = n_dropped_groups = 0
+    n_infra = 0
     for gi, grp in enumerate(groups):
+        if any(s.outcome.infra_error for s in grp):
+            n_infra += 1  # infrastructure failures are never scored as model failures: the group is dropped
+            continue
         zero_var = float(rewards[gi].max() - rewards[gi].min()) == 0.0
         n_zero_var += zero_var
         built = [_one(s, adv[gi][j], cfg, hint_ids, use_kl) for j, s in enumerate(grp)]
@@ -89,6 +93,7 @@ def build_batch(
         "pg/tokens": n_pg,
         "grpo/zero_variance_group_frac": n_zero_var / max(1, len(groups)),
         "grpo/dropped_zero_variance_groups": n_dropped_groups,
+        "rollout/infra_dropped_groups": n_infra,
     }
     return BatchPlan(trajs, float(n_pg), float(n_kl), stats)
 

@@ -1,0 +1,220 @@
+"""Adapters from the harness to the RL loop, and :func:`default_setup` for real training runs.
+
+- :class:`HarnessEnv` — one training episode = ``harness.agent.AgentEnv`` in a fresh sandbox from
+  ``harness.runner_sandbox.TaskSandboxFactory`` (LocalSandbox by default for speed, Docker selectable with
+  ``rollout.sandbox = "docker"``); at the end the agent's diff is extracted and graded with the hidden tests in a
+  NEW sandbox (``harness.grading.grade_patch``), exactly as evaluation does. Infrastructure failures
+  (``SandboxUnavailable``, ``GraderError``) become ``EnvOutcome.infra_error``; the trainer drops such groups and
+  counts them — they are never scored as model failures.
+- :class:`KVTurnSampler` — ``repro.sampler.KVSampler`` behind the loop's ``TurnSampler`` interface.
+- :func:`hint_source` — the hint text for a failing turn from the configured feedback kind (correct, irrelevant,
+  wrong, or a seeded mixture), using ``harness.feedback``'s texts, so the noisy-feedback study trains with imperfect
+  hints.
+
+LocalSandbox is NOT isolated (see ``harness.sandbox``): model-written code runs as this user. Use Docker for
+anything but the tiny CPU reproduction.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness.interfaces import EpisodeLimits
+from harness.schema import Message, TaskInstance
+from repro.config import ConfigError, TrainConfig
+from repro.rollout import EnvOutcome, StepOut
+
+logger = logging.getLogger(__name__)
+
+
+class HarnessEnv:
+    """``RolloutEnv`` over ``harness.agent.AgentEnv`` + hidden-test grading (see the module docstring)."""
+
+    def __init__(self, factory: Any, instance: TaskInstance, limits: EpisodeLimits, seed: int) -> None:
+        self.factory, self.instance, self.limits, self.seed = factory, instance, limits, seed
+        self.sandbox: Any = None
+        self.env: Any = None
+        self.head = ""
+        self.infra_error: str | None = None
+
+    def reset(self) -> list[Message]:
+        from harness.agent import AgentEnv
+
+        self.sandbox, self.head = self.factory.open(self.instance, role="agent", attempt=self.seed % 1000)
+        self.env = AgentEnv(self.instance, self.sandbox, self.limits)
+        return self.env.reset()
+
+    def step(self, assistant_text: str) -> StepOut:
+        from harness.sandbox import SandboxUnavailable
+
+        try:
+            res = self.env.step(assistant_text)
+        except SandboxUnavailable as exc:
+            self.infra_error = f"{exc.kind}: {exc}"
+            return StepOut([], True)
+        return StepOut(list(res.observations), bool(res.done))
+
+    def outcome(self) -> EnvOutcome:
+        counts = _tool_counts(self.env.messages if self.env is not None else [])
+        violations = self.env.violations if self.env is not None else 0
+        if self.infra_error:
+            return EnvOutcome(False, infra_error=self.infra_error, protocol_violations=violations, **counts)
+        try:
+            resolved = self._grade()
+        except Exception as exc:  # noqa: BLE001 - classified as infra, never as a model failure
+            from harness.grading import PatchTooLarge
+
+            if isinstance(exc, PatchTooLarge):
+                return EnvOutcome(False, protocol_violations=violations, **counts)
+            logger.warning("%s: grading failed (%s); the group is dropped", self.instance.instance_id, exc)
+            return EnvOutcome(False, infra_error=f"{type(exc).__name__}: {exc}", protocol_violations=violations,
+                              **counts)
+        return EnvOutcome(resolved, protocol_violations=violations, **counts)
+
+    def _grade(self) -> bool:
+        from harness.grading import extract_patch, grade_patch
+
+        patch = extract_patch(self.sandbox, self.head)
+        if not patch.strip():
+            return False
+        gsb, _ = self.factory.open(self.instance, role="grade", attempt=self.seed % 1000)
+        with gsb:
+            grade = grade_patch(self.instance, patch, gsb, timeout_s=max(60.0, self.limits.per_exec_timeout_s * 4))
+        return bool(grade.resolved and grade.valid)
+
+    def close(self) -> None:
+        if self.sandbox is not None:
+            self.sandbox.close()
+            self.sandbox = None
+
+
+def _tool_counts(messages: list[Message]) -> dict[str, int]:
+    """tests_run, edits, rework (test runs after the first) from the recorded tool calls and observations."""
+    from harness.tools import ERROR_PREFIX
+
+    tests = edits = 0
+    results = [m for m in messages if m.role == "tool"]
+    calls = [c for m in messages if m.role == "assistant" for c in m.tool_calls]
+    for call, obs in zip(calls, results, strict=False):  # one observation per call, in order, until finish
+        ok = call.valid and not obs.content.startswith(ERROR_PREFIX)
+        tests += call.valid and call.name == "run_tests"
+        edits += call.name == "edit_file" and ok
+    return {"tests_run": tests, "edits": edits, "rework": max(0, tests - 1)}
+
+
+class KVTurnSampler:
+    """``repro.sampler.KVSampler`` (KV-cached, shared-prompt prefill) as the loop's ``TurnSampler``."""
+
+    def __init__(self, model: torch.nn.Module, pad_id: int) -> None:
+        from repro.sampler import KVSampler
+
+        self.engine = KVSampler(model)
+
+    def sample(self, contexts: Sequence[Sequence[int]], *, max_new_tokens: int, temperature: float, top_p: float,
+               stop_id: int, generator: torch.Generator) -> list[tuple[list[int], list[float]]]:
+        from repro.sampler import TokenRequest
+
+        reqs = [TokenRequest(list(c), max_new_tokens, (stop_id,), temperature, top_p) for c in contexts]
+        return [(list(r.ids), list(r.logprobs)) for r in self.engine.generate(reqs, generator=generator)]
+
+
+def default_sampler(model: torch.nn.Module, pad_id: int) -> Any:
+    """KVTurnSampler for dense Qwen3 models (what ``KVSampler`` covers), the generic HF sampler otherwise."""
+    from transformers import Qwen3ForCausalLM
+
+    from repro.rollout import HFTurnSampler
+
+    return KVTurnSampler(model, pad_id) if isinstance(model, Qwen3ForCausalLM) else HFTurnSampler(model, pad_id)
+
+
+def hint_source(cfg: TrainConfig) -> Any:
+    """(instance, turn, rng) -> hint text, for the configured feedback kind or mixture."""
+    from harness.feedback import MixtureFeedback, ReminderFeedback
+
+    checkers = (cfg.reward.checker,)
+    g = cfg.guidance
+    providers = {k: ReminderFeedback(k, checkers=checkers) for k in ("correct", "irrelevant", "wrong")}  # type: ignore[arg-type]
+    mix = MixtureFeedback(dict(g.feedback_mix), checkers=checkers) if g.feedback == "mixture" else None
+
+    def text(instance: TaskInstance, turn: int, rng: random.Random) -> str:
+        kind = mix.draw(rng) if mix is not None else g.feedback
+        if kind == "none":
+            kind = "correct"
+        return providers[kind].text(rng)
+
+    return text
+
+
+def load_model_and_tokenizer(cfg: TrainConfig, init: Path | str | None = None) -> tuple[Any, Any]:
+    from repro.tokenizer import load_tokenizer
+
+    src = init or cfg.model.init
+    if src is not None:
+        from transformers import AutoModelForCausalLM
+
+        if not (Path(src) / "config.json").is_file():
+            raise ConfigError(f"model.init = {src}: no config.json there; point it to a checkpoint directory "
+                              "written by `tgsuite train` (HF save_pretrained layout with a tokenizer)")
+        tok = load_tokenizer(src)
+        dtype = torch.bfloat16 if cfg.model.dtype == "bfloat16" else torch.float32
+        return AutoModelForCausalLM.from_pretrained(str(src), dtype=dtype), tok
+    if cfg.model.tokenizer is None:
+        raise ConfigError("model.init and model.tokenizer are both unset; set model.init to an SFT checkpoint "
+                          "(`tgsuite train sft` writes one) or model.tokenizer to a tokenizer directory")
+    if cfg.model.preset == "custom":
+        raise ConfigError("model.preset = 'custom' needs model.init (a checkpoint directory)")
+    from repro.models import build_model
+
+    tok = load_tokenizer(cfg.model.tokenizer)
+    model = build_model(cfg.model.preset, len(tok), seed=cfg.run.seed, pad_token_id=tok.pad_token_id,
+                        eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"))
+    return model, tok
+
+
+def load_tasks(cfg: TrainConfig) -> Any:
+    from harness.tasks import load_task_set
+
+    if cfg.tasks.path is None:
+        raise ConfigError("tasks.path is unset; make a task set with `tgsuite tasks make-mini --out DIR` and pass "
+                          "--set tasks.path=DIR/train (or the split's folder)")
+    ts = load_task_set(cfg.tasks.path)
+    chosen = [t for t in ts.instances if t.split == cfg.tasks.split]
+    if not chosen:
+        splits = sorted({t.split for t in ts.instances})
+        raise ConfigError(f"tasks.path = {cfg.tasks.path}: no task has split {cfg.tasks.split!r} (found {splits}); "
+                          "set tasks.split")
+    return ts.model_copy(update={"instances": chosen})
+
+
+def default_setup(cfg: TrainConfig, *, init_override: Path | None = None) -> Any:
+    """Everything the RL loop needs, from the configuration and the harness."""
+    from harness.agent import system_prompt  # noqa: F401 - imported to fail early if the harness is incomplete
+    from harness.behaviour import get_checker
+    from harness.runner_sandbox import TaskSandboxFactory
+    from harness.tools import tool_schemas
+    from repro.train import RLSetup
+
+    model, tok = load_model_and_tokenizer(cfg, init_override)
+    task_set = load_tasks(cfg)
+    factory = TaskSandboxFactory(task_set, kind=cfg.rollout.sandbox, run_id=f"train-{cfg.run.arm}-s{cfg.run.seed}")
+    if cfg.rollout.sandbox == "docker":
+        factory.preflight()
+    r = cfg.rollout
+    limits = EpisodeLimits(max_turns=r.max_turns, max_tokens=r.max_context_tokens, wall_s=max(600.0, r.max_turns * 60),
+                           per_exec_timeout_s=r.per_exec_timeout_s, observation_cap_chars=r.observation_max_tokens * 4)
+    checker = get_checker(cfg.reward.checker)
+
+    def make_env(instance: TaskInstance, seed: int) -> HarnessEnv:
+        return HarnessEnv(factory, instance, limits, seed)
+
+    def check(messages: list[Message]) -> list[str]:
+        return [checker.verify_turn(m) for m in messages]
+
+    return RLSetup(tokenizer=tok, model=model, tasks=list(task_set.instances), make_env=make_env, checker=check,
+                   hint_text=hint_source(cfg), tools=tool_schemas(), sampler_factory=default_sampler)
