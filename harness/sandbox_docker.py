@@ -478,14 +478,22 @@ class DockerSandbox(Sandbox):
         if not src.is_dir():
             raise FileNotFoundError(f"copy_in: {src} is not a directory on the host")
         full = self._abs(dest)
-        self._mkdir(full)
         with tempfile.SpooledTemporaryFile(max_size=32 << 20) as buf:
             with tarfile.open(fileobj=buf, mode="w") as tar:
                 for child in sorted(src.iterdir()):
                     tar.add(child, arcname=child.name, filter=_as_agent)
             buf.seek(0)
-            with _translate(f"copy into {full} of {self.name}", kind="EXEC_TRANSPORT"):
-                self._api.put_archive(self.id, full, buf.read())
+            archive = buf.read()
+        import docker
+
+        with _translate(f"copy into {full} of {self.name}", kind="EXEC_TRANSPORT"):
+            try:
+                self._api.put_archive(self.id, full, archive)
+            except docker.errors.NotFound as exc:
+                if "No such container" in str(exc):
+                    raise
+                self._mkdir(full)
+                self._api.put_archive(self.id, full, archive)
 
     def copy_out(self, src: str, dest: Path) -> None:
         """Copy the contents of sandbox directory ``src`` into host directory ``dest`` (safe extraction)."""
