@@ -351,14 +351,15 @@ class PatchTooLarge(ValueError):
 
 
 def extract_patch(sandbox: Sandbox, base_commit: str, *, timeout_s: float = 120.0) -> str:
-    """``git add -A && git diff --binary --cached <base>`` in the agent's sandbox (bytecode caches excluded).
+    """``git add -A && git diff --binary --cached <base>`` in the agent's sandbox (.gitignore respected; bytecode
+    and pytest caches excluded from the diff even without a .gitignore).
 
     Raises ``GraderError`` when git fails (no repository, unknown base) and ``PatchTooLarge`` on overflow;
     ``SandboxUnavailable`` from the sandbox propagates (infra).
     """
     excludes = " ".join(shlex.quote(p) for p in _JUNK_PATHSPECS)
     cmd = (
-        "git -c safe.directory='*' add -A -- . " + excludes + " >/dev/null && "
+        "git -c safe.directory='*' add -A >/dev/null && "
         f"git -c safe.directory='*' diff --binary --cached {shlex.quote(base_commit)} -- . {excludes}"
     )
     res = sandbox.exec(cmd, timeout=timeout_s)

@@ -114,7 +114,7 @@ def _attempt_indices(d: Path) -> list[int]:
     return sorted(int(p.name[1:]) for p in d.iterdir() if p.is_dir() and re.fullmatch(r"a\d+", p.name))
 
 
-def _resolve_arms(arms: Mapping[str, Policy | str]) -> tuple[dict[str, Policy], dict[str, str]]:
+def _resolve_arms(arms: Mapping[str, Policy | str], task_set: TaskSet) -> tuple[dict[str, Policy], dict[str, str]]:
     policies: dict[str, Policy] = {}
     specs: dict[str, str] = {}
     for name, p in arms.items():
@@ -124,7 +124,7 @@ def _resolve_arms(arms: Mapping[str, Policy | str]) -> tuple[dict[str, Policy], 
         if isinstance(p, str):
             from harness.policies import make_policy
 
-            specs[name], p = p, make_policy(p)
+            specs[name], p = p, (make_policy(p, tasks=task_set) if p == "oracle" else make_policy(p))
         else:
             specs[name] = getattr(p, "spec", None) or f"object:{p.name}"
         policies[name] = p if getattr(p, "thread_safe", False) else _LockedPolicy(p)  # type: ignore[assignment]
@@ -161,7 +161,7 @@ def run_eval(
     limits, retry = limits or EpisodeLimits(), retry or RetryPolicy()
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
-    policies, specs = _resolve_arms(arms)
+    policies, specs = _resolve_arms(arms, task_set)
     run_id = out.resolve().name
     check_resume_compatible(out, task_set, specs)
     manifest = build_manifest(run_id=run_id, task_set=task_set, arm_specs=specs, seeds=list(seeds),

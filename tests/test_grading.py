@@ -201,8 +201,10 @@ def test_extract_patch_takes_new_files_and_skips_bytecode(calc, tmp_path: Path) 
         sb.write_file("calc.py", CALC_FIXED.encode())
         sb.write_file("new_mod.py", b"X = 1\n")
         sb.write_file("__pycache__/calc.cpython-311.pyc", b"\x00\x01")
+        sb.write_file(".pytest_cache/v/x", b"{}")
+        sb.write_file(".gitignore", b".pytest_cache\n")
         patch = extract_patch(sb, inst.base_commit)
-    assert touched_paths(patch) == ["calc.py", "new_mod.py"]
+    assert touched_paths(patch) == [".gitignore", "calc.py", "new_mod.py"]
     g = _grade(calc, patch)
     assert g.resolved
 

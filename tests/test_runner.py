@@ -185,3 +185,43 @@ def test_cli_argument_helpers(tmp_path: Path) -> None:
     frozen.write_text("{}")
     with pytest.raises(CLIError, match="sha256"):
         _protocol_hash(str(frozen))
+
+
+# ---------------------------------------------------------------- end to end on the generated mini task family
+
+
+@pytest.fixture(scope="module")
+def mini_heldout(tmp_path_factory: pytest.TempPathFactory):
+    from harness.minirepos import make_mini
+    from harness.tasks import load_task_set
+
+    out = tmp_path_factory.mktemp("mini") / "tasks"
+    make_mini(out, split="heldout", repos=2, tasks_per_repo=1, seed=0)
+    return load_task_set(out)
+
+
+def _oracle_null(ts: TaskSet, kind: str, out: Path) -> list[EpisodeResult]:
+    from harness.runner_sandbox import TaskSandboxFactory
+
+    with TaskSandboxFactory(ts, kind=kind, run_id=f"pytest-{kind}-{out.parent.name}"[:60]) as factory:
+        factory.preflight()
+        return run_eval(ts, {"oracle": "oracle", "null": "null"}, [0], out, sandbox_factory=factory, workers=2)
+
+
+def test_oracle_resolves_and_null_does_not_local(mini_heldout: TaskSet, tmp_path: Path) -> None:
+    res = _oracle_null(mini_heldout, "local", tmp_path / "run")
+    assert len(res) == 2 * len(mini_heldout.instances)
+    assert all(r.resolved for r in res if r.arm == "oracle"), [r.error for r in res if r.arm == "oracle"]
+    assert not any(r.resolved for r in res if r.arm == "null")
+    assert all(r.scored for r in res)
+    man = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert man["isolated"] is False and man["sandbox"] == "local"
+
+
+@pytest.mark.docker
+def test_oracle_resolves_and_null_does_not_docker(mini_heldout: TaskSet, tmp_path: Path) -> None:
+    res = _oracle_null(mini_heldout, "docker", tmp_path / "run")
+    assert all(r.resolved for r in res if r.arm == "oracle"), [r.error for r in res if r.arm == "oracle"]
+    assert not any(r.resolved for r in res if r.arm == "null") and all(r.scored for r in res)
+    man = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert man["isolated"] is True and man["image_digests"].get("base", "").startswith("sha256:")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from harness.schema import Grade, TaskSet
 from harness.validate import decide_instance, load_validation, validate_task_set
 from tests.harness_fakes import HIDDEN_TESTS, FakeFactory, diff_of, make_calc_task
@@ -66,3 +68,14 @@ def test_validate_task_set_end_to_end(tmp_path: Path) -> None:
     again = load_validation(tmp_path)
     assert again is not None and again.valid_ids() == {"calc-good", "calc-flaky"}
     assert again.excluded_tests() == {"calc-flaky": ["tests/test_flip.py::test_flip"]}
+
+
+@pytest.mark.docker
+def test_generated_heldout_instances_validate_in_docker(tmp_path: Path) -> None:
+    from harness.minirepos import make_mini
+
+    make_mini(tmp_path / "tasks", split="heldout", repos=2, tasks_per_repo=1, seed=1)
+    rep = validate_task_set(tmp_path / "tasks", runs=3, sandbox="docker", workers=2)
+    assert rep.isolated and rep.runs == 3
+    assert not rep.rejected, [(r.instance_id, r.reason) for r in rep.rejected]
+    assert all(len(i.gold) == 3 and len(i.empty) == 3 for i in rep.instances)
