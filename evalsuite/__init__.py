@@ -16,7 +16,12 @@ Importing ``evalsuite`` never imports torch or docker (numpy, scipy, statsmodels
 from evalsuite.bootstrap import BootstrapResult, hierarchical_bootstrap
 from evalsuite.decide import DecisionOutcome, decide
 from evalsuite.noninferiority import (
-    NITestResult, mcnemar_test, ni_test, ni_test_paired, paired_table, rd_ci_paired,
+    NITestResult,
+    mcnemar_test,
+    ni_test,
+    ni_test_paired,
+    paired_table,
+    rd_ci_paired,
 )  # fmt: skip
 from evalsuite.power import power_ni_crossed, power_ni_independent, power_paired_mcnemar, simulate_power
 from evalsuite.rates import StatsInputError, rd_ci, se_clt, se_clustered, wilson_ci

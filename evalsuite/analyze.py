@@ -17,10 +17,6 @@ from importlib import metadata
 from pathlib import Path
 
 import numpy as np
-from protocols.deviations import covers, default_log_path, load_deviations
-from protocols.freeze import check, load_frozen, utc_now
-from protocols.load import ProtocolError
-from protocols.schema import CriterionSpec, Deviation, DeviationKind, FrozenProtocol, Protocol
 
 from evalsuite import describe, sensitivity
 from evalsuite.decide import CriterionOutcome, decide
@@ -29,10 +25,23 @@ from evalsuite.outcomes import LoadedRun, OutcomeTable, build_outcome_table, loa
 from evalsuite.power import power_ni_crossed
 from evalsuite.rates import StatsInputError, rd_ci
 from evalsuite.schema import (
-    AnalysisResult, CriterionResult, Decision, Exploratory, MissingCell, MissingData, PowerSummary, RunRef,
-    SensitivityResult, VarianceComponents, VarianceSplit,
+    AnalysisResult,
+    CriterionResult,
+    Decision,
+    Exploratory,
+    MissingCell,
+    MissingData,
+    PowerSummary,
+    RunRef,
+    SensitivityResult,
+    VarianceComponents,
+    VarianceSplit,
 )  # fmt: skip
 from evalsuite.variance import EffectEstimate, crossed_effect, paired_clustered_diff, variance_components
+from protocols.deviations import covers, default_log_path, load_deviations
+from protocols.freeze import check, load_frozen, utc_now
+from protocols.load import ProtocolError
+from protocols.schema import CriterionSpec, Deviation, DeviationKind, FrozenProtocol, Protocol
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +221,7 @@ def _missing(table: OutcomeTable, proto: Protocol) -> MissingData:
     rule = (f"infra failures on the final attempt (after up to {proto.missing_data.max_retries} retries): "
             f"{proto.missing_data.infra}; missing cells: {proto.missing_data.missing_cell}")  # fmt: skip
     per_arm = {}
-    for role, arm in table.arms.items():
+    for arm in table.arms.values():
         n_exp = max(len(table.seeds[arm]), proto.design.seeds_per_arm) * table.n_expected_tasks * table.k
         n_obs = int(table.scored_per_arm.get(arm, 0))
         per_arm[arm] = n_obs / n_exp if n_exp else 0.0

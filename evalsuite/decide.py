@@ -15,11 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from protocols.schema import CriterionSpec
-
 from evalsuite.multiplicity import fixed_sequence_claims, holm_adjust, holm_claims
 from evalsuite.rates import StatsInputError
 from evalsuite.variance import EffectEstimate
+from protocols.schema import CriterionSpec
 
 Verdict = Literal["pass", "fail", "not_evaluated"]
 

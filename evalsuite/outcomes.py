@@ -24,11 +24,11 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
-from harness.schema import EpisodeResult, RunManifest
 from pydantic import ValidationError
-from protocols.schema import Protocol
 
 from evalsuite.rates import StatsInputError
+from harness.schema import EpisodeResult, RunManifest
+from protocols.schema import Protocol
 
 log = logging.getLogger(__name__)
 
@@ -244,19 +244,7 @@ def build_outcome_table(
                 f"arm {name}: found training seeds {found}, the plan preregistered {protocol.design.seeds_per_arm}"
             )
         seeds[name] = [int(s) for s in found]
-    counts = df.groupby(["arm", "train_seed", "instance_id"]).size()
-    over = counts[counts > k]
-    if len(over):
-        raise EvalDataError(
-            f"{len(over)} cells have more than K={k} scored episodes (e.g. {over.index[0]}); the plan says "
-            f"episodes_per_task = {k}: remove duplicate runs or fix design.episodes_per_task"
-        )
-    missing: list[tuple[str, int, str, str]] = []
-    for name in arms.values():
-        for s in seeds[name]:
-            for t in expected_tasks:
-                if (name, s, t) not in counts.index:
-                    missing.append((name, s, t, "no_result"))
+    missing = _missing_cells(df, arms, seeds, expected_tasks, k)
     missing_tasks = {t for _, _, t, _ in missing}
     fill_zero = protocol.missing_data.missing_cell == "count_as_failure"
     if fill_zero and missing:
@@ -277,6 +265,19 @@ def build_outcome_table(
         dropped_tasks=sorted(set(expected_tasks) - set(tasks)), scored_per_arm=per_arm, infra_excluded=n_ex, infra_counted=n_ct, invalid_instances=sorted(invalid),
         superseded=sum(r.superseded for r in runs), missing_cells=missing, runs=runs, warnings=warnings,
     )  # fmt: skip
+
+
+def _missing_cells(df: pd.DataFrame, arms: dict[str, str], seeds: dict[str, list[int]], tasks: list[str],
+                   k: int) -> list[tuple[str, int, str, str]]:  # fmt: skip
+    counts = df.groupby(["arm", "train_seed", "instance_id"]).size()
+    over = counts[counts > k]
+    if len(over):
+        raise EvalDataError(
+            f"{len(over)} cells have more than K={k} scored episodes (e.g. {over.index[0]}); the plan says "
+            f"episodes_per_task = {k}: remove duplicate runs or fix design.episodes_per_task"
+        )
+    have = set(counts.index)
+    return [(a, s, t, "no_result") for a in arms.values() for s in seeds[a] for t in tasks if (a, s, t) not in have]
 
 
 def _row_columns() -> tuple[str, ...]:

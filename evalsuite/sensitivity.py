@@ -17,13 +17,13 @@ import warnings
 
 import numpy as np
 import pandas as pd
-from protocols.schema import CriterionSpec
 from scipy import stats
 
 from evalsuite.bootstrap import hierarchical_bootstrap
 from evalsuite.rates import StatsInputError
 from evalsuite.schema import CriterionVerdict, SensitivityResult
 from evalsuite.variance import EffectEstimate, crossed_effect, paired_clustered_diff
+from protocols.schema import CriterionSpec
 
 log = logging.getLogger(__name__)
 

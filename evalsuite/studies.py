@@ -29,8 +29,16 @@ from evalsuite.noninferiority import mcnemar_test, rd_ci_paired
 from evalsuite.outcomes import load_run
 from evalsuite.rates import StatsInputError
 from evalsuite.schema import (
-    CanDoResult, CanDoRow, CheckpointEval, ComputeRow, EqualComputeResult, MatchedComparison, NoisyFeedbackResult,
-    NoisyFeedbackRow, PairedChange, TrendTest,
+    CanDoResult,
+    CanDoRow,
+    CheckpointEval,
+    ComputeRow,
+    EqualComputeResult,
+    MatchedComparison,
+    NoisyFeedbackResult,
+    NoisyFeedbackRow,
+    PairedChange,
+    TrendTest,
 )  # fmt: skip
 
 _KIND_SCORE = {"correct": 0.0, "irrelevant": 0.5, "wrong": 1.0}

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from harness.schema import ArmSpec, EpisodeMetrics, EpisodeResult, RunManifest
 from scipy import special
+
+from harness.schema import ArmSpec, EpisodeMetrics, EpisodeResult, RunManifest
 
 
 @dataclass(frozen=True)

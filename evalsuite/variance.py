@@ -101,6 +101,22 @@ def task_weights(repo_inv: np.ndarray, n_groups: int, weighting: Literal["task",
     return 1.0 / (n_groups * counts[repo_inv])
 
 
+def _check_crossed(yt: np.ndarray, yc: np.ndarray, repo: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    yt, yc = check_matrix(yt, "treatment matrix"), check_matrix(yc, "baseline matrix")
+    (m_t, n), (m_c, n_c) = yt.shape, yc.shape
+    if n != n_c:
+        raise StatsInputError(f"treatment has {n} tasks, baseline {n_c}: both arms need the same task columns")
+    if m_t < 2 or m_c < 2:
+        raise StatsInputError(
+            f"crossed_effect needs >= 2 training seeds per arm (got treatment {m_t}, baseline {m_c}); the method "
+            "estimand cannot be estimated from one seed — add seeds or preregister the artifact estimand"
+        )
+    inv, g = _check_repo(repo, n)
+    if g < 2:
+        raise StatsInputError("crossed_effect needs tasks from >= 2 repositories to estimate task-sampling variance")
+    return yt, yc, inv, g
+
+
 def crossed_effect(
     yt: np.ndarray,
     yc: np.ndarray,
@@ -119,18 +135,8 @@ def crossed_effect(
     ``EffectEstimate.p_value``; the decision uses ``lower_one_sided`` = Δ̂ − t_{1−α1,ν}·√V.
     Degenerate data (V = 0) returns ``degenerate=True`` with NaN df and a note; callers must fall back.
     """
-    yt, yc = check_matrix(yt, "treatment matrix"), check_matrix(yc, "baseline matrix")
-    (m_t, n), (m_c, n_c) = yt.shape, yc.shape
-    if n != n_c:
-        raise StatsInputError(f"treatment has {n} tasks, baseline {n_c}: both arms need the same task columns")
-    if m_t < 2 or m_c < 2:
-        raise StatsInputError(
-            f"crossed_effect needs >= 2 training seeds per arm (got treatment {m_t}, baseline {m_c}); the method "
-            "estimand cannot be estimated from one seed — add seeds or preregister the artifact estimand"
-        )
-    inv, g = _check_repo(repo, n)
-    if g < 2:
-        raise StatsInputError("crossed_effect needs tasks from >= 2 repositories to estimate task-sampling variance")
+    yt, yc, inv, g = _check_crossed(yt, yc, repo)
+    (m_t, n), m_c = yt.shape, yc.shape[0]
     w = task_weights(inv, g, weighting)
     seed_t, seed_c = yt @ w, yc @ w
     est = float(seed_t.mean() - seed_c.mean())

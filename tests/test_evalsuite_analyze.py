@@ -10,8 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from evalsuite.analyze import analyze
-from evalsuite.outcomes import build_outcome_table, load_run
+from evalsuite.outcomes import build_outcome_table
 from evalsuite.schema import AnalysisResult
 from evalsuite.synthetic import SyntheticArm, SyntheticDesign, write_synthetic_runs
 from harness.schema import EpisodeResult

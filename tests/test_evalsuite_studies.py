@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+
 from evalsuite import StatsInputError, simulate_power
 from evalsuite.schema import CanDoRow, CheckpointEval
 from evalsuite.studies import can_do_study, cochran_armitage, equal_compute_study, noisy_feedback_study, wrong_fraction

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from protocols.deviations import default_log_path, load_deviations, record_deviation
 from protocols.freeze import canonical_json, check, freeze_plan, load_frozen, protocol_hash, with_task_set
 from protocols.load import ProtocolError, bundled_plans, load_plan, protocol_from_dict

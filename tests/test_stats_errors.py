@@ -5,9 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+
 from evalsuite import (
-    StatsInputError, crossed_effect, hierarchical_bootstrap, ni_test, paired_clustered_diff, power_ni_crossed,
-    rd_ci, rd_ci_paired, variance_components,
+    StatsInputError,
+    crossed_effect,
+    hierarchical_bootstrap,
+    ni_test,
+    paired_clustered_diff,
+    power_ni_crossed,
+    rd_ci,
+    rd_ci_paired,
+    variance_components,
 )  # fmt: skip
 from evalsuite.outcomes import EvalDataError, validate_episode_frame
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from evalsuite import crossed_effect, hierarchical_bootstrap, ni_test, ni_test_paired, rd_ci, rd_ci_paired
-from evalsuite.noninferiority import tango_z
-from evalsuite.rates import score_z
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
+
+from evalsuite import crossed_effect, hierarchical_bootstrap, ni_test, ni_test_paired, rd_ci, rd_ci_paired
+from evalsuite.noninferiority import tango_z
+from evalsuite.rates import score_z
 
 
 @st.composite
@@ -142,15 +143,17 @@ def test_coverage_simulation_smoke():
     for _ in range(200):
         task = rng.normal(0, 1, g * per) + rng.normal(0, 0.5, g)[repo]
         delta_task = rng.normal(0, 0.3, g * per)
-        def arm(shift, extra):  # noqa: E306
-            logit = shift + task + extra + rng.normal(0, 0.25, (m, 1))
-            return (rng.random((m, g * per)) < 1 / (1 + np.exp(-logit))).astype(float)
-        yt, yc = arm(0.3, delta_task), arm(0.0, 0.0)
+        yt, yc = _arm(rng, 0.3, task + delta_task, m), _arm(rng, 0.0, task, m)
         # true Δ: expectation over seeds/tasks of this super-population, by Monte Carlo on the same task draw
         e = crossed_effect(yt, yc, repo)
         truth = _true_delta(rng, task, delta_task, m_draws=400)
         hits += e.ci_low <= truth <= e.ci_high
     assert 0.90 <= hits / 200 <= 0.99, hits / 200
+
+
+def _arm(rng, shift, task_logit, m):
+    logit = shift + task_logit + rng.normal(0, 0.25, (m, 1))
+    return (rng.random((m, task_logit.size)) < 1 / (1 + np.exp(-logit))).astype(float)
 
 
 def _true_delta(rng, task, delta_task, m_draws):

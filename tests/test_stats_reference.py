@@ -9,11 +9,20 @@ import math
 
 import numpy as np
 import pytest
-from evalsuite import (
-    crossed_effect, mcnemar_test, ni_test, power_ni_crossed, power_ni_independent, power_paired_mcnemar, rd_ci,
-    rd_ci_paired, se_clt, se_clustered,
-)  # fmt: skip
 from statsmodels.stats.proportion import confint_proportions_2indep
+
+from evalsuite import (
+    crossed_effect,
+    mcnemar_test,
+    ni_test,
+    power_ni_crossed,
+    power_ni_independent,
+    power_paired_mcnemar,
+    rd_ci,
+    rd_ci_paired,
+    se_clt,
+    se_clustered,
+)  # fmt: skip
 
 TOL4, TOL3 = 6e-5, 5e-4
 
