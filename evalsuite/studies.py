@@ -46,15 +46,22 @@ _MIX = re.compile(r"^wrong=(?P<f>[0-9.]+)$")
 
 
 def episode_frame(run_dirs: Sequence[str | Path]) -> pd.DataFrame:
-    """Scored episodes (highest attempt) of the runs as a DataFrame (arm as written by the runner)."""
+    """Scored episodes (highest attempt) of the runs as a DataFrame; a runner arm '<arm>@s<seed>' is split into
+    ``arm`` and ``train_seed`` (else ``train_seed`` is the manifest's ``ArmSpec.train_seed`` or -1)."""
     rows = []
     for d in run_dirs:
-        for r in load_run(d).results:
+        run = load_run(d)
+        specs = {a.name: a.train_seed for a in run.manifest.arms}
+        for r in run.results:
             if r.scored:
-                rows.append({"arm": r.arm, "instance_id": r.instance_id, "repo": r.cluster or r.repo,
+                arm, _, seed = r.arm.partition("@s")
+                train_seed = int(seed) if seed.isdigit() else specs.get(r.arm) if specs.get(r.arm) is not None else -1
+                rows.append({"arm": arm if seed.isdigit() else r.arm, "train_seed": train_seed,
+                             "instance_id": r.instance_id, "repo": r.cluster or r.repo,
                              "feedback_kind": r.feedback_kind or "", "behaviour_ok": r.behaviour_ok,
                              "code_ok": r.resolved, "joint_ok": r.joint_ok})  # fmt: skip
-    return pd.DataFrame(rows, columns=["arm", "instance_id", "repo", "feedback_kind", "behaviour_ok", "code_ok", "joint_ok"])
+    cols = ["arm", "train_seed", "instance_id", "repo", "feedback_kind", "behaviour_ok", "code_ok", "joint_ok"]
+    return pd.DataFrame(rows, columns=cols)
 
 
 def wrong_fraction(kind: str) -> float:

@@ -100,3 +100,13 @@ def test_bayes_mixed_sensitivity_runs_on_small_data():
     res = s3_bayes(pd.DataFrame(rows), "behaviour_ok", CriterionSpec(endpoint="behaviour_ok", kind="superiority"), "pass")
     assert res.status == "ok" and res.scale == "logit" and res.estimate > 0 and res.verdict == "pass"
     assert res.agrees_with_primary is True and "sd_seed" in res.extra
+
+
+def test_episode_frame_splits_runner_arm_names(tmp_path):
+    from evalsuite.studies import episode_frame
+    from evalsuite.synthetic import SyntheticArm, SyntheticDesign, write_synthetic_runs
+
+    d = SyntheticDesign(arms=(SyntheticArm("tg", 0.5, 0.5, seeds=(0, 1)),), n_repos=2, tasks_per_repo=2)
+    runs = write_synthetic_runs(tmp_path, d, rng=np.random.default_rng(0), protocol_hash=None, task_set_sha256="x")
+    df = episode_frame(runs)
+    assert set(df["arm"]) == {"tg"} and sorted(df["train_seed"].unique()) == [0, 1] and len(df) == 8

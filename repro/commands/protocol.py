@@ -140,9 +140,10 @@ def _simulate(plan, n_sims: int) -> None:  # type: ignore[no-untyped-def]
     r = simulate_power(p_baseline=base, effect_logit=eff, bars=bars, seeds=d.seeds_per_arm,
                        n_repos=d.n_repositories, tasks_per_repo=max(1, d.n_tasks // d.n_repositories),
                        episodes=d.episodes_per_task if "joint_ok" not in bars else 1, n_sims=n_sims,
-                       rng=np.random.default_rng(plan.analysis_seed))  # fmt: skip
-    print(f"  simulated all-pass power {r.joint_pass:.3f} ± {r.mc_se:.3f} ({n_sims} sims; baseline rates 0.5, "
-          f"logit model); per criterion {', '.join(f'{k} {v:.3f}' for k, v in r.per_endpoint.items())}")  # fmt: skip
+                       seed_sd_logit=4 * pa.sigma_seed, rng=np.random.default_rng(plan.analysis_seed))  # fmt: skip
+    print(f"  simulated all-pass power {r.joint_pass:.3f} ± {r.mc_se:.3f} ({n_sims} sims; logit model with baseline "
+          f"rates 0.5, seed SD {4 * pa.sigma_seed:.2f} logits = sigma_seed at p=0.5, task SD 1 logit shared by both "
+          f"endpoints); per criterion {', '.join(f'{k} {v:.3f}' for k, v in r.per_endpoint.items())}")  # fmt: skip
 
 
 def _deviation(args: argparse.Namespace) -> int:
