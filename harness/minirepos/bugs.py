@@ -80,6 +80,9 @@ class _Collector:
 
     # -- helpers ---------------------------------------------------------------------------------------------
     def seg(self, node: ast.AST) -> str:
+        if self.one_line(node):  # fast path; col offsets are UTF-8 byte offsets
+            raw = self.lines[node.lineno - 1].encode()  # type: ignore[attr-defined]
+            return raw[node.col_offset : node.end_col_offset].decode()  # type: ignore[attr-defined]
         return ast.get_source_segment(self.source, node) or ""
 
     def one_line(self, node: ast.AST) -> bool:
@@ -87,17 +90,18 @@ class _Collector:
 
     def replace_cols(self, lineno: int, c0: int, c1: int, text: str, family: str, note: str) -> None:
         line = self.lines[lineno - 1]
-        new_line = line[:c0] + text + line[c1:]
+        raw = line.encode()  # AST column offsets count UTF-8 bytes
+        new_line = (raw[:c0] + text.encode() + raw[c1:]).decode()
         if new_line != line:
             self.edits.append(Edit(family, self.function, lineno, lineno, line, new_line, note))
 
     def token_between(self, lineno: int, c0: int, c1: int, family: str, table: dict[str, list[str]]) -> None:
         """Replace the operator token found between columns c0 and c1 of a line."""
-        gap = self.lines[lineno - 1][c0:c1]
+        gap = self.lines[lineno - 1].encode()[c0:c1].decode()
         token = gap.strip().strip("()").strip()
         if not token or gap.count(token) != 1:
             return
-        at = c0 + gap.index(token)
+        at = c0 + len(gap[: gap.index(token)].encode())
         for alt in _alternatives(table, token, self.mode):
             self.replace_cols(lineno, at, at + len(token), alt, family, f"{token} -> {alt}")
 
@@ -313,11 +317,12 @@ def _has_docstring(node: ast.FunctionDef) -> bool:
     return isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str)
 
 
-def enumerate_edits(source: str, *, mode: Mode = "plant", functions: set[str] | None = None) -> list[Edit]:
+def enumerate_edits(source: str, *, mode: Mode = "plant", functions: set[str] | None = None,
+                    check_compiles: bool = True) -> list[Edit]:
     """All single-site edits of ``source`` (module constants included unless ``functions`` restricts the scope).
 
-    Each returned edit yields source that still compiles and differs from ``source``; order is deterministic
-    (source order, then variant order).
+    Each returned edit differs from ``source`` and (unless ``check_compiles=False``, for callers that compile the
+    result anyway) still compiles; order is deterministic (source order, then variant order).
     """
     out: list[Edit] = []
     seen: set[tuple[int, int, str]] = set()
@@ -326,10 +331,11 @@ def enumerate_edits(source: str, *, mode: Mode = "plant", functions: set[str] | 
         if key in seen:
             continue
         seen.add(key)
-        try:
-            compile(edit.apply(source), "<mutant>", "exec")
-        except SyntaxError:
-            continue
+        if check_compiles:
+            try:
+                compile(edit.apply(source), "<mutant>", "exec")
+            except SyntaxError:
+                continue
         out.append(edit)
     return out
 

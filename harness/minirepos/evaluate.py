@@ -80,12 +80,17 @@ def compare(clean: CaseResult, mutant: CaseResult) -> Verdict:
     return "ambiguous" if _close(clean.value, mutant.value) else "detects"
 
 
+@lru_cache(maxsize=65536)
+def _read_back(text: str) -> Any:
+    return ast.literal_eval(text)
+
+
 def literal(value: Any) -> str:
     """``repr`` of a value that must read back as an equal literal (raises ``ValueError`` otherwise)."""
     text = repr(value)
     try:
-        back = ast.literal_eval(text)
-    except (ValueError, SyntaxError) as exc:
+        back = _read_back(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError) as exc:
         raise ValueError(f"value {text} is not a Python literal") from exc
     if back != value or type(back) is not type(value):
         raise ValueError(f"value {text} does not round-trip")

@@ -57,7 +57,7 @@ class RepoPlan:
 
 @lru_cache(maxsize=512)
 def _edits(source: str) -> tuple[Edit, ...]:
-    return tuple(enumerate_edits(source, mode="plant"))
+    return tuple(enumerate_edits(source, mode="plant", check_compiles=False))
 
 
 _CLEAN_CACHE: dict[tuple[str, str], tuple[CaseResult, ...]] = {}
@@ -214,6 +214,7 @@ def build_task(rng: random.Random, repo: RepoPlan, bug: PlantedBug, number: int,
     return inst, blobs
 
 
+@lru_cache(maxsize=512)
 def _doc(source: str) -> str:
     return (ast.get_docstring(ast.parse(source)) or "").splitlines()[0]
 

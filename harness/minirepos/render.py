@@ -128,4 +128,4 @@ def pyproject(package: str) -> str:
             '[tool.pytest.ini_options]\ntestpaths = ["tests"]\npythonpath = ["."]\n')
 
 
-GITIGNORE = "__pycache__/\n*.pyc\n.pytest_cache/\n"
+GITIGNORE = "__pycache__/\n*.pyc\n"  # pytest makes .pytest_cache self-ignoring

@@ -1,0 +1,184 @@
+"""Repair reasoning for ``ScriptedExpert``: from code and failing tests it has READ to a ranked list of fixes.
+
+Nothing here sees a gold patch or a hidden test. Inputs are the text of a module and of a visible test file (as
+returned by ``read_file``) and the names of the tests that failed (as printed by ``run_tests``). Steps:
+
+1. ``failing_asserts``: the ``assert f(args) == expected`` lines of the failing tests (pure, via ``ast``);
+2. ``implicated_functions``: the reported function, the module functions it calls (transitively), and module
+   constants they read;
+3. ``repair_candidates``: inverse bug-family edits (``bugs.enumerate_edits(mode="repair")``) on those lines plus
+   guard clauses for edge-case inputs seen in the failing asserts (``if not items: return <expected>``);
+4. ``screen``: runs the visible test file against each candidate module in ONE subprocess (``python -I``, an
+   alarm per candidate) and returns how many tests pass. This executes repository code on the host: it is a
+   scripted baseline for trusted, generated task sets, not a sandbox.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+
+from harness.minirepos.bugs import Edit, enumerate_edits, module_constants_used
+
+_FAMILY_ORDER = ("wrong_comparison", "wrong_operator", "off_by_one", "wrong_boolean_logic", "wrong_builtin",
+                 "swapped_arguments", "wrong_variable_returned", "wrong_string_format", "missing_edge_case",
+                 "wrong_constant")
+
+
+@dataclass(frozen=True)
+class AssertCase:
+    test: str
+    function: str
+    args: tuple[str, ...]
+    expected: str
+
+
+def failing_asserts(test_source: str, failing_tests: list[str]) -> list[AssertCase]:
+    """``assert f(args) == expected`` statements of the named test functions, in test order."""
+    tree = ast.parse(test_source)
+    out: list[AssertCase] = []
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef) or node.name not in failing_tests:
+            continue
+        for stmt in ast.walk(node):
+            if (isinstance(stmt, ast.Assert) and isinstance(stmt.test, ast.Compare) and len(stmt.test.ops) == 1
+                    and isinstance(stmt.test.ops[0], ast.Eq) and isinstance(stmt.test.left, ast.Call)
+                    and isinstance(stmt.test.left.func, ast.Name)):
+                call = stmt.test.left
+                out.append(AssertCase(node.name, call.func.id,
+                                      tuple(ast.get_source_segment(test_source, a) or "" for a in call.args),
+                                      ast.get_source_segment(test_source, stmt.test.comparators[0]) or ""))
+    return out
+
+
+def implicated_functions(source: str, function: str) -> list[str]:
+    """``function`` and the module functions it calls, transitively (breadth first)."""
+    tree = ast.parse(source)
+    defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    order, queue = [], [function]
+    while queue:
+        name = queue.pop(0)
+        if name in order or name not in defs:
+            continue
+        order.append(name)
+        for node in ast.walk(defs[name]):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in defs:
+                queue.append(node.func.id)
+    return order
+
+
+def _empty_like(arg: str) -> bool:
+    return arg.strip() in ("[]", "{}", "()", "''", '""', "0", "0.0", "None", "set()")
+
+
+def guard_candidates(source: str, cases: list[AssertCase]) -> list[Edit]:
+    """Guard clauses for edge-case arguments of failing asserts, inserted after the function's docstring."""
+    tree = ast.parse(source)
+    defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    lines = source.splitlines(keepends=True)
+    out: list[Edit] = []
+    for case in cases:
+        node = defs.get(case.function)
+        if node is None:
+            continue
+        params = [a.arg for a in node.args.args]
+        body = node.body[1:] if isinstance(node.body[0], ast.Expr) and len(node.body) > 1 else node.body
+        first = body[0]
+        indent = lines[first.lineno - 1][: first.col_offset]
+        for param, arg in zip(params, case.args):
+            if not _empty_like(arg):
+                continue
+            conds = [f"not {param}", f"{param} is None"] + ([f"{param} <= 0"] if arg.strip() in ("0", "0.0") else [])
+            for cond in conds:
+                guard = f"{indent}if {cond}:\n{indent}    return {case.expected}\n"
+                old = lines[first.lineno - 1]
+                out.append(Edit("missing_edge_case", case.function, first.lineno, first.lineno, old, guard + old,
+                                f"added guard: if {cond}: return {case.expected}"))
+    return out
+
+
+def repair_candidates(source: str, function: str, cases: list[AssertCase]) -> list[Edit]:
+    """Ranked candidate fixes for a bug reported on ``function`` (see the module docstring)."""
+    funcs = implicated_functions(source, function)
+    edits = enumerate_edits(source, mode="repair", functions=set(funcs))
+    consts = set().union(*(module_constants_used(source, f) for f in funcs)) if funcs else set()
+    const_lines = {i + 1 for i, ln in enumerate(source.splitlines()) if ln.split("=")[0].strip() in consts}
+    edits += [e for e in enumerate_edits(source, mode="repair") if e.function is None and e.start in const_lines]
+    edits += guard_candidates(source, cases)
+    rank_f = {f: i for i, f in enumerate(funcs)}
+    rank_fam = {f: i for i, f in enumerate(_FAMILY_ORDER)}
+    return sorted(edits, key=lambda e: (rank_f.get(e.function or "", len(funcs)), rank_fam.get(e.family, 99)))
+
+
+_SCREEN = r"""
+import json, signal, sys, types
+job = json.loads(sys.stdin.read())
+pkg, _, mod = job["module"].rpartition(".")
+def alarm(*_):
+    raise TimeoutError("candidate took too long")
+signal.signal(signal.SIGALRM, alarm)
+results = []
+for src in job["candidates"]:
+    passed = 0
+    try:
+        signal.alarm(2)
+        for name in list(sys.modules):
+            if name == job["module"] or name == pkg:
+                del sys.modules[name]
+        parent = types.ModuleType(pkg); parent.__path__ = []
+        sys.modules[pkg] = parent
+        module = types.ModuleType(job["module"])
+        sys.modules[job["module"]] = module
+        setattr(parent, mod, module)
+        exec(compile(src, job["module"], "exec"), module.__dict__)
+        ns = {"__name__": "screen_tests"}
+        exec(compile(job["tests"], "tests", "exec"), ns)
+        for name, fn in list(ns.items()):
+            if name.startswith("test_") and callable(fn):
+                try:
+                    fn()
+                    passed += 1
+                except Exception:
+                    pass
+    except BaseException:
+        passed = -1
+    finally:
+        signal.alarm(0)
+    results.append(passed)
+print(json.dumps(results))
+"""
+
+
+@lru_cache(maxsize=256)
+def _screen_cached(module: str, candidates: tuple[str, ...], tests: str, python: str) -> tuple[int, ...] | None:
+    job = json.dumps({"module": module, "candidates": list(candidates), "tests": tests})
+    try:
+        res = subprocess.run([python, "-I", "-c", _SCREEN], input=job, capture_output=True, text=True,
+                             timeout=30 + 2 * len(candidates), check=False)
+        return tuple(json.loads(res.stdout))
+    except (subprocess.TimeoutExpired, json.JSONDecodeError, ValueError):
+        return None
+
+
+def screen(module: str, candidates: list[str], tests: str, *, python: str = sys.executable) -> list[int] | None:
+    """Number of test functions in ``tests`` passing with each candidate module source (-1: broken); None if the
+    screening process itself failed. ``module`` is the dotted import name the tests use."""
+    out = _screen_cached(module, tuple(candidates), tests, python)
+    return list(out) if out is not None else None
+
+
+def unique_replacement(text: str, edit: Edit) -> tuple[str, str]:
+    """(old, new) for an exact search/replace of ``edit`` in ``text``, with context lines added until unique."""
+    lines = text.splitlines(keepends=True)
+    lo, hi = edit.start - 1, edit.end
+    while True:
+        old = "".join(lines[lo:hi])
+        if text.count(old) == 1 or (lo == 0 and hi == len(lines)):
+            break
+        lo, hi = max(0, lo - 1), min(len(lines), hi + 1)
+    new = "".join(lines[lo : edit.start - 1]) + edit.new + "".join(lines[edit.end : hi])
+    return old, new

@@ -1,0 +1,355 @@
+"""Scripted policies: ``OraclePolicy`` (applies the gold patch), ``NullPolicy`` (does nothing) and
+``ScriptedExpert`` (fixes mini tasks from what it observes, like a careful engineer).
+
+All three are stateless: each ``act`` call rebuilds what the policy knows from the conversation (its earlier
+tool calls and the ``tool`` observations that answered them), so one object can serve concurrent episodes.
+Randomness comes only from the ``rng`` argument (phrasing and reading order).
+
+Behaviour gap on purpose (what Targeted Guidance must close): ``ScriptedExpert`` writes a plain-text summary in
+``finish`` (it fails ``markdown@v1``: unquoted identifiers and paths) unless a user message in the conversation
+asks for Markdown, in which case it writes a Markdown summary (heading, bullets, identifiers in backticks).
+Visible text outside tool calls is kept empty so that only the summary is judged.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import random
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.interfaces import PolicyOutput
+from harness.minirepos import repair
+from harness.schema import Message, TaskInstance, TaskSet
+from harness.tools import ERROR_PREFIX, parse_tool_calls
+
+
+def _call(name: str, arguments: dict[str, Any]) -> str:
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False) + "\n</tool_call>"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One earlier tool call of this episode and the observation that answered it (None if unanswered)."""
+
+    name: str
+    arguments: dict[str, Any]
+    result: str | None
+
+
+def history(messages: list[Message]) -> list[Step]:
+    """The episode's tool calls paired, in order, with the ``tool`` messages that answered them."""
+    steps: list[Step] = []
+    pending: list[tuple[str, dict[str, Any]]] = []
+    for m in messages:
+        if m.role == "assistant":
+            steps += [Step(n, a, None) for n, a in pending]
+            calls = m.tool_calls or parse_tool_calls(m.content)
+            pending = [(c.name, dict(c.arguments)) for c in calls]
+        elif m.role == "tool" and pending:
+            name, args = pending.pop(0)
+            steps.append(Step(name, args, m.content))
+    steps += [Step(n, a, None) for n, a in pending]
+    return steps
+
+
+def problem_statement(messages: list[Message]) -> str:
+    return next((m.content for m in messages if m.role == "user" and not m.is_hint), "")
+
+
+def wants_markdown(messages: list[Message]) -> bool:
+    """True when a user message after the problem statement (a hint) asks for Markdown formatting."""
+    users = [m for m in messages if m.role == "user"]
+    for m in users[1:]:
+        text = m.content.lower()
+        if "markdown" in text and not re.search(r"no markdown|plain text", text):
+            return True
+    return False
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# NullPolicy
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class NullPolicy:
+    """Finishes at once with a short plain message and no edits (the floor of every metric)."""
+
+    name = "null"
+    spec = "null"
+
+    def act(self, messages: list[Message], *, tools: list[dict[str, Any]], rng: random.Random) -> PolicyOutput:
+        return PolicyOutput(text=_call("finish", {"message": "No changes made."}))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# OraclePolicy
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Hunk:
+    path: str
+    old: str
+    new: str
+
+
+def parse_patch(patch: str) -> list[_Hunk]:
+    """Hunks of a unified diff as (path, old text, new text); a created file has ``old == ""``.
+
+    Hunk bodies are consumed by the line counts of their ``@@ -a,b +c,d @@`` headers, so removed lines that
+    start with ``--`` are not mistaken for file headers.
+    """
+    hunks: list[_Hunk] = []
+    path, created = "", False
+    lines = patch.splitlines(keepends=True)
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
+        if line.startswith("--- "):
+            created = line.strip() == "--- /dev/null"
+        elif line.startswith("+++ "):
+            path = line[4:].strip().split("\t")[0].removeprefix("b/")
+        elif line.startswith("@@"):
+            m = re.match(r"@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@", line)
+            if m is None:
+                raise ValueError(f"malformed hunk header: {line.strip()!r}")
+            n_old = int(m.group(1) if m.group(1) is not None else 1)
+            n_new = int(m.group(2) if m.group(2) is not None else 1)
+            old: list[str] = []
+            new: list[str] = []
+            while (len(old) < n_old or len(new) < n_new) and i < len(lines):
+                body = lines[i]
+                i += 1
+                if body.startswith("\\"):
+                    continue
+                if body[:1] in (" ", "-"):
+                    old.append(body[1:])
+                if body[:1] in (" ", "+"):
+                    new.append(body[1:])
+            hunks.append(_Hunk(path, "" if created else "".join(old), "".join(new)))
+    return hunks
+
+
+class OraclePolicy:
+    """Applies the task's gold patch through the tools (read each file, then one ``edit_file`` per hunk) and
+    finishes with a Markdown summary. Needs the task set to find the gold patch: the task is recognised by its
+    problem statement (the first user message), e.g. ``make_policy("oracle", tasks=task_set)``."""
+
+    name = "oracle"
+    spec = "oracle"
+
+    def __init__(self, tasks: TaskSet | Iterable[TaskInstance] | str | Path | None = None) -> None:
+        if isinstance(tasks, (str, Path)):
+            from harness.tasks import load_task_set
+
+            tasks = load_task_set(tasks)
+        instances = tasks.instances if isinstance(tasks, TaskSet) else list(tasks or [])
+        self._by_statement: dict[str, TaskInstance] = {}
+        for inst in instances:
+            other = self._by_statement.get(inst.problem_statement)
+            if other is not None and other.patch != inst.patch:
+                raise ValueError(f"OraclePolicy: {other.instance_id} and {inst.instance_id} share a problem statement "
+                                 "but not a gold patch; the oracle cannot tell them apart")
+            self._by_statement[inst.problem_statement] = inst
+
+    def instance_for(self, messages: list[Message]) -> TaskInstance:
+        statement = problem_statement(messages)
+        inst = self._by_statement.get(statement)
+        if inst is None:
+            raise LookupError("OraclePolicy: the problem statement matches no task it was given; build it with the "
+                              "task set being evaluated, e.g. make_policy('oracle', tasks=task_set)")
+        return inst
+
+    def act(self, messages: list[Message], *, tools: list[dict[str, Any]], rng: random.Random) -> PolicyOutput:
+        inst = self.instance_for(messages)
+        hunks = parse_patch(inst.patch)
+        done = history(messages)
+        plan: list[tuple[str, Any]] = []
+        for path in dict.fromkeys(h.path for h in hunks):
+            if any(h.old for h in hunks if h.path == path):
+                plan.append(("read", path))
+            plan += [("edit", h) for h in hunks if h.path == path]
+        if len(done) < len(plan):
+            kind, item = plan[len(done)]
+            if kind == "read":
+                return PolicyOutput(text=_call("read_file", {"path": item}))
+            return PolicyOutput(text=_call("edit_file", {"path": item.path, "old": item.old, "new": item.new}))
+        files = sorted({h.path for h in hunks})
+        failed = [s for s in done if s.name == "edit_file" and (s.result or "").startswith(ERROR_PREFIX)]
+        lines = ["## Summary", "", f"Applied the reference fix for this issue ({len(hunks)} hunk(s)).", ""]
+        lines += [f"- Changed `{f}`" for f in files]
+        if failed:
+            lines.append(f"- {len(failed)} edit(s) could not be applied")
+        return PolicyOutput(text=_call("finish", {"message": "\n".join(lines)}))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# ScriptedExpert
+# ----------------------------------------------------------------------------------------------------------------
+
+_FAILED_RE = re.compile(r"^(?:FAILED|ERROR) (\S+?)(?:::(\w+))?(?: - .*)?$", re.MULTILINE)
+_EXIT_RE = re.compile(r"\[exit code (\d+)\]\s*$")
+_IMPORT_RE = re.compile(r"from ([A-Za-z_][\w.]*)\.([A-Za-z_]\w*) import ([A-Za-z_]\w*)")
+_PHRASES = {
+    "wrong_comparison": "used the wrong comparison",
+    "wrong_operator": "used the wrong arithmetic operator",
+    "off_by_one": "was off by one",
+    "wrong_constant": "used a wrong constant",
+    "missing_edge_case": "did not handle an edge case",
+    "wrong_variable_returned": "returned the wrong variable",
+    "wrong_string_format": "formatted its text wrongly",
+    "wrong_boolean_logic": "had its boolean logic inverted",
+    "wrong_builtin": "called the wrong builtin",
+    "swapped_arguments": "passed two arguments in the wrong order",
+}
+
+
+def run_passed(observation: str | None) -> bool:
+    m = _EXIT_RE.search((observation or "").strip())
+    return m is not None and m.group(1) == "0"
+
+
+@dataclass(frozen=True)
+class _Target:
+    module_path: str
+    module_name: str
+    function: str | None
+    test_file: str
+    failing: tuple[str, ...]
+
+
+def _locate(statement: str, first_run: str, files: list[str]) -> _Target | None:
+    """Module, function and visible test file implicated by the issue text and the failing test output."""
+    failed = [(m.group(1), m.group(2)) for m in _FAILED_RE.finditer(first_run)]
+    m = _IMPORT_RE.search(statement)
+    if m is not None:
+        module_name, function = f"{m.group(1)}.{m.group(2)}", m.group(3)
+    else:
+        module_name, function = "", None
+    stem = module_name.rpartition(".")[2]
+    tests = [f for f, _ in failed if f.endswith(".py")]
+    test_file = next((f for f in tests if stem and f.endswith(f"test_{stem}.py")), tests[0] if tests else "")
+    if not module_name and test_file:
+        stem = Path(test_file).stem.removeprefix("test_")
+        cands = [f for f in files if f.endswith(f"/{stem}.py") and not f.startswith("tests/")]
+        if cands:
+            module_name = cands[0][:-3].replace("/", ".")
+    if not module_name or not test_file:
+        return None
+    failing = tuple(sorted({name for f, name in failed if f == test_file and name}))
+    return _Target(module_name.replace(".", "/") + ".py", module_name, function, test_file, failing)
+
+
+def _ranked_fixes(module_src: str, test_src: str, target: _Target) -> list[repair.Edit]:
+    """Candidate fixes that make every test of the visible test file pass, most plausible first."""
+    cases = repair.failing_asserts(test_src, list(target.failing))
+    funcs = list(dict.fromkeys(([target.function] if target.function else []) + [c.function for c in cases]))
+    candidates: list[repair.Edit] = []
+    for f in funcs:
+        candidates += [e for e in repair.repair_candidates(module_src, f, cases) if e not in candidates]
+    scores = repair.screen(target.module_name, [e.apply(module_src) for e in candidates], test_src)
+    if scores is None:
+        return candidates[:8]
+    best = max(scores, default=-1)
+    total = len([n for n in ast.parse(test_src).body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")])
+    keep = total if best >= total else best
+    return [e for e, s in zip(candidates, scores) if s == keep and s > 0]
+
+
+class ScriptedExpert:
+    """Solves mini tasks from observations only: lists files, runs the visible tests, reads the implicated module
+    and test file, screens inverse bug-family repairs against the visible tests, applies the best one with
+    ``edit_file``, re-runs the tests (reverting and trying the next candidate on failure) and finishes.
+
+    It never reads the gold patch or hidden tests (it has no access to the task record). ``think=True`` adds a
+    short ``<think>`` plan to each turn.
+    """
+
+    name = "expert"
+    spec = "expert"
+
+    def __init__(self, think: bool = False, max_candidates: int = 6) -> None:
+        self.think = think
+        self.max_candidates = max_candidates
+
+    def _out(self, rng: random.Random, plan: str, name: str, arguments: dict[str, Any]) -> PolicyOutput:
+        thought = f"<think>\n{plan}\n</think>\n\n" if self.think else ""
+        return PolicyOutput(text=thought + _call(name, arguments), info={"plan": plan})
+
+    def act(self, messages: list[Message], *, tools: list[dict[str, Any]], rng: random.Random) -> PolicyOutput:
+        steps = history(messages)
+        if not any(s.name == "list_files" for s in steps):
+            return self._out(rng, rng.choice(["Let me look at the repository layout first.",
+                                              "First, an overview of the files."]), "list_files", {"path": "."})
+        runs = [s for s in steps if s.name == "run_tests"]
+        if not runs or runs[0].result is None:
+            return self._out(rng, "Reproduce the problem with the visible tests.", "run_tests", {"tests": []})
+        files = next(s.result or "" for s in steps if s.name == "list_files").splitlines()
+        target = _locate(problem_statement(messages), runs[0].result, files)
+        if target is None:
+            return self._finish(messages, rng, None, "could not tell from the issue and the test output which "
+                                "module is broken, so I made no changes")
+        reads = {s.arguments.get("path"): s.result for s in steps if s.name == "read_file"
+                 and s.result is not None and not s.result.startswith(ERROR_PREFIX)}
+        unread = [p for p in (target.module_path, target.test_file) if p not in reads]
+        if unread:
+            path = unread[0] if len(unread) == 1 else rng.choice(unread)
+            return self._out(rng, f"Read {path} to understand the failure.", "read_file", {"path": path})
+        return self._repair(messages, steps, target, reads[target.module_path] or "", reads[target.test_file] or "",
+                            rng)
+
+    def _repair(self, messages: list[Message], steps: list[Step], target: _Target, module_src: str, test_src: str,
+                rng: random.Random) -> PolicyOutput:
+        fixes = _ranked_fixes(module_src, test_src, target)[: self.max_candidates]
+        pairs = [repair.unique_replacement(module_src, e) for e in fixes]
+        edits = [s for s in steps if s.name == "edit_file" and not (s.result or "").startswith(ERROR_PREFIX)]
+        applied = [(s.arguments.get("old"), s.arguments.get("new")) for s in edits]
+        last = steps[-1]
+        if last.name == "edit_file" and applied and applied[-1] in pairs:
+            return self._out(rng, "Re-run the tests to check the fix.", "run_tests", {"tests": []})
+        if last.name == "run_tests" and applied and applied[-1] in pairs:
+            fix = fixes[pairs.index(applied[-1])]
+            if run_passed(last.result):
+                return self._finish(messages, rng, (fix, target, last.result or ""), "")
+            old, new = applied[-1]
+            return self._out(rng, "That did not work; undo it.", "edit_file",
+                             {"path": target.module_path, "old": new, "new": old})
+        tried = {(s.arguments.get("old"), s.arguments.get("new")) for s in steps if s.name == "edit_file"}
+        for fix, (old, new) in zip(fixes, pairs):
+            if (old, new) not in tried:
+                plan = f"{fix.function or 'a module constant'} {_PHRASES.get(fix.family, 'is wrong')}; fix line {fix.start}."
+                return self._out(rng, plan, "edit_file", {"path": target.module_path, "old": old, "new": new})
+        return self._finish(messages, rng, None, f"could not find a change to {target.module_path} that makes the "
+                            "visible tests pass, so I left the code unchanged")
+
+    def _finish(self, messages: list[Message], rng: random.Random, done: tuple[repair.Edit, _Target, str] | None,
+                failure: str) -> PolicyOutput:
+        md = wants_markdown(messages)
+        if done is None:
+            text = (f"## Result\n\n- I {failure}.\n" if md else f"Sorry, I {failure}.")
+            return self._out(rng, "Give up and report.", "finish", {"message": text})
+        fix, target, run_out = done
+        func = fix.function or "a module-level constant"
+        old = fix.old.strip().splitlines()[0] if fix.old.strip() else ""
+        new = " / ".join(ln.strip() for ln in fix.new.strip().splitlines())
+        count = re.search(r"(\d+) passed", run_out)
+        passed = f"{count.group(1)} passed" if count else "all passed"
+        phrase = _PHRASES.get(fix.family, "was wrong")
+        if md:
+            heading = rng.choice(["## Summary", "## What I changed", "### Fix summary"])
+            lines = [heading, "", f"The reported problem came from `{func}` in `{target.module_path}`, which {phrase}.",
+                     "", f"- **Where:** `{target.module_path}`, line {fix.start}",
+                     f"- **Change:** `{old}` became `{new}`",
+                     f"- **Check:** the visible tests pass (`{passed}`)"]
+            text = "\n".join(lines)
+        else:
+            opener = rng.choice(["I fixed the bug in", "Fixed the problem in", "The bug was in"])
+            text = (f"{opener} {func} ({target.module_path}, line {fix.start}): it {phrase}. I changed "
+                    f"'{old}' to '{new}' and the visible tests pass now ({passed}).")
+        return self._out(rng, "Tests pass; summarise the change.", "finish", {"message": text})
