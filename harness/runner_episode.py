@@ -6,7 +6,8 @@ Directory of an attempt (ARCHITECTURE §4)::
         trajectory.jsonl   header line ({"type": "trajectory", ...}) then one {"type": "message", ...} per message
         patch.diff         the candidate (``git add -A && git diff --binary --cached <base>``)
         grade/             eval.sh, test_output.txt, junit.xml, grade.json
-        timing.json        seconds per phase: sandbox_start, agent, extract, grade, control, behaviour
+        timing.json        seconds per phase: sandbox_start, agent, extract, grade (includes grade_sandbox_start),
+                           control, behaviour
         result.json        harness.schema.EpisodeResult, written LAST (tmp + os.replace): its presence = finished
 
 Infra failures at any phase become an ``infra_error`` result (never an agent failure); the caller retries them.
@@ -180,7 +181,8 @@ def _grade(job: EpisodeJob, patch: str, ctx: EpisodeContext, gdir: Path, timer: 
     if not patch.strip():
         return None
     artifacts: dict[str, str] = {}
-    gsb, _ = ctx.factory.open(job.instance, role="grade", attempt=job.attempt)
+    with timer.phase("grade_sandbox_start"):
+        gsb, _ = ctx.factory.open(job.instance, role="grade", attempt=job.attempt)
     with gsb:
         grade = grade_patch(job.instance, patch, gsb, timeout_s=ctx.grade_timeout_s, infra_policy=ctx.infra_policy,
                             excluded_tests=ctx.excluded_tests.get(job.instance.instance_id, ()), artifacts=artifacts)
