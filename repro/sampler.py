@@ -256,3 +256,36 @@ def _sample(logits: torch.Tensor, temps: torch.Tensor, top_ps: torch.Tensor,
     if bool(greedy.any()):
         tok = torch.where(greedy, logits.argmax(-1), tok)
     return tok, logp.gather(1, tok.unsqueeze(1)).squeeze(1)
+
+
+class SamplerPolicy:
+    """``harness.interfaces.Policy`` over a ``RolloutEngine``: encodes the conversation with the chat template
+    (``repro.tokenizer.ChatEncoder``, tools rendered in the system block), appends the assistant header, samples
+    one turn and returns its text, token ids and behaviour log-probs (token-in/token-out: the ids are the sampled
+    ones, ``<|im_end|>`` included when the turn stopped). A context that cannot fit ``max_new_tokens`` more tokens
+    returns ``finish_reason="context"`` with empty text."""
+
+    def __init__(self, engine: RolloutEngine, tokenizer, *, name: str = "sampler", max_new_tokens: int = 256,
+                 temperature: float = 1.0, top_p: float = 1.0, max_context: int | None = None) -> None:
+        from repro.tokenizer import ChatEncoder
+
+        self.engine, self.tok, self.name = engine, tokenizer, name
+        self.enc = ChatEncoder(tokenizer)
+        self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
+        self.max_context = max_context
+
+    def act(self, messages, *, tools, rng):  # harness.interfaces.Policy
+        from harness.interfaces import PolicyOutput
+
+        prompt = self.enc.encode(messages, tools).ids + self.enc.assistant_header
+        limit = self.max_context or getattr(self.engine, "max_len", None)
+        if limit is not None and len(prompt) + self.max_new_tokens > limit:
+            return PolicyOutput(text="", token_ids=[], logprobs=[], finish_reason="context")
+        gen = torch.Generator().manual_seed(rng.getrandbits(63))
+        req = TokenRequest(prompt, self.max_new_tokens, stop_ids=(self.enc.im_end,), temperature=self.temperature,
+                           top_p=self.top_p)
+        res = self.engine.generate([req], generator=gen)[0]
+        body = res.ids[:-1] if res.finish_reason == "stop" else res.ids
+        text = self.tok.decode(body, skip_special_tokens=False)
+        return PolicyOutput(text=text, token_ids=list(res.ids), logprobs=list(res.logprobs),
+                            finish_reason=res.finish_reason, info={"version": res.version})

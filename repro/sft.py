@@ -1,0 +1,291 @@
+"""SFT stage: expert trajectories → tokenizer → tiny Qwen3 → held-out evaluation (``run_sft``).
+
+Data. ``ScriptedExpert`` episodes on the TRAIN split (LocalSandbox, the real agent loop and tools). A share
+``hint_share`` of episodes gets the Markdown reminder before the summary turn (``correct@before_finish``); the
+expert then writes a Markdown summary, otherwise plain text. So the SFT model learns to comply when reminded and
+rarely does unprompted — the paper's starting condition (METHOD §6; issue #6 item 2).
+
+Training. Loss = token-mean cross-entropy on assistant tokens only (``EncodedConversation.act``: thinking, visible
+text, tool calls and ``<|im_end|>``; never system/user/tool/hint tokens or chat headers), computed from final hidden
+states with ``repro.losses.chunked_token_logprobs`` (no [T, V] logits). AdamW, linear warm-up then cosine decay,
+gradient clipping, one sequence per forward, optimizer step every ``batch_tokens`` assistant tokens.
+
+Evaluation (held-out split, temperature ``eval_temperature``): ``harness.runner.run_eval`` with
+``repro.sampler.SamplerPolicy`` in LocalSandboxes, graded by the hidden tests — coding success (resolved rate),
+unprompted Markdown compliance (no feedback) and hinted compliance (``correct@before_finish``). Compliance is
+trajectory-level ``markdown@v1`` over episodes with at least one applicable turn (others are reported as ``n_na``).
+
+Outputs in ``out_dir``: ``config.json``, ``expert.jsonl`` (cached trajectories, reused when the data settings
+match), ``model/`` (HF ``save_pretrained`` + tokenizer), ``metrics.jsonl`` (one line per optimizer step),
+``sft_report.json`` (``SFTReport``), ``eval/`` (runner directories).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from repro.losses import chunked_token_logprobs
+from repro.models import build_model, count_params, final_hidden_states, lm_head_weight
+from repro.tokenizer import ChatEncoder, train_tokenizer
+
+log = logging.getLogger(__name__)
+
+
+class SFTConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    train_tasks: str = Field(description="task-set directory of the TRAIN split (tgsuite tasks make-mini)")
+    heldout_tasks: str | None = Field(None, description="held-out task-set directory; None skips the evaluation")
+    preset: Literal["nano", "mini"] = "mini"
+    vocab_size: int = 4096
+    episodes: int = 120
+    hint_share: float = Field(0.3, ge=0.0, le=1.0)
+    think: bool = True
+    epochs: int = 2
+    lr: float = 2e-3
+    weight_decay: float = 0.01
+    warmup_steps: int = 5
+    batch_tokens: int = 4096
+    max_len: int = 6144
+    grad_clip: float = 1.0
+    seed: int = 0
+    workers: int = 2
+    eval_instances: int = 16
+    eval_temperature: float = 1.0
+    eval_max_new_tokens: int = 320
+    eval_max_turns: int = 16
+    torch_threads: int = 2
+
+
+class EvalSummary(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    condition: Literal["unprompted", "hinted"]
+    n: int
+    resolved_rate: float
+    compliance: float          # NaN when no episode had an applicable turn
+    n_applicable: int
+    n_na: int
+    infra_errors: int
+
+
+class SFTReport(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_dir: str
+    n_params: int
+    vocab: int
+    n_trajectories: int
+    n_hinted: int
+    train_tokens: int
+    train_act_tokens: int
+    steps: int
+    final_loss: float
+    train_tokens_per_s: float
+    wall_s: dict[str, float]
+    eval: list[EvalSummary] = Field(default_factory=list)
+
+
+def collect_expert_trajectories(task_dir: str | Path, *, episodes: int, hint_share: float, think: bool, seed: int,
+                                workers: int = 2) -> list:
+    """Run ``ScriptedExpert`` on the train split; episode i uses instance i mod n and gets the hint with
+    probability ``hint_share`` (its own seeded draw). Returns finished trajectories only (others are logged)."""
+    from harness.agent import run_episode
+    from harness.feedback import parse_feedback
+    from harness.interfaces import EpisodeLimits
+    from harness.policies.scripted import ScriptedExpert
+    from harness.runner_sandbox import TaskSandboxFactory
+    from harness.tasks import load_task_set
+
+    ts = load_task_set(task_dir)
+    if not ts.instances:
+        raise ValueError(f"{task_dir}/tasks.jsonl has no instances; generate them with `tgsuite tasks make-mini`.")
+    fb = parse_feedback("correct@before_finish")
+    expert = ScriptedExpert(think=think)
+    fac = TaskSandboxFactory(ts, kind="local", run_id="sft-expert")
+
+    def one(i: int):
+        inst = ts.instances[i % len(ts.instances)]
+        hinted = random.Random(f"sft-hint:{seed}:{i}").random() < hint_share
+        sb, _ = fac.open(inst, role="agent", attempt=0)
+        try:
+            return run_episode(inst, expert, sb, EpisodeLimits(), feedback=fb if hinted else None, seed=seed * 100_003 + i)
+        finally:
+            sb.close()
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        trajs = list(pool.map(one, range(episodes)))
+    fac.close()
+    kept = [t for t in trajs if t.finished]
+    if len(kept) < len(trajs):
+        log.warning("dropped %d unfinished expert trajectories", len(trajs) - len(kept))
+    return kept
+
+
+def _lr_at(step: int, total: int, cfg: SFTConfig) -> float:
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    frac = (step - cfg.warmup_steps) / max(1, total - cfg.warmup_steps)
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
+
+
+def sft_loss(model, ids: list[int], act: list[int]) -> tuple[torch.Tensor, int]:
+    """Σ −log π(y_t) over tokens with act[t] = 1 (t ≥ 1), and their count; full logits are never formed."""
+    x = torch.tensor([ids])
+    tgt_pos = torch.tensor([t for t in range(1, len(ids)) if act[t]], dtype=torch.long)
+    if len(tgt_pos) == 0:
+        return x.new_zeros((), dtype=torch.float32), 0
+    h = final_hidden_states(model, x)[0]
+    lp, _ = chunked_token_logprobs(h[tgt_pos - 1], lm_head_weight(model), x[0, tgt_pos])
+    return -lp.sum(), len(tgt_pos)
+
+
+def sft_train(model, examples: list[tuple[list[int], list[int]]], cfg: SFTConfig, metrics_path: Path) -> dict:
+    """Assistant-token cross-entropy over ``examples`` = (ids, act mask); returns training statistics."""
+    gen = random.Random(f"sft-order:{cfg.seed}")
+    per_epoch = sum(sum(a) for _, a in examples)
+    total_steps = max(1, cfg.epochs * math.ceil(per_epoch / cfg.batch_tokens))
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
+    model.train()
+    step, acc_tokens, acc_loss, n_tok, t0 = 0, 0, 0.0, 0, time.perf_counter()
+    last_loss = math.nan
+    with metrics_path.open("w") as mf:
+        for epoch in range(cfg.epochs):
+            order = list(range(len(examples)))
+            gen.shuffle(order)
+            for j, idx in enumerate(order):
+                ids, act = examples[idx]
+                nll, n_act = sft_loss(model, ids, act)
+                if n_act:
+                    (nll / cfg.batch_tokens).backward()
+                acc_tokens += n_act
+                acc_loss += float(nll.detach())
+                n_tok += len(ids)
+                last = epoch == cfg.epochs - 1 and j == len(order) - 1
+                if acc_tokens and (acc_tokens >= cfg.batch_tokens or last):
+                    for g in opt.param_groups:
+                        g["lr"] = _lr_at(step, total_steps, cfg)
+                    scale = cfg.batch_tokens / acc_tokens  # turn the fixed divisor into an exact token mean
+                    for p in model.parameters():
+                        if p.grad is not None:
+                            p.grad.mul_(scale)
+                    gnorm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip))
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+                    last_loss = acc_loss / acc_tokens
+                    el = time.perf_counter() - t0
+                    mf.write(json.dumps({"step": step, "epoch": epoch, "loss/sft": last_loss, "grad_norm": gnorm,
+                                         "lr": opt.param_groups[0]["lr"], "tokens": n_tok,
+                                         "tokens_per_s": n_tok / el}) + "\n")
+                    mf.flush()
+                    log.info("sft step %d epoch %d loss %.4f (%.0f tok/s)", step, epoch, last_loss, n_tok / el)
+                    step, acc_tokens, acc_loss = step + 1, 0, 0.0
+    model.eval()
+    return {"steps": step, "final_loss": last_loss, "tokens": n_tok, "tokens_per_s": n_tok / (time.perf_counter() - t0)}
+
+
+def _load_or_collect(cfg: SFTConfig, out: Path) -> list:
+    from harness.schema import Trajectory
+
+    cache, key = out / "expert.jsonl", json.dumps(
+        {k: getattr(cfg, k) for k in ("train_tasks", "episodes", "hint_share", "think", "seed")}, sort_keys=True)
+    if cache.is_file():
+        lines = cache.read_text().splitlines()
+        if lines and lines[0] == key:
+            return [Trajectory.model_validate_json(x) for x in lines[1:]]
+    trajs = collect_expert_trajectories(cfg.train_tasks, episodes=cfg.episodes, hint_share=cfg.hint_share,
+                                        think=cfg.think, seed=cfg.seed, workers=cfg.workers)
+    cache.write_text("\n".join([key] + [t.model_dump_json() for t in trajs]) + "\n")
+    return trajs
+
+
+def run_sft(cfg: SFTConfig, out_dir: str | Path) -> SFTReport:
+    """The whole SFT stage (see module docstring). Deterministic given the config, up to thread scheduling."""
+    from harness.tools import tool_schemas
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(cfg.model_dump_json(indent=2))
+    torch.set_num_threads(cfg.torch_threads)
+    wall: dict[str, float] = {}
+    t = time.perf_counter()
+    trajs = _load_or_collect(cfg, out)
+    wall["expert"] = time.perf_counter() - t
+    if not trajs:
+        raise RuntimeError(f"no finished expert trajectories from {cfg.train_tasks}; check the task set with "
+                           "`tgsuite tasks validate`.")
+    tools = tool_schemas()
+    t = time.perf_counter()
+    probe = train_tokenizer([json.dumps(tools)], vocab_size=300, min_frequency=1)  # template text for the corpus
+    corpus = [probe.apply_chat_template([m.model_dump() for m in tr.messages], tools=tools, tokenize=False)
+              for tr in trajs]
+    tok = train_tokenizer(corpus, vocab_size=cfg.vocab_size)
+    enc = ChatEncoder(tok)
+    examples = []
+    for tr in trajs:
+        e = enc.encode(tr.messages, tools)
+        if len(e) > cfg.max_len:
+            log.warning("skipping a %d-token trajectory (max_len=%d)", len(e), cfg.max_len)
+            continue
+        examples.append((e.ids, e.act))
+    wall["tokenize"] = time.perf_counter() - t
+    model = build_model(cfg.preset, len(tok), seed=cfg.seed, pad_token_id=tok.pad_token_id,
+                        eos_token_id=tok.eos_token_id)
+    t = time.perf_counter()
+    stats = sft_train(model, examples, cfg, out / "metrics.jsonl")
+    wall["train"] = time.perf_counter() - t
+    model_dir = out / "model"
+    model.save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    evals = []
+    if cfg.heldout_tasks:
+        t = time.perf_counter()
+        evals = evaluate_sft(model, tok, cfg, out / "eval")
+        wall["eval"] = time.perf_counter() - t
+    report = SFTReport(
+        model_dir=str(model_dir), n_params=count_params(model), vocab=len(tok), n_trajectories=len(examples),
+        n_hinted=sum(1 for tr in trajs if any(m.is_hint for m in tr.messages)),
+        train_tokens=sum(len(i) for i, _ in examples), train_act_tokens=sum(sum(a) for _, a in examples),
+        steps=stats["steps"], final_loss=stats["final_loss"], train_tokens_per_s=stats["tokens_per_s"],
+        wall_s=wall, eval=evals)
+    (out / "sft_report.json").write_text(report.model_dump_json(indent=2))
+    return report
+
+
+def evaluate_sft(model, tok, cfg: SFTConfig, out_dir: Path) -> list[EvalSummary]:
+    """Held-out coding success and Markdown compliance, unprompted and hinted, at ``eval_temperature``."""
+    from harness.feedback import parse_feedback
+    from harness.interfaces import EpisodeLimits
+    from harness.runner import run_eval
+    from harness.runner_sandbox import TaskSandboxFactory
+    from harness.tasks import load_task_set
+    from repro.sampler import KVSampler, SamplerPolicy
+
+    ts = load_task_set(cfg.heldout_tasks)
+    ts = ts.model_copy(update={"instances": ts.instances[: cfg.eval_instances]})
+    policy = SamplerPolicy(KVSampler(model), tok, name="sft", max_new_tokens=cfg.eval_max_new_tokens,
+                           temperature=cfg.eval_temperature)
+    limits = EpisodeLimits(max_turns=cfg.eval_max_turns)
+    out = []
+    for cond, spec in (("unprompted", "none"), ("hinted", "correct@before_finish")):
+        with TaskSandboxFactory(ts, kind="local", run_id=f"sft-{cond}") as fac:
+            res = run_eval(ts, {"sft": policy}, [0], out_dir / cond, sandbox_factory=fac, workers=cfg.workers,
+                           limits=limits, run_seed=cfg.seed, feedback=parse_feedback(spec))
+        scored = [r for r in res if r.failure_class in ("none", "agent")]
+        md = [next((b for b in r.behaviour if b.checker == "markdown@v1"), None) for r in scored]
+        appl = [b for b in md if b is not None and any(v != "NA" for v in b.turn_verdicts)]
+        out.append(EvalSummary(
+            condition=cond, n=len(scored), resolved_rate=sum(r.resolved for r in scored) / max(1, len(scored)),
+            compliance=(sum(all(v != "FAIL" for v in b.turn_verdicts) for b in appl) / len(appl)) if appl
+            else math.nan, n_applicable=len(appl), n_na=len(scored) - len(appl),
+            infra_errors=len(res) - len(scored)))
+        log.info("eval %s: %s", cond, out[-1])
+    return out
