@@ -1,0 +1,214 @@
+"""``tgsuite reproduce``: the mini reproduction end to end, as resumable stages.
+
+images → train and held-out task sets → validate the held-out set in Docker → tokenizer + SFT base →
+freeze the protocol (before any RL arm trains; its hash goes into every later manifest) → RL arms × seeds →
+evaluate the base and every checkpoint on the held-out repositories → analyze → HTML report with the verdict.
+
+Each stage is skipped on re-run when its inputs are unchanged (``repro.stages``); times per stage are printed and
+recorded in ``<out>/pipeline.json``. Every number in the report comes from the runs made here: nothing is simulated.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from repro.pipeline_presets import Preset
+from repro.stages import StageRunner, atomic_write_json, canonical_hash
+
+log = logging.getLogger(__name__)
+
+PLANS_DIR = Path(__file__).resolve().parent.parent / "protocols" / "plans"
+
+
+def _paths(out: Path) -> dict[str, Path]:
+    return {
+        "train_tasks": out / "tasks" / "train",
+        "heldout_tasks": out / "tasks" / "heldout",
+        "sft": out / "sft",
+        "frozen": out / "protocol" / "frozen.json",
+        "train": out / "train",
+        "eval": out / "eval",
+        "analysis": out / "analysis" / "analysis.json",
+        "report": out / "report",
+    }
+
+
+def _stage_images(preset: Preset) -> dict[str, Any]:
+    if preset.eval_sandbox != "docker":
+        return {"image": None}
+    from harness.images import connect, ensure_base_image, image_digest
+
+    client = connect()
+    tag = ensure_base_image(client)
+    return {"image": tag, "digest": image_digest(client, tag)}
+
+
+def _stage_tasks(out: Path, split: str, repos: int, per_repo: int, seed: int) -> dict[str, Any]:
+    from harness.minirepos import make_mini
+    from harness.tasks import load_task_set
+
+    summary = make_mini(out, split=split, repos=repos, tasks_per_repo=per_repo, seed=seed,  # type: ignore[arg-type]
+                        overwrite=True)
+    ts = load_task_set(out)
+    return {"paths": {"tasks": str(out / "tasks.jsonl")}, "sha256": ts.sha256, "name": ts.name,
+            "n": summary.n_instances if hasattr(summary, "n_instances") else len(ts.instances)}
+
+
+def _stage_validate(task_dir: Path, preset: Preset) -> dict[str, Any]:
+    from harness.validate import validate_task_set
+
+    report = validate_task_set(task_dir, runs=preset.validate_runs, sandbox=preset.eval_sandbox,
+                               workers=preset.workers, progress=True)
+    if report.rejected:
+        reasons = "; ".join(f"{r.instance_id}: {r.reason}" for r in report.rejected[:5])
+        raise RuntimeError(f"{len(report.rejected)} held-out instance(s) failed validation ({reasons}). Every "
+                           f"generated held-out instance must validate; see {task_dir}/validation.json")
+    return {"paths": {"validation": str(task_dir / "validation.json")}, "n_valid": len(report.valid_ids)}
+
+
+def _stage_sft(paths: dict[str, Path], preset: Preset) -> dict[str, Any]:
+    from repro.sft import SFTConfig, run_sft
+
+    cfg = SFTConfig(train_tasks=str(paths["train_tasks"]), heldout_tasks=None, seed=preset.task_seed,
+                    workers=preset.workers, **preset.sft)
+    report = run_sft(cfg, paths["sft"])
+    return {"paths": {"model": report.model_dir}, "report": report.model_dump(mode="json")}
+
+
+def _stage_freeze(paths: dict[str, Path], preset: Preset, heldout: dict[str, Any]) -> dict[str, Any]:
+    from protocols.freeze import freeze_plan, with_task_set
+    from protocols.load import load_plan
+
+    proto = with_task_set(load_plan(PLANS_DIR / preset.plan), name=heldout["name"], sha256=heldout["sha256"])
+    rec = freeze_plan(proto, out=paths["frozen"], overwrite=True)
+    return {"paths": {"frozen": str(paths["frozen"])}, "sha256": rec.sha256, "frozen_at": rec.frozen_at}
+
+
+def _stage_train(run_dir: Path, paths: dict[str, Path], preset: Preset, arm: str, seed: int) -> dict[str, Any]:
+    from repro.config import load_config
+    from repro.train import train_rl
+
+    sets = [f"{k}={json.dumps(v)}" for k, v in preset.rl.items()]
+    sets += [f"run.seed={seed}", f"model.init=\"{paths['sft'] / 'model'}\"",
+             f"tasks.path=\"{paths['train_tasks']}\""]
+    cfg = load_config(arm=arm, sets=sets)
+    info = train_rl(cfg, run_dir, argv=["tgsuite", "reproduce", "--preset", preset.name])
+    return {"paths": {"checkpoint": info.path}, "checkpoint": info.model_dump(mode="json")}
+
+
+def _eval_policy(model_dir: str, name: str, preset: Preset) -> Any:
+    from repro.sampler import KVSampler, SamplerPolicy
+    from repro.tokenizer import load_tokenizer
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    tok = load_tokenizer(model_dir)
+    pol = SamplerPolicy(KVSampler(model), tok, name=name, max_new_tokens=preset.eval_max_new_tokens,
+                        temperature=preset.eval_temperature)
+    pol.spec = f"hf:{model_dir}"  # type: ignore[attr-defined]
+    return pol
+
+
+def _stage_eval(run_dir: Path, heldout: Path, arms: dict[str, str], preset: Preset, protocol_hash: str | None,
+                excluded: dict[str, list[str]]) -> dict[str, Any]:
+    from harness.interfaces import EpisodeLimits
+    from harness.runner import run_eval
+    from harness.runner_sandbox import TaskSandboxFactory
+    from harness.tasks import load_task_set
+
+    ts = load_task_set(heldout)
+    policies = {name: _eval_policy(d, name, preset) for name, d in arms.items()}
+    limits = EpisodeLimits(max_turns=preset.eval_max_turns)
+    with TaskSandboxFactory(ts, kind=preset.eval_sandbox, run_id=run_dir.name) as fac:
+        fac.preflight()
+        results = run_eval(ts, policies, list(range(preset.eval_episodes)), run_dir, sandbox_factory=fac,
+                           workers=preset.workers, limits=limits, run_seed=preset.task_seed,
+                           protocol_hash=protocol_hash, excluded_tests=excluded, progress=True,
+                           argv=["tgsuite", "reproduce", "--preset", preset.name])
+    scored = [r for r in results if r.scored]
+    return {"paths": {"manifest": str(run_dir / "manifest.json")}, "n": len(results), "scored": len(scored),
+            "resolved": sum(r.resolved for r in scored), "behaviour_ok": sum(r.behaviour_ok for r in scored)}
+
+
+def _stage_analyze(paths: dict[str, Path], run_dirs: list[Path]) -> dict[str, Any]:
+    from evalsuite.analyze import analyze
+
+    result = analyze(paths["frozen"], [str(d) for d in run_dirs])
+    atomic_write_json(paths["analysis"], json.loads(result.model_dump_json()))
+    return {"paths": {"analysis": str(paths["analysis"])}, "decision": result.decision}
+
+
+def _stage_report(paths: dict[str, Path], run_dirs: list[Path], training: dict[str, dict[str, str]]) -> dict[str, Any]:
+    from reports.build import build_report
+
+    summary = build_report(paths["analysis"], out_dir=paths["report"], protocol=paths["frozen"],
+                           run_dirs=[str(d) for d in run_dirs], training_metrics=training)
+    return {"paths": {"index": str(paths["report"] / "index.html")},
+            "summary": json.loads(summary.model_dump_json()) if hasattr(summary, "model_dump_json") else {}}
+
+
+def reproduce(preset: Preset, out_dir: str | Path, *, force: frozenset[str] = frozenset(),
+              echo: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run (or resume) the whole reproduction into ``out_dir``; returns the pipeline record."""
+    out = Path(out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    paths = _paths(out)
+    runner = StageRunner(out, force=force, echo=echo)
+    p = preset.model_dump(mode="json")
+    img = runner.run("images", {"sandbox": preset.eval_sandbox}, lambda: _stage_images(preset))
+    train_ts = runner.run("tasks_train", {k: p[k] for k in ("task_seed", "train_repos", "train_tasks_per_repo")},
+                          lambda: _stage_tasks(paths["train_tasks"], "train", preset.train_repos,
+                                               preset.train_tasks_per_repo, preset.task_seed))
+    held_ts = runner.run("tasks_heldout",
+                         {k: p[k] for k in ("task_seed", "heldout_repos", "heldout_tasks_per_repo")},
+                         lambda: _stage_tasks(paths["heldout_tasks"], "heldout", preset.heldout_repos,
+                                              preset.heldout_tasks_per_repo, preset.task_seed))
+    runner.run("validate", {"tasks": held_ts["sha256"], "runs": preset.validate_runs, "image": img.get("digest"),
+                            "sandbox": preset.eval_sandbox}, lambda: _stage_validate(paths["heldout_tasks"], preset))
+    sft = runner.run("sft", {"tasks": train_ts["sha256"], "sft": preset.sft, "seed": preset.task_seed},
+                     lambda: _stage_sft(paths, preset))
+    plan_sha = canonical_hash((PLANS_DIR / preset.plan).read_text())
+    frozen = runner.run("protocol", {"plan": plan_sha, "tasks": held_ts["sha256"]},
+                        lambda: _stage_freeze(paths, preset, held_ts))
+    ckpts: dict[str, str] = {"base": sft["paths"]["model"]}
+    training: dict[str, dict[str, str]] = {}
+    for arm in preset.arms:
+        for seed in preset.seeds:
+            run_dir = paths["train"] / arm / f"s{seed}"
+            rec = runner.run(f"train_{arm}_s{seed}",
+                             {"sft": sft["report"]["model_dir"], "sft_inputs": canonical_hash(sft["report"]),
+                              "rl": preset.rl, "arm": arm, "seed": seed, "protocol": frozen["sha256"]},
+                             lambda a=arm, s=seed, d=run_dir: _stage_train(d, paths, preset, a, s))
+            ckpts[f"{arm}@s{seed}"] = rec["paths"]["checkpoint"]
+            training.setdefault(arm, {})[str(seed)] = str(run_dir)
+    eval_inputs = {"ckpts": {k: canonical_hash(v) for k, v in sorted(ckpts.items())},
+                   "tasks": held_ts["sha256"], "protocol": frozen["sha256"],
+                   "eval": {k: p[k] for k in p if k.startswith("eval_")}}
+    excluded = _excluded_tests(paths["heldout_tasks"])
+    base_dir = paths["eval"] / "base"
+    arms_dir = paths["eval"] / "arms"
+    runner.run("eval_base", {**eval_inputs, "which": "base"},
+               lambda: _stage_eval(base_dir, paths["heldout_tasks"], {"base": ckpts["base"]}, preset,
+                                   frozen["sha256"], excluded))
+    runner.run("eval_arms", {**eval_inputs, "which": "arms"},
+               lambda: _stage_eval(arms_dir, paths["heldout_tasks"], {k: v for k, v in ckpts.items() if k != "base"},
+                                   preset, frozen["sha256"], excluded))
+    analysis = runner.run("analyze", {**eval_inputs, "code": "analyze@1"},
+                          lambda: _stage_analyze(paths, [arms_dir]))
+    runner.run("report", {**eval_inputs, "analysis": analysis["decision"], "code": "report@1"},
+               lambda: _stage_report(paths, [arms_dir, base_dir], training))
+    record = {"preset": p, "out": str(out), "decision": analysis["decision"], "stages": runner.timings(),
+              "report": str(paths["report"] / "index.html"), "protocol_sha256": frozen["sha256"]}
+    atomic_write_json(out / "pipeline.json", record)
+    return record
+
+
+def _excluded_tests(task_dir: Path) -> dict[str, list[str]]:
+    from harness.validate import load_validation
+
+    report = load_validation(task_dir)
+    return dict(report.excluded_tests) if report is not None else {}
