@@ -14,7 +14,7 @@ Tools (argument names are a FIXED CONTRACT other parts code against):
 - ``edit_file{"path", "old", "new"}``: exact search/replace; an error unless ``old`` occurs exactly once.
   ``old == ""`` creates a NEW file with content ``new`` (an error if the file already exists).
 - ``run_tests{"tests": []}``: the visible tests only: ``instance.visible_test_cmd`` (default
-  ``python -m pytest -q``) with the given pytest node ids / files appended. Hidden tests are never in the
+  ``python3 -m pytest -q``) with the given pytest node ids / files appended. Hidden tests are never in the
   agent's sandbox, so they cannot run; node ids naming a test file that ``test_patch`` creates are refused.
 - ``finish{"message"}``: ends the episode; ``message`` is the summary for the user.
 
@@ -44,7 +44,8 @@ log = logging.getLogger(__name__)
 
 ERROR_PREFIX = "ERROR: "
 TOOLS_VERSION = "tools@v1"
-DEFAULT_TEST_CMD = "python -m pytest -q"
+# ``python3``, not ``python``: Debian images (ours included) ship ``python3`` only unless python-is-python3 is added
+DEFAULT_TEST_CMD = "python3 -m pytest -q"
 LIST_FILES_CAP = 500
 READ_CAP_BYTES = 16 << 20  # read whole files up to 16 MiB; the observation is then capped in characters
 
@@ -355,8 +356,23 @@ class ToolExecutor:
             return _err(err)
         if kind != "file":
             return _err(f"{path!r} is {'a directory' if kind == 'dir' else 'not a file in the repository'}")
-        data = self.sandbox.read_file(norm, max_bytes=READ_CAP_BYTES)
-        return ToolResult(observation=data.decode("utf-8", errors="replace"))
+        text = self._read_text(norm)
+        return text if isinstance(text, ToolResult) else ToolResult(observation=text)
+
+    def _read_text(self, norm: str, *, strict: bool = False) -> str | ToolResult:
+        """The file's text, or an error result (too large, unreadable, not UTF-8 when ``strict``); infra errors
+        (``SandboxUnavailable``) propagate."""
+        cap = READ_CAP_BYTES
+        try:
+            data = self.sandbox.read_file(norm, max_bytes=cap)
+        except (OSError, ValueError) as exc:
+            return _err(f"cannot read {norm}: {exc}")
+        if len(data) >= cap:
+            return _err(f"{norm} is {cap} bytes or larger; use search to find the part you need")
+        try:
+            return data.decode("utf-8", errors="strict" if strict else "replace")
+        except UnicodeDecodeError:
+            return _err(f"{norm} is not UTF-8 text; edit_file only edits text files")
 
     def _t_search(self, pattern: str, path: str) -> ToolResult:
         norm, kind, err = self._resolve(path)
@@ -383,7 +399,9 @@ class ToolExecutor:
             return ToolResult(observation=f"created {norm} ({len(new.splitlines())} lines)")
         if kind != "file":
             return _err(f"{path!r} is {'a directory' if kind == 'dir' else 'not a file'}; to create it use old=\"\"")
-        text = self.sandbox.read_file(norm, max_bytes=READ_CAP_BYTES).decode("utf-8", errors="replace")
+        text = self._read_text(norm, strict=True)
+        if isinstance(text, ToolResult):
+            return text
         count = text.count(old)
         if count == 0:
             return _err(f"`old` was not found in {norm}; read the file and copy the exact text (whitespace too)")

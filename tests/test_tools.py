@@ -191,3 +191,51 @@ def test_invalid_call_observation_and_finish(calc) -> None:
     fin = ex.run(_call("finish", message="## Done"))
     assert fin.finished and fin.finish_message == "## Done"
     assert json.loads(format_tool_call("finish", {"message": "é"}).splitlines()[1])["arguments"]["message"] == "é"
+
+
+def test_large_binary_and_unreadable_files_give_error_observations(calc, monkeypatch: pytest.MonkeyPatch) -> None:
+    import harness.tools as tools_mod
+
+    inst, sbx = calc
+    (sbx.root / "blob.bin").write_bytes(b"\xff\xfe\x00abc")
+    (sbx.root / "big.txt").write_text("x" * 100)
+    monkeypatch.setattr(tools_mod, "READ_CAP_BYTES", 50)
+    ex = ToolExecutor(sbx, inst, timeout=30, cap_chars=10_000)
+    big = ex.run(_call("read_file", path="big.txt"))
+    assert big.error and "50 bytes or larger" in big.observation
+    assert not ex.run(_call("read_file", path="blob.bin")).error  # shown with replacement characters
+    edit = ex.run(_call("edit_file", path="blob.bin", old="abc", new="xyz"))
+    assert edit.error and "not UTF-8" in edit.observation
+    assert (sbx.root / "blob.bin").read_bytes() == b"\xff\xfe\x00abc"
+
+
+def test_tools_on_the_real_local_sandbox(local_sandbox, tmp_path: Path) -> None:
+    """The same contract on harness.sandbox_local.LocalSandbox (not only on the test fake)."""
+    inst, repo = make_calc_task(tmp_path)
+    local_sandbox.copy_in(repo, ".")
+    ex = ToolExecutor(local_sandbox, inst, timeout=60, cap_chars=10_000)
+    assert "calc.py" in ex.run(_call("list_files")).observation.splitlines()
+    for path in ("/etc/passwd", "../x", "tests/../../x"):
+        assert "outside the repository" in ex.run(_call("read_file", path=path)).observation
+    fix = ex.run(_call("edit_file", path="calc.py", old="    return a - b\n\n\ndef sub",
+                       new="    return a + b\n\n\ndef sub"))
+    assert not fix.error
+    assert "[exit code 0]" in ex.run(_call("run_tests")).observation
+
+
+@pytest.mark.docker
+def test_tools_in_a_docker_sandbox(docker_provider, tmp_path: Path) -> None:
+    """Path escapes inside a real container (symlinks to /etc resolved in the container), edits and tests."""
+    inst, repo = make_calc_task(tmp_path)
+    with docker_provider.create(instance_id="tools") as box:
+        box.copy_in(repo, ".")
+        assert box.exec(["ln", "-s", "/etc", "link_out"], timeout=30).returncode == 0
+        ex = ToolExecutor(box, inst, timeout=120, cap_chars=10_000)
+        for path in ("/etc/passwd", "../x", "link_out/passwd"):
+            res = ex.run(_call("read_file", path=path))
+            assert res.error and "outside the repository" in res.observation and "root:" not in res.observation
+        assert "calc.py:1:def add(a, b):" in ex.run(_call("search", pattern="def add")).observation
+        assert not ex.run(_call("edit_file", path="calc.py", old="    return a - b\n\n\ndef sub",
+                                new="    return a + b\n\n\ndef sub")).error
+        out = ex.run(_call("run_tests"))
+        assert "1 passed" in out.observation and "[exit code 0]" in out.observation, out.observation
