@@ -249,7 +249,7 @@ def power_summaries(proto: Protocol) -> list[PowerSummary]:
             margin=-c.bar, true_difference=delta1, seeds_treatment=d.seeds_per_arm, seeds_baseline=d.seeds_per_arm,
             n_tasks=d.n_tasks, tasks_per_repo=pa.tasks_per_repo or d.n_tasks / d.n_repositories,
             sigma_seed=pa.sigma_seed, tau=pa.tau, icc_repo=pa.icc_repo, sigma_e2=pa.sigma_e2 / d.episodes_per_task,
-            alpha=c.alpha_one_sided,
+            alpha=c.alpha_one_sided, min_estimate=c.threshold if c.kind == "dual" else None,
         )  # fmt: skip
         out.append(PowerSummary(endpoint=c.endpoint, kind=c.kind, power=r.power, se=r.se, df=r.df,
                                 seeds_per_arm=d.seeds_per_arm, n_tasks=d.n_tasks))  # fmt: skip

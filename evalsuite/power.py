@@ -45,12 +45,15 @@ def power_ni_crossed(
     true_difference: float = 0.0,
     alpha: float = 0.025,
     sigma_seed_baseline: float | None = None,
+    min_estimate: float | None = None,
 ) -> PowerResult:
     """Analytic power of P(L > −margin) for the crossed estimator (STATS §7).
 
     V = σ²_seed,T/m_T + σ²_seed,C/m_C + τ²·DEFF/n + σ_e²(1/m_T + 1/m_C)/n, DEFF = 1 + (n̄ − 1)ρ;
     ν = Satterthwaite over the seed pieces (df m−1) and the task piece (df G−1, G = n/n̄);
-    power = 1 − F_nct(t_{1−α,ν}; ν, λ = (Δ1 + δ)/√V). For a superiority bar X use margin = −X.
+    power = 1 − F_nct(t_{1−α,ν}; ν, λ = (Δ1 + δ)/√V). For a superiority bar X use margin = −X. For the ``dual``
+    criterion (L > 0 and Δ̂ >= X) pass margin = 0 and ``min_estimate`` = X: the critical value becomes
+    max(t_{1−α,ν}, X/√V), since both conditions are events on the same statistic.
     """
     if min(seeds_treatment, seeds_baseline) < 2:
         raise StatsInputError("power_ni_crossed needs >= 2 seeds per arm (the seed variance has m − 1 df)")
@@ -71,7 +74,9 @@ def power_ni_crossed(
         raise StatsInputError("power_ni_crossed: all variance inputs are 0; state plausible sigma_seed, tau, sigma_e2")
     df = var**2 / (v_t**2 / (m_t - 1) + v_c**2 / (m_c - 1) + v_task**2 / (g - 1))
     lam = (true_difference + margin) / math.sqrt(var)
-    crit = stats.t.ppf(1 - alpha, df)
+    crit = float(stats.t.ppf(1 - alpha, df))
+    if min_estimate is not None:
+        crit = max(crit, (min_estimate + margin) / math.sqrt(var))
     power = float(stats.nct.sf(crit, df, lam))
     return PowerResult(power=power, se=math.sqrt(var), df=float(df), var_total=float(var))
 

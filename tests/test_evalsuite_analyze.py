@@ -218,3 +218,30 @@ def test_evalsuite_never_imports_torch_or_docker():
                     top = n.split(".")[0]
                     assert top not in {"torch", "docker", "transformers", "repro", "reports"}, f"{path}: {n}"
                     assert n == "harness.schema" or top != "harness", f"{path}: only harness.schema allowed, got {n}"
+
+
+def test_degenerate_primary_falls_back_to_newcombe(tmp_path):
+    rec = freeze_plan(make_plan(criteria=[{"endpoint": "behaviour_ok", "kind": "superiority"}]))
+    d = SyntheticDesign(arms=(SyntheticArm("tg", 0.999999, 0.5, seeds=(0, 1, 2)),
+                              SyntheticArm("grpo", 0.000001, 0.5, seeds=(0, 1, 2))),
+                        n_repos=4, tasks_per_repo=5, seed_sd=0.0, task_sd=0.0)  # fmt: skip
+    runs = write_synthetic_runs(tmp_path, d, rng=np.random.default_rng(0), protocol_hash=rec.sha256, task_set_sha256=SHA)
+    rec = freeze_plan(make_plan(criteria=[{"endpoint": "behaviour_ok", "kind": "superiority"}],
+                                design={"seeds_per_arm": 3, "n_tasks": 20, "n_repositories": 4}))  # fmt: skip
+    for r in runs:  # re-tag the manifest with the plan actually frozen
+        m = json.loads((r / "manifest.json").read_text())
+        m["protocol_hash"] = rec.sha256
+        (r / "manifest.json").write_text(json.dumps(m))
+    c = analyze(rec, runs).criterion("behaviour_ok")
+    assert c.fallback_used and "newcombe" in c.fallback_used and c.verdict == "pass"
+    assert c.lower_one_sided > 0.8 and any("primary variance was 0" in n for n in c.notes)
+
+
+def test_dual_power_accounts_for_the_estimate_condition():
+    from evalsuite import power_ni_crossed
+
+    kw = dict(margin=0.0, seeds_treatment=5, seeds_baseline=5, n_tasks=500, tasks_per_repo=10, sigma_seed=0.02,
+              tau=0.15, icc_repo=0.1, sigma_e2=0.25, true_difference=0.10)  # fmt: skip
+    plain = power_ni_crossed(**kw).power
+    dual = power_ni_crossed(**kw, min_estimate=0.10).power
+    assert dual < plain and dual == pytest.approx(0.5, abs=0.05)  # P(T >= λ) ≈ 1/2 for a noncentral t

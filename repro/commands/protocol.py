@@ -101,10 +101,16 @@ def _power(args: argparse.Namespace) -> int:
     assert pa is not None
     print(f"plan {plan.name}: {d.seeds_per_arm} seeds/arm, {d.n_tasks} tasks in {d.n_repositories} repositories")
     low = False
-    for s in power_summaries(plan):
+    summaries = power_summaries(plan)
+    for s in summaries:
         flag = "" if s.power >= pa.target_power else f"  < target {pa.target_power}"
         low |= bool(flag)
         print(f"  {s.endpoint:13s} {s.kind:18s} power {s.power:.3f}  (SE {s.se:.4f}, df {s.df:.1f}){flag}")
+    weakest = min(s.power for s in summaries)
+    print(f"  all-pass power <= {weakest:.3f} (the weakest criterion; simulate with --simulate N for the joint value)")
+    if pa.stated_power is not None and abs(pa.stated_power - weakest) > 0.02:
+        print(f"warning: the plan states power {pa.stated_power:.3f}, its assumptions give {weakest:.3f} for the "
+              "weakest criterion; fix [power].stated_power or the assumptions before freezing")
     seeds, tasks = _parse_ints(args.seeds, "--seeds"), _parse_ints(args.tasks, "--tasks")
     if seeds or tasks:
         seeds, tasks = seeds or [d.seeds_per_arm], tasks or [d.n_tasks]
