@@ -98,7 +98,7 @@ def _owner_alive(owner: str) -> bool:
 
 
 _LIVE: dict[str, Any] = {}  # container id -> docker APIClient
-_LIVE_LOCK = threading.Lock()
+_LIVE_LOCK = threading.RLock()  # re-entrant: the signal handler may run while the main thread holds it
 _HANDLERS_INSTALLED = False
 
 

@@ -197,9 +197,9 @@ class LocalSandbox(Sandbox):
         self._check_open()
         argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
         workdir = self.host_path(cwd or ".")
-        if not workdir.is_dir():
-            raise FileNotFoundError(f"exec cwd {cwd!r} is not a directory in the sandbox")
         start = time.monotonic()
+        if not workdir.is_dir():  # same outcome as Docker's runtime: exit 126, not an exception
+            return ExecResult(126, "", f"cannot run in {cwd!r}: not a directory in the sandbox\n", False, False, 0.0)
         proc = subprocess.Popen(
             argv, cwd=workdir, env=self._env(env), start_new_session=True, close_fds=True,
             stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,

@@ -118,6 +118,8 @@ def test_exec_user_files_and_limits(docker_provider: DockerSandboxProvider, tmp_
         res = box.exec("id -u; pwd; echo err >&2; exit 3", timeout=10, env={"X": "1"})
         assert (res.returncode, res.stdout, res.stderr) == (3, "1000\n/work/repo\n", "err\n")
         assert box.exec(["cat"], timeout=10, input=b"xyz" * 50_000).stdout == "xyz" * 50_000
+        assert box.exec("pwd", timeout=10, cwd="no/such/dir").returncode == 126  # the agent's error, not infra
+        assert box.exec(["no-such-program"], timeout=10).returncode == 127
         status = box.exec("grep -E '^(NoNewPrivs|CapEff)' /proc/self/status", timeout=10).stdout.split()
         assert status == ["CapEff:", "0000000000000000", "NoNewPrivs:", "1"]
         box.write_file("pkg/deep/mod.py", b"X = 1\n")

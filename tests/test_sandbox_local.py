@@ -42,6 +42,8 @@ def test_exec_basics_and_scrubbed_env(local_sandbox: LocalSandbox, monkeypatch: 
     assert local_sandbox.isolated is False
     with pytest.raises(ValueError, match="timeout"):
         local_sandbox.exec("true", timeout=0)
+    missing = local_sandbox.exec("pwd", timeout=5, cwd="no/such/dir")
+    assert missing.returncode == 126 and "not a directory" in missing.stderr
 
 
 def test_python_m_pytest_runs_with_the_harness_interpreter(local_sandbox: LocalSandbox) -> None:
