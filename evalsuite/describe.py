@@ -8,6 +8,7 @@ labelled so; secondary endpoints use the crossed estimator when the design allow
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
@@ -79,7 +80,7 @@ def breakdowns(table: OutcomeTable) -> list[BreakdownRow]:
     return rows
 
 
-def secondary(table: OutcomeTable, endpoints: list[str], *, alpha_one_sided: float = 0.025) -> list[SecondaryResult]:
+def secondary(table: OutcomeTable, endpoints: Sequence[str], *, alpha_one_sided: float = 0.025) -> list[SecondaryResult]:
     ep = table.episodes
     out = []
     for e in endpoints:

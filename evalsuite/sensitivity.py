@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import warnings
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -133,7 +134,7 @@ def s4_seed_pairs(yt: np.ndarray, yc: np.ndarray, repo: np.ndarray, c: Criterion
 
 
 def s5_variants(yt: np.ndarray, yc: np.ndarray, repo: np.ndarray, c: CriterionSpec, primary: CriterionVerdict,
-                names: list[str], endpoint: str) -> list[SensitivityResult]:  # fmt: skip
+                names: Sequence[str], endpoint: str) -> list[SensitivityResult]:  # fmt: skip
     out = []
     a1 = c.alpha_one_sided
     if "conservative_df" in names:

@@ -20,6 +20,7 @@ import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -105,7 +106,9 @@ def noisy_feedback_study(df: pd.DataFrame, *, endpoints: Sequence[str] = ("behav
                 y = sub.loc[sub["feedback_kind"] == k, e].astype(float)
                 rows.append(NoisyFeedbackRow(arm=str(arm), feedback_kind=k, wrong_fraction=wrong_fraction(k),
                                              endpoint=e, rate=rate_ci(y, e)))  # fmt: skip
-                xs.append(y.sum()), ns.append(len(y)), ss.append(wrong_fraction(k))
+                xs.append(float(y.sum()))
+                ns.append(len(y))
+                ss.append(wrong_fraction(k))
             z, p = cochran_armitage(np.array(xs), np.array(ns), np.array(ss)) if len(kinds) >= 2 else (math.nan, math.nan)
             slope = float(np.polyfit(ss, np.array(xs) / np.array(ns), 1)[0]) if len(kinds) >= 2 else None
             trends.append(TrendTest(arm=str(arm), endpoint=e, method="Cochran-Armitage over wrong-hint fraction "
@@ -145,7 +148,7 @@ def _matched(df: pd.DataFrame, t: str, c: str, axis: str, budget: float, endpoin
     rates = {a: np.array([r["successes"].get(endpoint, 0) / r["n"] for r in g.to_dict("records")])
              for a, g in within.groupby("arm")}  # fmt: skip
     rt, rc = rates.get(t, np.array([])), rates.get(c, np.array([]))
-    base = {"endpoint": endpoint, "compute_axis": axis, "budget": budget}
+    base: dict[str, Any] = {"endpoint": endpoint, "compute_axis": axis, "budget": budget}
     if rt.size == 0 or rc.size == 0:
         return MatchedComparison(**base, treatment_rate=None, baseline_rate=None, estimate=None,
                                  note="an arm has no checkpoint within the budget")  # fmt: skip

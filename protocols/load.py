@@ -18,7 +18,7 @@ class ProtocolError(ValueError):
     """A plan or frozen record is malformed, or the data do not match it. The message says how to fix it."""
 
 
-def _loc(err: dict[str, Any]) -> str:
+def _loc(err: Any) -> str:
     return ".".join(str(p) for p in err.get("loc", ())) or "(top level)"
 
 
