@@ -129,6 +129,7 @@ class AsyncCfg(_Section):
 class DistillCfg(_Section):
     rounds: int = Field(1, ge=1, description="distill → RL rounds for `train loop`")
     pool_rollouts: int = Field(8, ge=1, description="rollouts sampled per task to pick the best from")
+    pool_tasks: int = Field(8, ge=1, description="tasks sampled for the round-0 pool")
     top_k: int = Field(1, ge=1, description="best trajectories kept per task")
     min_reward: float = 0.0
     steps: int = Field(8, ge=1)

@@ -16,6 +16,7 @@ small stand-ins.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import random
@@ -234,7 +235,7 @@ def _optimizer_step(root: LossRoot, cfg: TrainConfig, plan: Any, opt: torch.opti
         if loss.requires_grad:
             loss.backward()
         parts.append(stats)
-        total += float(loss)
+        total += float(loss.detach())
         n_tok += mb.n_tokens
         n_teacher += mb.n_teacher_tokens if cfg.guidance.lam > 0 else 0
     params = [p for p in root.parameters() if p.grad is not None]
@@ -283,6 +284,7 @@ def train_rl(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = N
     encoder = ChatEncoder(setup.tokenizer)
     stream = TaskStream(setup.tasks, cfg.run.seed, cfg.tasks.shuffle, cfg.tasks.epochs)
     writer = MetricsWriter(out / "metrics.jsonl", resume_from_step=step0 if latest is not None else None)
+    _truncate_best(out / "best.jsonl", step0 if latest is not None else 0)
     git_commit, git_dirty = ck.git_state()
     created = ck.now_iso()
     manifest = ck.TrainManifest(
@@ -317,6 +319,7 @@ def train_rl(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = N
             metrics["time/step_s"] = time.perf_counter() - t_step
             metrics["policy/version"] = step + 1
             writer.log(step + 1, metrics)
+            _append_best(out / "best.jsonl", groups, step + 1)
             bar.update(1)
             bar.set_postfix(reward=f"{metrics['reward/total']:.3f}", loss=f"{metrics['loss/total']:.4f}")
             last = step + 1 == cfg.run.steps
@@ -335,6 +338,24 @@ def train_rl(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = N
     if info is None:
         info = ck.read_info(ck.latest_checkpoint(out))
     return info
+
+
+def _append_best(path: Path, groups: list[list[RolloutSample]], step: int) -> None:
+    """The best trajectory of each group (for self-distillation: ``tgsuite train loop``)."""
+    from repro.distill import DistillExample
+
+    with path.open("a") as fh:
+        for grp in groups:
+            s = max(grp, key=lambda x: x.reward)
+            ex = DistillExample(instance_id=s.instance_id, reward=s.reward, step=step, ids=s.ids, act=s.act)
+            fh.write(ex.model_dump_json() + "\n")
+
+
+def _truncate_best(path: Path, step: int) -> None:
+    if not path.exists():
+        return
+    keep = [ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln)["step"] <= step]
+    path.write_text("".join(ln + "\n" for ln in keep))
 
 
 def _device(cfg: TrainConfig) -> torch.device:
