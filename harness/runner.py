@@ -170,7 +170,8 @@ def run_eval(
     write_manifest(out, manifest)
     ctx = EpisodeContext(run_id=run_id, out_dir=out, factory=sandbox_factory, limits=limits,
                          controls=ControlCache(out / "controls"), grade_timeout_s=grade_timeout_s,
-                         excluded_tests=dict(excluded_tests or {}), feedback=feedback, metrics_for=metrics_for)
+                         excluded_tests=dict(excluded_tests or {}), feedback=feedback,
+                         metrics_for=metrics_for or snapshot_metrics(task_set))
     plan = plan_work(out, task_set.instances, list(specs), seeds, retry=retry, run_seed=run_seed)
     log.info("run %s: %d episodes to run, %d already finished, %d out of retries", run_id, len(plan.todo),
              len(plan.done), len(plan.exhausted))
@@ -219,6 +220,31 @@ def _execute(jobs: list[EpisodeJob], policies: dict[str, Policy], ctx: EpisodeCo
         raise RunAborted(f"stopped: {guard.n_infra}/{guard.n} attempts were infrastructure errors (> "
                          f"{guard.max_rate:.0%}). Finished episodes are kept; fix the environment (see "
                          "`tgsuite doctor`) and run the same command again to resume.")
+
+
+def snapshot_metrics(task_set: TaskSet) -> Callable[[Trajectory, TaskInstance], EpisodeMetrics] | None:
+    """``harness.metrics.compute_metrics`` against each instance's base snapshot (indexed once per instance);
+    None when the task set has no snapshots on disk (in-memory task sets: basic counts only)."""
+    from harness.metrics import RepoIndex, compute_metrics
+    from harness.tasks import snapshot_path
+
+    root = Path(task_set.path)
+    if not (root / "snapshots").is_dir():
+        return None
+    cache: dict[str, RepoIndex] = {}
+    lock = threading.Lock()
+
+    def metrics(traj: Trajectory, inst: TaskInstance) -> EpisodeMetrics:
+        with lock:
+            if inst.instance_id not in cache:
+                snap = snapshot_path(root, inst.instance_id)
+                if snap is None:
+                    raise ValueError(f"{root}: no snapshot for {inst.instance_id}")
+                cache[inst.instance_id] = RepoIndex.from_dir(snap) if snap.is_dir() else RepoIndex.from_tar(snap)
+            index = cache[inst.instance_id]
+        return compute_metrics(traj, index)
+
+    return metrics
 
 
 def rebuild_results(out_dir: str | Path, instances: Sequence[TaskInstance] | None = None,

@@ -185,6 +185,10 @@ def run(args: argparse.Namespace) -> int:
     return _summary(results, len(ts.instances) * len(arms) * len(seeds))
 
 
+def _rate(scored: list[Any], key: str) -> str:
+    return f"{sum(getattr(r, key) for r in scored) / len(scored):.3f}" if scored else "n/a"
+
+
 def _summary(results: list[Any], planned: int) -> int:
     """Print a per-arm table; exit 0 only when every planned episode has a non-infra result."""
     arms = sorted({r.arm for r in results})
@@ -192,8 +196,8 @@ def _summary(results: list[Any], planned: int) -> int:
     for arm in arms:
         rs = [r for r in results if r.arm == arm]
         sc = [r for r in rs if r.scored]
-        rate = (lambda k: f"{sum(getattr(r, k) for r in sc) / len(sc):.3f}" if sc else "n/a")  # noqa: E731
-        print(f"{arm:<24} {len(sc):>6} {rate('resolved'):>9} {rate('behaviour_ok'):>9} {rate('joint_ok'):>9} "
+        print(f"{arm:<24} {len(sc):>6} {_rate(sc, 'resolved'):>9} {_rate(sc, 'behaviour_ok'):>9} "
+              f"{_rate(sc, 'joint_ok'):>9} "
               f"{sum(r.failure_class == 'infra' for r in rs):>6} "
               f"{sum(r.failure_class == 'invalid_instance' for r in rs):>7}")
     missing = planned - len(results)
