@@ -161,3 +161,22 @@ def plan(
         "flops_per_step": step_flops,
         "flops_total": step_flops * steps,
     }
+
+
+def plan_shape(cfg: Any) -> tuple[ModelShape, str]:
+    """The model shape for the plan: ``[shape]`` when given, else the preset's (vocab 4,096 assumed)."""
+    s = cfg.shape
+    if s.layers:
+        return (ModelShape(layers=s.layers, hidden=s.hidden, heads=s.heads, kv_heads=s.kv_heads, head_dim=s.head_dim,
+                           vocab=s.vocab, intermediate=s.intermediate, experts=s.experts,
+                           experts_per_token=s.experts_per_token, moe_intermediate=s.moe_intermediate,
+                           tie_embeddings=s.tie_embeddings), "shape from the config's [shape] table")
+    if cfg.model.preset in ("nano", "mini"):
+        from repro.models import PRESETS
+
+        p = PRESETS[cfg.model.preset]
+        return (ModelShape(layers=p.num_hidden_layers, hidden=p.hidden_size, heads=p.num_attention_heads,
+                           kv_heads=p.num_key_value_heads, head_dim=p.head_dim, vocab=4096,
+                           intermediate=p.intermediate_size, tie_embeddings=p.tie_word_embeddings),
+                f"preset {cfg.model.preset}, vocab 4,096 assumed")
+    raise ValueError("model.preset = 'custom' needs a [shape] table for --dry-run (layers, hidden, heads, ...)")
