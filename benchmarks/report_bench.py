@@ -65,5 +65,6 @@ def main() -> None:
           f"cpu {'OK' if big['cpu_s'] < 10 else 'OVER'} ({big['cpu_s']:.1f} s); "
           f"index.html < 5 MB -> {'OK' if big['index_mib'] * 2**20 < 5e6 else 'OVER'}")
 
+
 if __name__ == "__main__":
     main()

@@ -56,13 +56,13 @@ def interval(lo: float | None, hi: float | None, *, scale: str = "pp", digits: i
 
 
 def pvalue(p: float | None) -> str:
-    """p-values the way journals print them: '<0.001', '0.012', '0.43'."""
+    """p-values the way journals print them: '<0.001', '0.012' (three decimals below 0.1), '0.43'."""
     if not is_num(p):
         return DASH
     v = float(p)  # type: ignore[arg-type]
     if v < 0.001:
         return "<0.001"
-    if v < 0.01:
+    if v < 0.1:
         return f"{v:.3f}"
     return f"{v:.2f}"
 

@@ -33,7 +33,8 @@ def episode_key(ep: EpisodeResult) -> str:
 
 def page_name(ep: EpisodeResult) -> str:
     """A file-system-safe, unique page name (the key's hash keeps it unique after sanitising)."""
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{ep.instance_id}__{ep.arm}__s{ep.seed}__a{ep.attempt}")[:120]
+    safe = re.sub(r"[^A-Za-z0-9._-]+|\.{2,}", "_", f"{ep.instance_id}__{ep.arm}__s{ep.seed}__a{ep.attempt}")
+    safe = safe.lstrip(".-")[:120]
     return f"trajectories/{safe}__{hashlib.sha256(episode_key(ep).encode()).hexdigest()[:10]}.html"
 
 

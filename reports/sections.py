@@ -8,7 +8,7 @@ table's counts into row percentages for reading.
 
 from __future__ import annotations
 
-from evalsuite.schema import AnalysisResult, CriterionResult, RateCI
+from evalsuite.schema import AnalysisResult, ArmSummary, CriterionResult, RateCI
 from reports import figures
 from reports import format as fmt
 from reports.model import Cell, Figure, Section, Table, Tone, VerdictView
@@ -125,6 +125,23 @@ def _rate(r: RateCI | None) -> str:
     return f"{fmt.pct(r.rate)} {fmt.interval(r.ci_low, r.ci_high, scale='pct')} (n = {r.n:,})"
 
 
+def _joint_table(s: ArmSummary) -> Table:
+    """The behaviour × code 2×2 table of one arm, with each count as a share of all scored episodes."""
+    jt, n = s.joint_table, s.joint_table.n
+
+    def cell(k: int, tone: Tone, title: str = "") -> Cell:
+        return Cell(text=f"{k:,} ({fmt.pct(k / n) if n else fmt.DASH})", tone=tone, title=title)
+
+    return Table(
+        id=f"joint-{s.arm}", header=["", "code OK", "code failed"],
+        rows=[[Cell(text="behaviour OK"), cell(jt.both, "pass"),
+               cell(jt.behaviour_only, "warn", "the style is right but the task failed")],
+              [Cell(text="behaviour failed"), cell(jt.code_only, "warn"), cell(jt.neither, "fail")]],
+        caption=f"{s.arm} ({s.role}): behaviour × code, {n:,} scored episodes. Top right = "
+        "'the style is right but the task failed'.",
+    )
+
+
 def outcomes_section(a: AnalysisResult) -> Section:
     if not a.arm_summaries:
         return Section(id="outcomes", title="Outcomes per arm", available=False,
@@ -140,19 +157,7 @@ def outcomes_section(a: AnalysisResult) -> Section:
         + ", ".join(sorted({r.method for s in a.arm_summaries for r in s.rates})) + ").",
     )
     tables = [rates]
-    for s in a.arm_summaries:
-        jt, n = s.joint_table, s.joint_table.n
-        share = (lambda k: fmt.pct(k / n) if n else fmt.DASH)  # noqa: E731 - row percentage for reading
-        tables.append(Table(
-            id=f"joint-{s.arm}", header=["", "code OK", "code failed"],
-            rows=[[Cell(text="behaviour OK"), Cell(text=f"{jt.both:,} ({share(jt.both)})", tone="pass"),
-                   Cell(text=f"{jt.behaviour_only:,} ({share(jt.behaviour_only)})", tone="warn",
-                        title="the style is right but the task failed")],
-                  [Cell(text="behaviour failed"), Cell(text=f"{jt.code_only:,} ({share(jt.code_only)})", tone="warn"),
-                   Cell(text=f"{jt.neither:,} ({share(jt.neither)})", tone="fail")]],
-            caption=f"{s.arm} ({s.role}): behaviour × code, {n:,} scored episodes. Top right = "
-            "'the style is right but the task failed'.",
-        ))
+    tables += [_joint_table(s) for s in a.arm_summaries]
     seeds = [[Cell(text=s.arm), Cell(text=str(r.seed)), Cell(text=r.endpoint),
               Cell(text=f"{fmt.pct(r.rate)} {fmt.interval(r.ci_low, r.ci_high, scale='pct')} (n = {r.n:,})")]
              for s in a.arm_summaries for r in s.per_seed]
