@@ -225,3 +225,23 @@ def test_oracle_resolves_and_null_does_not_docker(mini_heldout: TaskSet, tmp_pat
     assert not any(r.resolved for r in res if r.arm == "null") and all(r.scored for r in res)
     man = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert man["isolated"] is True and man["image_digests"].get("base", "").startswith("sha256:")
+
+
+def test_cli_eval_then_resume_then_regrade(mini_heldout: TaskSet, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "repro.cli", "eval", "--tasks", mini_heldout.path, "--policy", "oracle",
+           "--policy", "nothing=null", "--seeds", "0", "--out", str(out), "--sandbox", "local", "--workers", "2",
+           "--no-progress"]
+    first = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "oracle" in first.stdout and "nothing" in first.stdout
+    before = {p: p.read_bytes() for p in _results(out)}
+    again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and "0 episodes to run" in again.stderr
+    assert {p: p.read_bytes() for p in _results(out)} == before
+    regrade = subprocess.run([sys.executable, "-m", "repro.cli", "eval", "--tasks", mini_heldout.path, "--out",
+                              str(out), "--regrade"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert regrade.returncode == 0, regrade.stderr[-2000:]
+    bad_cmd = [c if c != "0" else "0,0" for c in cmd]  # the seed list
+    bad = subprocess.run(bad_cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--seeds '0,0'" in bad.stderr and "fix:" in bad.stderr

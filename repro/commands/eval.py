@@ -15,9 +15,9 @@ log = logging.getLogger(__name__)
 
 EPILOG = """\
 worked example (the mini task set, oracle vs null, 3 seeds, 2 workers, Docker sandboxes):
-  tgsuite tasks make-mini --out tasks/mini
-  tgsuite tasks validate tasks/mini
-  tgsuite eval --tasks tasks/mini --split heldout --policy oracle --policy null --seeds 0,1,2 \\
+  tgsuite tasks make-mini --out tasks/mini-heldout --split heldout --repos 4 --tasks-per-repo 3
+  tgsuite tasks validate tasks/mini-heldout
+  tgsuite eval --tasks tasks/mini-heldout --policy oracle --policy null --seeds 0,1,2 \\
       --out runs/oracle-vs-null --workers 2 --sandbox docker
 
 Name an arm with NAME=SPEC, e.g. --policy tg=hf:runs/train/checkpoints/step_200 (arm names become directory
