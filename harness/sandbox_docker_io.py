@@ -1,0 +1,266 @@
+"""Plumbing for ``harness.sandbox_docker``: cleanup by label, error translation, tar archives, exec stream.
+
+Split out of ``sandbox_docker.py`` to keep files small; import the public names (``cleanup_run``,
+``cleanup_orphans``, the ``LABEL_*`` keys) from ``harness.sandbox_docker``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import io
+import logging
+import os
+import select
+import signal
+import socket
+import struct
+import tarfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from harness import images
+from harness.sandbox import OutputCapper, SandboxUnavailable
+
+log = logging.getLogger(__name__)
+
+LABEL_SANDBOX = "tgsuite.sandbox"
+LABEL_RUN = "tgsuite.run_id"
+LABEL_INSTANCE = "tgsuite.instance_id"
+LABEL_ATTEMPT = "tgsuite.attempt"
+LABEL_OWNER = "tgsuite.owner"
+DEFAULT_CLIENT_TIMEOUT_S = 60.0
+_IDLE_CHECK_S = 0.5  # idle stream: ask the engine whether the command is still running this often
+_EXIT_DRAIN_S = 0.2  # after it exited, read what is left for this long
+_UID = images.AGENT_UID
+
+
+# --- owner identity, live registry, signal / exit cleanup ----------------------------------------------------
+
+
+def _start_time(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return "?"
+
+
+def owner_label() -> str:
+    """``host/pid/start-time`` of this process: lets ``cleanup_orphans`` tell dead owners from live ones."""
+    return f"{socket.gethostname()}/{os.getpid()}/{_start_time(os.getpid())}"
+
+
+def _owner_alive(owner: str) -> bool:
+    host, _, rest = owner.partition("/")
+    pid, _, start = rest.partition("/")
+    if host != socket.gethostname() or not pid.isdigit():
+        return True  # another machine's container (shared engine): not ours to judge
+    return os.path.exists(f"/proc/{pid}") and _start_time(int(pid)) == start
+
+
+_LIVE: dict[str, Any] = {}  # container id -> docker APIClient
+_LIVE_LOCK = threading.RLock()  # re-entrant: the signal handler may run while the main thread holds it
+_HANDLERS_INSTALLED = False
+
+
+def _cleanup_live() -> None:
+    with _LIVE_LOCK:
+        items = list(_LIVE.items())
+        _LIVE.clear()
+    for cid, api in items:
+        with contextlib.suppress(Exception):
+            api.remove_container(cid, force=True, v=True)
+
+
+def _install_cleanup_handlers() -> None:
+    """atexit + chained SIGTERM/SIGINT handlers that remove this process's live containers first."""
+    global _HANDLERS_INSTALLED
+    if _HANDLERS_INSTALLED:
+        return
+    _HANDLERS_INSTALLED = True
+    atexit.register(_cleanup_live)
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous = signal.getsignal(sig)
+
+        def handler(signum: int, frame: Any, _previous: Any = previous) -> None:
+            _cleanup_live()
+            if callable(_previous):
+                _previous(signum, frame)
+            elif _previous != signal.SIG_IGN:
+                signal.signal(signum, signal.SIG_DFL)
+                os.kill(os.getpid(), signum)
+
+        signal.signal(sig, handler)
+
+
+def _remove_by_filters(client: Any, filters: dict[str, Any], keep: Any = None) -> int:
+    removed = 0
+    with _translate("list containers"):
+        found = client.api.containers(all=True, filters=filters)
+    for c in found:
+        if keep is not None and keep(c):
+            continue
+        with contextlib.suppress(Exception):
+            client.api.remove_container(c["Id"], force=True, v=True)
+            removed += 1
+    return removed
+
+
+def cleanup_run(run_id: str, client: Any | None = None) -> int:
+    """Remove every container labelled ``tgsuite.run_id=<run_id>``; returns how many were removed."""
+    client = client or images.connect(DEFAULT_CLIENT_TIMEOUT_S)
+    return _remove_by_filters(client, {"label": [f"{LABEL_RUN}={run_id}"]})
+
+
+def cleanup_orphans(client: Any | None = None) -> int:
+    """Remove tgsuite containers whose owner process (on this host) is gone, e.g. after a SIGKILL."""
+    client = client or images.connect(DEFAULT_CLIENT_TIMEOUT_S)
+    keep = lambda c: _owner_alive((c.get("Labels") or {}).get(LABEL_OWNER, ""))  # noqa: E731
+    n = _remove_by_filters(client, {"label": [LABEL_SANDBOX]}, keep=keep)
+    if n:
+        log.info("removed %d orphaned sandbox container(s)", n)
+    return n
+
+
+# --- error translation -------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _translate(what: str, kind: str = "DOCKER_DAEMON") -> Iterator[None]:
+    """Map Docker SDK / transport errors to ``SandboxUnavailable`` (never to an exit code)."""
+    import docker
+    import requests
+
+    try:
+        yield
+    except (FileNotFoundError, IsADirectoryError, ValueError, PermissionError):
+        raise
+    except docker.errors.NotFound as exc:
+        raise SandboxUnavailable(f"{what}: not found ({exc.explanation})", kind="EXEC_TRANSPORT") from exc
+    except docker.errors.APIError as exc:
+        text = str(exc.explanation or exc)
+        k = "DISK_FULL" if "no space left" in text.lower() else kind
+        if "is paused" in text or "is not running" in text:
+            k = "EXEC_TRANSPORT"
+        raise SandboxUnavailable(f"{what}: Docker engine error: {text}", kind=k) from exc
+    except (requests.exceptions.RequestException, docker.errors.DockerException, OSError) as exc:
+        raise SandboxUnavailable(
+            f"{what}: Docker engine did not answer ({type(exc).__name__}: {exc}). Fix: check the engine "
+            "(`tgsuite doctor`); restart it with `bash scripts/setup.sh`.",
+            kind=kind,
+        ) from exc
+
+
+# --- tar helpers -------------------------------------------------------------------------------------------
+
+
+def _tar_one(name: str, data: bytes | None, mode: int) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo(name)
+        info.uid = info.gid = _UID
+        info.uname = info.gname = images.AGENT_USER
+        info.mtime = int(time.time())
+        info.mode = mode
+        if data is None:
+            info.type = tarfile.DIRTYPE
+            tar.addfile(info)
+        else:
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _as_agent(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    info.uid = info.gid = _UID
+    info.uname = info.gname = images.AGENT_USER
+    return info
+
+
+class _Demux:
+    """Incremental parser of Docker's multiplexed stream (8-byte header: stream, 0, 0, 0, uint32 size)."""
+
+    def __init__(self, out: OutputCapper, err: OutputCapper) -> None:
+        self.sinks = {1: out, 2: err}
+        self.header = b""
+        self.stream = 1
+        self.left = 0
+
+    def feed(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            if self.left == 0:
+                need = 8 - len(self.header)
+                self.header += bytes(view[:need])
+                view = view[need:]
+                if len(self.header) == 8:
+                    self.stream, self.left = self.header[0], struct.unpack(">I", self.header[4:])[0]
+                    self.header = b""
+                continue
+            take = view[: self.left]
+            self.sinks.get(self.stream, self.sinks[2]).feed(bytes(take))
+            self.left -= len(take)
+            view = view[len(take) :]
+
+
+def _pump(
+    raw: socket.socket,
+    data: bytes | None,
+    demux: _Demux,
+    deadline: float,
+    still_running: Callable[[], bool] | None = None,
+) -> bool:
+    """Write stdin and read the exec stream until EOF; returns False when the host-side deadline passed.
+
+    A detached child (``cmd &``, ``setsid``) can hold the stream open after the command itself exited, so when
+    the stream is idle for ``_IDLE_CHECK_S`` we ask ``still_running()`` and stop after a short drain if not.
+    """
+    raw.setblocking(False)
+    pending = memoryview(data) if data else None
+    if data is not None and not data:
+        raw.shutdown(socket.SHUT_WR)
+    last_data = time.monotonic()
+    exited_at: float | None = None
+    while True:
+        now = time.monotonic()
+        if exited_at is not None and now - exited_at > _EXIT_DRAIN_S:
+            return True
+        if now >= deadline:
+            return exited_at is not None
+        wlist = [raw] if pending is not None else []
+        readable, writable, _ = select.select([raw], wlist, [], min(deadline - now, _IDLE_CHECK_S))
+        if writable and pending is not None:
+            with contextlib.suppress(BlockingIOError):
+                pending = pending[raw.send(pending[: 1 << 16]) :]
+            if not pending:
+                pending = None
+                raw.shutdown(socket.SHUT_WR)
+        if readable:
+            try:
+                chunk = raw.recv(1 << 16)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                return True
+            demux.feed(chunk)
+            last_data = time.monotonic()
+        elif exited_at is None and still_running is not None and time.monotonic() - last_data >= _IDLE_CHECK_S:
+            if not still_running():
+                exited_at = time.monotonic()
+            last_data = time.monotonic()
+
+
+def _parse_oom_count(text: str) -> int | None:
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == "oom_kill" and parts[1].isdigit():
+            return int(parts[1])
+    return None
+
+
+_OOM_CMD = "cat /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null || cat /sys/fs/cgroup/memory.events"
