@@ -5,10 +5,13 @@ This module holds the interface only (``Sandbox``, ``ExecResult``, ``SandboxUnav
 
 Isolation (filled in by the implementations' docstrings and summarised here):
 - DockerSandbox: network ``none``, all capabilities dropped, no-new-privileges, non-root user, pids / memory
-  (swap equal) / CPU limits, timeouts enforced inside (``timeout -k``) and outside (container killed on overrun).
-  It does NOT protect against kernel exploits (containers share the host kernel).
-- LocalSandbox: a temp directory, rlimits and a scrubbed environment. It is NOT isolated: no network or
-  filesystem isolation beyond refusing paths that leave its root. Runs using it record ``isolated=False``.
+  (swap equal) / CPU limits, timeouts enforced inside (``timeout -k``) and outside (host deadline); after any
+  timeout the container is restarted so nothing the command started survives; OOM kills are reported
+  (``ExecResult.oom_killed``). It does NOT protect against kernel exploits (containers share the host kernel)
+  and has no disk quota.
+- LocalSandbox: a temp directory, rlimits (CPU, address space, file size, processes; a pids cgroup when run as
+  root) and a scrubbed environment. It is NOT isolated: no network or filesystem isolation beyond refusing
+  harness paths that leave its root. Runs using it record ``isolated=False``.
 
 Infrastructure failures (dead daemon, vanished container, broken exec stream) raise ``SandboxUnavailable``;
 they are never reported as a command's exit code.
