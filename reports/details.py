@@ -132,6 +132,9 @@ def missing_section(a: AnalysisResult, *, max_rows: int = 200) -> Section:
         ["preregistered rule", m.rule],
         ["cells expected (arms × seeds × tasks × episodes)", f"{m.expected_cells:,}"],
         ["cells observed and scored", f"{m.observed_cells:,}"],
+        ["episodes in the confirmatory analysis (complete tasks only)", f"{m.analysed_episodes:,}"],
+        ["tasks dropped (no result in some arm × seed)", f"{len(m.dropped_tasks):,}" + (
+            f": {', '.join(m.dropped_tasks[:20])}{' …' if len(m.dropped_tasks) > 20 else ''}" if m.dropped_tasks else "")],
         ["coverage", f"{fmt.pct(m.coverage)} (threshold {fmt.pct(m.coverage_threshold)})"],
         ["infra errors excluded", f"{m.infra_excluded:,}"],
         ["infra errors counted as failure", f"{m.infra_counted_as_failure:,}"],

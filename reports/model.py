@@ -136,6 +136,7 @@ class TrajectoryView(_View):
     facts: list[KeyValue]
     behaviour: list[Table]
     messages: list[MessageView]
+    discarded: list[MessageView]
     trajectory_error: str | None
     final_message: str | None
     diff: list[DiffLine] | None

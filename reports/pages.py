@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable, Sequence
 from itertools import zip_longest
 
-from harness.schema import EpisodeResult
+from harness.schema import EpisodeResult, Message
 from reports import format as fmt
 from reports.episodes import EpisodeFiles
 from reports.model import Cell, DiffLine, EpisodeRow, EpisodesView, KeyValue, MessageView, Table, TrajectoryView
@@ -106,7 +106,7 @@ def diff_lines(patch: str) -> list[DiffLine]:
     return out
 
 
-def _messages(files: EpisodeFiles) -> list[MessageView]:
+def _messages(messages: Sequence[Message]) -> list[MessageView]:
     return [
         MessageView(
             index=i, role=m.role, turn=m.turn, content=fmt.truncate(m.content, MAX_MESSAGE_CHARS), is_hint=m.is_hint,
@@ -116,7 +116,7 @@ def _messages(files: EpisodeFiles) -> list[MessageView]:
                                                     if tc.arguments or not tc.raw else tc.raw, MAX_MESSAGE_CHARS),
                                  tone=None if tc.valid else "fail") for tc in m.tool_calls],
         )
-        for i, m in enumerate(files.messages)
+        for i, m in enumerate(messages)
     ]
 
 
@@ -152,7 +152,9 @@ def trajectory_view(ep: EpisodeResult, files: EpisodeFiles) -> TrajectoryView:
     final = files.trajectory.final_message if files.trajectory is not None else None
     return TrajectoryView(
         title=f"{ep.instance_id} · {ep.arm} · seed {ep.seed} · attempt {ep.attempt}", back_href="../index.html#episodes",
-        facts=kv, behaviour=behaviour, messages=_messages(files), trajectory_error=files.trajectory_error,
+        facts=kv, behaviour=behaviour, messages=_messages(files.messages),
+        discarded=_messages(files.trajectory.discarded_drafts if files.trajectory is not None else ()),
+        trajectory_error=files.trajectory_error,
         final_message=final, diff=diff_lines(files.patch) if files.patch is not None else None, grade=grade,
         tests=_tests_table(ep), logs=[KeyValue(key=k, value=v) for k, v in files.grade_logs],
     )

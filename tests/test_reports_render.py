@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import html
 import json
 import re
 import sys
@@ -131,7 +130,7 @@ def test_trajectory_page_content(built: tuple[Path, ReportSummary]) -> None:
     out, _ = built
     page_path = next((out / "trajectories").glob("repo1__task-1__tg__s0__a0__*.html"))
     page = page_path.read_text()
-    for needle in ('id="conversation"', 'class="msg user hint"', "tool call: bash", 'class="add"', 'class="del"',
+    for needle in ('id="conversation"', 'id="discarded"', 'class="msg user hint"', "tool call: bash", 'class="add"', 'class="del"',
                    "FAIL_TO_PASS", "test_output.txt", "markdown@v1", 'href="../index.html#episodes"'):
         assert needle in page, needle
     index = (out / "index.html").read_text()

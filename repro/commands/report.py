@@ -11,9 +11,9 @@ from repro.commands._common import CLIError
 EPILOG = """\
 worked example:
   # 1. analyse the evaluation runs against the frozen plan (writes analysis.json)
-  tgsuite analyze --protocol plan.frozen.json --run-dir runs/eval1 --out analysis.json
+  tgsuite analyze --protocol prereg/my_plan.frozen.json --runs runs/eval-tg-grpo --out analysis.json
   # 2. render the report; the run directories named inside analysis.json are found automatically
-  tgsuite report --analysis analysis.json --protocol plan.frozen.json --out report/ \\
+  tgsuite report --analysis analysis.json --protocol prereg/my_plan.frozen.json --out report/ \\
       --training tg:0=runs/train-tg-s0 --training tg:1=runs/train-tg-s1 \\
       --training grpo:0=runs/train-grpo-s0 --training grpo:1=runs/train-grpo-s1
   # 3. open it (works from file://, needs no network)
