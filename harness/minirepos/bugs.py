@@ -63,9 +63,12 @@ _SEPARATORS = {", ": ",", ",": ", ", "-": "_", "_": "-", "": " ", " ": ""}
 
 
 def _alternatives(table: dict[str, list[str]], token: str, mode: Mode) -> list[str]:
+    """Plant: the table's mutations of ``token``. Repair: every other token, those that ``table`` would turn into
+    ``token`` first (the likeliest originals of a planted bug), then the rest in table order."""
     if mode == "plant":
         return table.get(token, [])
-    return [t for t in table if t != token]
+    inverse = [t for t, outs in table.items() if token in outs]
+    return inverse + [t for t in table if t != token and t not in inverse]
 
 
 class _Collector:
@@ -146,21 +149,19 @@ class _Collector:
         if any(isinstance(x, (ast.JoinedStr, ast.List)) or (isinstance(x, ast.Constant) and isinstance(x.value, str))
                for x in (node.left, node.right)):
             return
-        table = _PLANT_OPS if self.mode == "plant" else {k: [] for k in _OPS.values()}
+        table = _PLANT_OPS
         self.token_between(node.lineno, node.left.end_col_offset, node.right.col_offset, "wrong_operator", table)
 
     def on_AugAssign(self, node: ast.AugAssign) -> None:
         if not self.one_line(node) or type(node.op) not in _OPS:
             return
         table = {k + "=": [v + "=" for v in vs] for k, vs in _PLANT_OPS.items()}
-        if self.mode == "repair":
-            table = {k + "=": [] for k in _OPS.values()}
         self.token_between(node.lineno, node.target.end_col_offset, node.value.col_offset, "wrong_operator", table)
 
     def on_Compare(self, node: ast.Compare) -> None:
         if not self.one_line(node) or len(node.ops) != 1 or type(node.ops[0]) not in _CMP:
             return
-        table = _PLANT_CMP if self.mode == "plant" else {k: [] for k in _CMP.values()}
+        table = _PLANT_CMP
         self.token_between(node.lineno, node.left.end_col_offset, node.comparators[0].col_offset,
                            "wrong_comparison", table)
 
@@ -183,11 +184,30 @@ class _Collector:
             self.replace_cols(node.test.lineno, node.test.col_offset, node.test.end_col_offset, f"not {text}",
                               "wrong_boolean_logic", "added not")
         guard = (not node.orelse and len(node.body) == 1 and isinstance(node.body[0], (ast.Return, ast.Raise))
-                 and self.function is not None)
+                 and self.function is not None and node in self._func_node.body and self.edge_test(node.test))
         if guard and self.mode == "plant":
             start, end = node.lineno, node.end_lineno or node.lineno
             old = "".join(self.lines[start - 1 : end])
             self.edits.append(Edit("missing_edge_case", self.function, start, end, old, "", "removed guard"))
+
+    def edge_test(self, test: ast.expr) -> bool:
+        """An edge-case test on a parameter: ``not p``, ``p is None``, ``p <= 0``, ``p == 0``, ``len(p) == 0``."""
+        params = {a.arg for a in self._func_node.args.args}
+
+        def param(e: ast.expr) -> bool:
+            if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "len" and len(e.args) == 1:
+                e = e.args[0]
+            return isinstance(e, ast.Name) and e.id in params
+
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            return param(test.operand)
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and param(test.left):
+            right, op = test.comparators[0], test.ops[0]
+            if isinstance(op, ast.Is) and isinstance(right, ast.Constant) and right.value is None:
+                return True
+            return (isinstance(op, (ast.LtE, ast.Eq)) and isinstance(right, ast.Constant)
+                    and type(right.value) is int and right.value == 0)
+        return False
 
     def on_Call(self, node: ast.Call) -> None:
         if not self.one_line(node):
@@ -246,7 +266,9 @@ class _Collector:
             if self.mode == "repair" and value >= 1:
                 outs.append(str(value - 1))
         else:
-            outs = [repr(round(value * 2, 6)), repr(round(value / 10, 6))]
+            doubled, tenth = round(value * 2, 6), round(value / 10, 6)
+            outs = [repr(doubled)] if round(doubled / 2, 6) == value else []
+            outs += [repr(tenth)] if round(tenth * 10, 6) == value else []
             if self.mode == "repair":
                 outs += [repr(round(value / 2, 6)), repr(round(value * 10, 6))]
         for out in dict.fromkeys(outs):
@@ -256,6 +278,8 @@ class _Collector:
     def on_Return(self, node: ast.Return) -> None:
         if not isinstance(node.value, ast.Name) or self.function is None:
             return
+        if node.value.id not in self.local_names(node.lineno + 1):
+            return  # returns a module constant or a global: not a "wrong local variable" site
         for other in self.local_names(node.lineno):
             if other != node.value.id:
                 v = node.value

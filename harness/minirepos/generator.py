@@ -140,8 +140,19 @@ def plant_bugs(rng: random.Random, repo: RepoPlan, count: int) -> list[PlantedBu
 
 
 def _difficulty(bug: PlantedBug, direct: bool) -> str:
+    """easy / medium / hard from three signals: the family (operator, comparison, constant and builtin bugs are
+    the simplest), whether the issue reports a caller instead of the buggy function, and the function's length."""
     score = _FAMILY_DIFFICULTY.get(bug.edit.family, 1) + (0 if direct else 1)
+    score += 1 if _function_length(bug.module.source, bug.edit.function) >= 10 else 0
     return ("easy", "medium", "hard")[min(score, 2)]
+
+
+@lru_cache(maxsize=4096)
+def _function_length(source: str, function: str | None) -> int:
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef) and node.name == function:
+            return (node.end_lineno or node.lineno) - node.lineno + 1
+    return 0
 
 
 def _hidden_file(repo: RepoPlan, module: ModulePlan, keep: list[CaseResult]) -> tuple[str, str]:

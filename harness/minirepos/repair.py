@@ -92,7 +92,12 @@ def guard_candidates(source: str, cases: list[AssertCase]) -> list[Edit]:
         for param, arg in zip(params, case.args):
             if not _empty_like(arg):
                 continue
-            conds = [f"not {param}", f"{param} is None"] + ([f"{param} <= 0"] if arg.strip() in ("0", "0.0") else [])
+            if arg.strip() in ("0", "0.0"):
+                conds = [f"{param} <= 0", f"{param} == 0", f"not {param}"]
+            elif arg.strip() == "None":
+                conds = [f"{param} is None", f"not {param}"]
+            else:
+                conds = [f"not {param}", f"len({param}) == 0"]
             for cond in conds:
                 guard = f"{indent}if {cond}:\n{indent}    return {case.expected}\n"
                 old = lines[first.lineno - 1]
