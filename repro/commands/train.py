@@ -17,7 +17,7 @@ Worked example (the CPU mini reproduction):
   tgsuite train sft --train-tasks tasks/train --heldout-tasks tasks/heldout --out runs/sft
   tgsuite train rl --arm tg --out runs/rl-tg --set model.init=runs/sft/model --set tasks.path=tasks/train
   tgsuite train rl --arm grpo --out runs/rl-grpo --set model.init=runs/sft/model --set tasks.path=tasks/train
-  tgsuite train rl --arm tg --out runs/rl-tg --resume          # continue from the newest checkpoint
+  tgsuite train rl --out runs/rl-tg --resume --set run.steps=16  # continue (config read from the run)
   tgsuite train arms                                              # list the arm presets
   tgsuite train rl --config configs/paper/qwen3_coder_30b_a3b_tg.toml --out /tmp/x --dry-run
 
@@ -87,6 +87,9 @@ def _run(fn: Any, *a: Any, **kw: Any) -> Any:
 
 
 def _rl(args: argparse.Namespace) -> int:
+    saved = args.out / "config.toml"
+    if args.resume and args.config is None and saved.is_file():
+        args.config = saved  # resume with the run's own resolved config; --set may still change run.steps
     cfg = _config(args)
     if args.dry_run:
         print(format_plan(cfg))
