@@ -9,34 +9,36 @@ Public API (keyword-only options; frozen result objects):
     variance_components, hierarchical_bootstrap
     power_ni_crossed, power_paired_mcnemar, power_ni_independent, simulate_power
     decide                                             intersection-union ship decision
-    analyze                                            FrozenProtocol + run dirs -> AnalysisResult
+The end-to-end analysis is ``from evalsuite.analyze import analyze`` (FrozenProtocol + run dirs -> AnalysisResult;
+``evalsuite.analyze`` is the module, so it is not re-exported here).
 Importing ``evalsuite`` never imports torch or docker (numpy, scipy, statsmodels, pandas only).
 """
 
-from evalsuite.bootstrap import BootstrapResult, hierarchical_bootstrap
-from evalsuite.decide import DecisionOutcome, decide
-from evalsuite.noninferiority import (
-    NITestResult,
-    mcnemar_test,
-    ni_test,
-    ni_test_paired,
-    paired_table,
-    rd_ci_paired,
-)  # fmt: skip
-from evalsuite.power import power_ni_crossed, power_ni_independent, power_paired_mcnemar, simulate_power
-from evalsuite.rates import StatsInputError, rd_ci, se_clt, se_clustered, wilson_ci
-from evalsuite.variance import EffectEstimate, crossed_effect, paired_clustered_diff, variance_components
+from importlib import import_module
+from typing import Any
+
+_WHERE = {
+    "BootstrapResult": "bootstrap", "hierarchical_bootstrap": "bootstrap",
+    "DecisionOutcome": "decide", "decide": "decide",
+    "NITestResult": "noninferiority", "mcnemar_test": "noninferiority", "ni_test": "noninferiority",
+    "ni_test_paired": "noninferiority", "paired_table": "noninferiority", "rd_ci_paired": "noninferiority",
+    "power_ni_crossed": "power", "power_ni_independent": "power", "power_paired_mcnemar": "power",
+    "simulate_power": "power",
+    "StatsInputError": "rates", "rd_ci": "rates", "se_clt": "rates", "se_clustered": "rates", "wilson_ci": "rates",
+    "EffectEstimate": "variance", "crossed_effect": "variance", "paired_clustered_diff": "variance",
+    "variance_components": "variance",
+}  # fmt: skip
 
 
-def analyze(*args, **kwargs):  # type: ignore[no-untyped-def]
-    """See :func:`evalsuite.analyze.analyze` (imported lazily to keep ``import evalsuite`` light)."""
-    from evalsuite.analyze import analyze as _analyze
-
-    return _analyze(*args, **kwargs)
+def __getattr__(name: str) -> Any:
+    """Lazy re-exports, so that ``import evalsuite.schema`` (used by ``reports``) does not load statsmodels."""
+    if name in _WHERE:
+        return getattr(import_module(f"evalsuite.{_WHERE[name]}"), name)
+    raise AttributeError(f"module 'evalsuite' has no attribute {name!r}")
 
 
 __all__ = [
-    "BootstrapResult", "DecisionOutcome", "EffectEstimate", "NITestResult", "StatsInputError", "analyze",
+    "BootstrapResult", "DecisionOutcome", "EffectEstimate", "NITestResult", "StatsInputError",
     "crossed_effect", "decide", "hierarchical_bootstrap", "mcnemar_test", "ni_test", "ni_test_paired",
     "paired_clustered_diff", "paired_table", "power_ni_crossed", "power_ni_independent", "power_paired_mcnemar",
     "rd_ci", "rd_ci_paired", "se_clt", "se_clustered", "simulate_power", "variance_components", "wilson_ci",
