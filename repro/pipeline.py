@@ -58,16 +58,21 @@ def _stage_tasks(out: Path, split: str, repos: int, per_repo: int, seed: int) ->
             "n": summary.n_instances if hasattr(summary, "n_instances") else len(ts.instances)}
 
 
-def _stage_validate(task_dir: Path, preset: Preset) -> dict[str, Any]:
-    from harness.validate import validate_task_set
+def _stage_validate(task_dir: Path, preset: Preset, sha256: str) -> dict[str, Any]:
+    from harness.validate import load_validation, validate_task_set
 
-    report = validate_task_set(task_dir, runs=preset.validate_runs, sandbox=preset.eval_sandbox,
-                               workers=preset.workers, progress=True)
+    report = load_validation(task_dir)
+    if (report is None or report.task_set_sha256 != sha256 or report.runs != preset.validate_runs
+            or report.sandbox != preset.eval_sandbox):
+        report = validate_task_set(task_dir, runs=preset.validate_runs, sandbox=preset.eval_sandbox,
+                                   workers=preset.workers, progress=True)
+    else:
+        log.info("reusing %s/validation.json (same task set, runs and sandbox)", task_dir)
     if report.rejected:
         reasons = "; ".join(f"{r.instance_id}: {r.reason}" for r in report.rejected[:5])
         raise RuntimeError(f"{len(report.rejected)} held-out instance(s) failed validation ({reasons}). Every "
                            f"generated held-out instance must validate; see {task_dir}/validation.json")
-    return {"paths": {"validation": str(task_dir / "validation.json")}, "n_valid": len(report.valid_ids)}
+    return {"paths": {"validation": str(task_dir / "validation.json")}, "n_valid": len(report.valid_ids())}
 
 
 def _stage_sft(paths: dict[str, Path], preset: Preset) -> dict[str, Any]:
@@ -168,7 +173,7 @@ def reproduce(preset: Preset, out_dir: str | Path, *, force: frozenset[str] = fr
                          lambda: _stage_tasks(paths["heldout_tasks"], "heldout", preset.heldout_repos,
                                               preset.heldout_tasks_per_repo, preset.task_seed))
     runner.run("validate", {"tasks": held_ts["sha256"], "runs": preset.validate_runs, "image": img.get("digest"),
-                            "sandbox": preset.eval_sandbox}, lambda: _stage_validate(paths["heldout_tasks"], preset))
+                            "sandbox": preset.eval_sandbox}, lambda: _stage_validate(paths["heldout_tasks"], preset, held_ts["sha256"]))
     sft = runner.run("sft", {"tasks": train_ts["sha256"], "sft": preset.sft, "seed": preset.task_seed},
                      lambda: _stage_sft(paths, preset))
     plan_sha = canonical_hash((PLANS_DIR / preset.plan).read_text())
