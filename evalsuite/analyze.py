@@ -301,6 +301,13 @@ def analyze(
         verdict = "INCONCLUSIVE"
         reasons.insert(0, f"coverage {missing.coverage:.3f} is below the preregistered {proto.coverage_threshold:.3f}")
     secondary_ids = [e.id for e in proto.endpoints if e.role == "secondary"]
+    warns = list(table.warnings)
+    if record.git.dirty:
+        warns.append(f"the plan was frozen from a dirty checkout (git {record.git.commit}); the record alone is binding")
+    for r in results:
+        if r.sensitivity_agree is False:
+            off = [s.name for s in r.sensitivity if s.agrees_with_primary is False]
+            warns.append(f"{r.endpoint}: sensitivity analyses {off} disagree with the primary verdict ({r.verdict})")
     return AnalysisResult(
         plan_name=proto.name, plan_version=proto.version, protocol_hash=record.sha256, frozen_at=record.frozen_at,
         estimand=proto.estimand, created_at=now or utc_now(), analysis_seed=proto.analysis_seed, arms=table.arms,
@@ -313,5 +320,5 @@ def analyze(
                      protocol_hash=r.manifest.protocol_hash, task_set_sha256=r.manifest.task_set_sha256,
                      git_commit=r.manifest.git_commit, n_episodes=len(r.results)) for r in runs],
         run_ids=[r.manifest.run_id for r in runs], power=power_summaries(proto),
-        exploratory=exploratory or Exploratory(), software=_software(), warnings=table.warnings,
+        exploratory=exploratory or Exploratory(), software=_software(), warnings=warns,
     )  # fmt: skip
