@@ -77,8 +77,9 @@ def freeze_plan(
 ) -> FrozenProtocol:
     """Freeze a plan (path or :class:`Protocol`); write the record to ``out`` if given. Returns the record.
 
-    Refuses to overwrite an existing record with a *different* hash unless ``overwrite`` (re-freezing a changed
-    plan is a deviation and must be visible).
+    An existing record with the same hash is returned unchanged (its original ``frozen_at`` stays). A record with
+    a *different* hash is refused unless ``overwrite`` (re-freezing a changed plan is a deviation and must be
+    visible).
     """
     source_path, source_sha = None, None
     if isinstance(plan, Protocol):
@@ -99,15 +100,15 @@ def freeze_plan(
     )  # fmt: skip
     if out is not None:
         out = Path(out)
-        if out.exists() and not overwrite:
-            old = load_frozen(out)
-            if old.sha256 != record.sha256:
-                raise ProtocolError(
-                    f"{out}: already holds a frozen plan with hash {old.sha256[:12]}…, the plan now hashes to "
-                    f"{record.sha256[:12]}…; record a deviation (tgsuite protocol deviation) and write the new record "
-                    "to a new file, or pass --overwrite if nothing has been run yet"
-                )
-            return old
+        old = load_frozen(out) if out.exists() else None
+        if old is not None and old.sha256 == record.sha256:
+            return old  # same plan: keep the original freeze time (re-freezing never re-stamps)
+        if old is not None and not overwrite:
+            raise ProtocolError(
+                f"{out}: already holds a frozen plan with hash {old.sha256[:12]}…, the plan now hashes to "
+                f"{record.sha256[:12]}…; record a deviation (tgsuite protocol deviation) and write the new record "
+                "to a new file, or pass --overwrite if nothing has been run yet"
+            )
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(out.suffix + ".tmp")
         tmp.write_text(record.model_dump_json(indent=2) + "\n", encoding="utf-8")

@@ -90,6 +90,7 @@ def test_freeze_check_roundtrip_and_refusals(tmp_path):
     rec = freeze_plan(plan, out=out, now="2026-01-01T00:00:00Z")
     assert len(rec.sha256) == 64 and rec.frozen_at == "2026-01-01T00:00:00Z"
     assert load_frozen(out) == rec
+    assert freeze_plan(plan, out=out, now="2027-01-01T00:00:00Z", overwrite=True).frozen_at == rec.frozen_at
     check(out, plan)
     plan.write_text(plan.read_text().replace("margin = 0.05", "margin = 0.08"))
     with pytest.raises(ProtocolError, match="changed after freezing"):
