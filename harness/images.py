@@ -138,12 +138,22 @@ def connect(timeout: float = 120.0) -> Any:
         return client
     except Exception as exc:  # docker raises DockerException, requests errors, PermissionError ...
         host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-        if "ermission denied" in str(exc):
+        text = str(exc)
+        if "ermission denied" in text:
+            cause = "permission denied on the engine socket"
             fix = "run as root, or add your user to the 'docker' group (then log in again)"
         else:
+            if "No such file or directory" in text:
+                cause = "no engine socket there (dockerd is not running)"
+            elif "Connection refused" in text:
+                cause = "connection refused (dockerd is not running or is restarting)"
+            elif "timed out" in text.lower():
+                cause = f"the engine did not answer within {timeout:g} s (overloaded or hung)"
+            else:
+                cause = text
             fix = "start the engine: `bash scripts/setup.sh` (or `sudo dockerd --bridge=none --iptables=false &`)"
         raise SandboxUnavailable(
-            f"Docker engine not reachable at {host}: {exc}. Fix: {fix}.", kind="DOCKER_DAEMON"
+            f"Docker engine not reachable at {host}: {cause}. Fix: {fix}.", kind="DOCKER_DAEMON"
         ) from exc
 
 
