@@ -193,7 +193,7 @@ def _cli(argv: list[str]) -> int:
 def test_cli_freeze_check_analyze(tmp_path, capsys):
     plan = tmp_path / "plan.toml"
     src = Path("protocols/plans/smoke.toml").read_text().replace('sha256 = "set-by-pipeline"', f'sha256 = "{SHA}"')
-    plan.write_text(src.replace("seeds_per_arm = 2", "seeds_per_arm = 4").replace("n_tasks = 24", "n_tasks = 40"))
+    plan.write_text(src.replace("seeds_per_arm = 2", "seeds_per_arm = 4").replace("n_tasks = 12", "n_tasks = 40"))
     frozen_path = tmp_path / "plan.frozen.json"
     assert _cli(["protocol", "freeze", str(plan), "--out", str(frozen_path)]) == 0
     assert _cli(["protocol", "check", str(frozen_path), "--plan", str(plan)]) == 0

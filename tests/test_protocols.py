@@ -28,7 +28,7 @@ def _pinned_plan(tmp_path: Path, text_edit=None) -> Path:
 
 def test_bundled_plans_load_and_mirror_the_paper():
     plans = bundled_plans()
-    assert {"paper_claims", "artifact_checkpoint", "smoke"} <= set(plans)
+    assert {"paper_claims", "artifact_checkpoint", "smoke", "mini"} <= set(plans)
     for path in plans.values():
         load_plan(path)
     p = load_plan(plans["paper_claims"])
