@@ -1,0 +1,86 @@
+"""repro.sft: assistant-only loss, training reduces it, config validation, and a tiny end-to-end run."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from pydantic import ValidationError
+
+from repro.models import build_model
+from repro.sft import SFTConfig, sft_loss, sft_train
+from repro.tokenizer import ChatEncoder, train_tokenizer
+
+CONVS = [
+    [{"role": "user", "content": f"Fix bug {i} in mod{i}.py"},
+     {"role": "assistant", "content": f'<tool_call>\n{{"name": "read_file", "arguments": {{"path": "mod{i}.py"}}}}'
+                                      "\n</tool_call>"},
+     {"role": "tool", "content": f"def f{i}(x):\n    return x - {i}\n"},
+     {"role": "assistant", "content": f"Fixed f{i} in mod{i}.py."}]
+    for i in range(4)
+]
+
+
+def _data():
+    tok = train_tokenizer([json.dumps(c) for c in CONVS] * 10, vocab_size=320, min_frequency=1)
+    enc = ChatEncoder(tok)
+    return tok, [(e.ids, e.act) for e in (enc.encode(c) for c in CONVS)]
+
+
+def test_loss_counts_assistant_tokens_only() -> None:
+    tok, ex = _data()
+    model = build_model("nano", len(tok), seed=0)
+    ids, act = ex[0]
+    nll, n = sft_loss(model, ids, act)
+    logits = model(input_ids=torch.tensor([ids])).logits[0]
+    logp = F.log_softmax(logits[:-1].float(), -1).gather(1, torch.tensor(ids[1:])[:, None]).squeeze(1)
+    m = torch.tensor(act[1:], dtype=torch.bool)
+    assert n == int(m.sum()) and 0 < n < len(ids) - 1
+    torch.testing.assert_close(nll, -logp[m].sum(), rtol=1e-5, atol=1e-4)
+    all_nll, n_all = sft_loss(model, ids, [1] * len(ids))
+    torch.testing.assert_close(all_nll / n_all, model(input_ids=torch.tensor([ids]), labels=torch.tensor([ids])).loss,
+                               rtol=1e-5, atol=1e-5)
+    assert sft_loss(model, ids, [0] * len(ids))[1] == 0
+
+
+def test_training_reduces_the_loss_and_logs_steps(tmp_path: Path) -> None:
+    tok, ex = _data()
+    model = build_model("nano", len(tok), seed=1)
+    before = sum(float(sft_loss(model, i, a)[0]) for i, a in ex) / sum(sum(a) for _, a in ex)
+    cfg = SFTConfig(train_tasks="unused", epochs=15, batch_tokens=64, lr=5e-3, warmup_steps=2, seed=0)
+    stats = sft_train(model, ex, cfg, tmp_path / "metrics.jsonl")
+    after = sum(float(sft_loss(model, i, a)[0]) for i, a in ex) / sum(sum(a) for _, a in ex)
+    lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines) == stats["steps"] > 10 and all(math.isfinite(x["loss/sft"]) for x in lines)
+    assert after < 0.5 * before, (before, after)
+
+
+def test_config_rejects_unknown_keys() -> None:
+    with pytest.raises(ValidationError):
+        SFTConfig(train_tasks="x", epoch=3)  # type: ignore[call-arg]
+    with pytest.raises(ValidationError):
+        SFTConfig(train_tasks="x", hint_share=1.5)
+
+
+@pytest.mark.slow
+def test_run_sft_end_to_end_on_a_tiny_task_set(tmp_path: Path) -> None:
+    from harness.minirepos import make_mini
+    from repro.sft import run_sft
+
+    make_mini(tmp_path / "train", split="train", repos=1, tasks_per_repo=2, seed=0)
+    make_mini(tmp_path / "heldout", split="heldout", repos=1, tasks_per_repo=1, seed=0)
+    cfg = SFTConfig(train_tasks=str(tmp_path / "train"), heldout_tasks=str(tmp_path / "heldout"), preset="nano",
+                    vocab_size=600, episodes=2, hint_share=0.5, epochs=1, batch_tokens=256, eval_instances=1,
+                    eval_max_new_tokens=32, eval_max_turns=2, workers=1)
+    rep = run_sft(cfg, tmp_path / "out")
+    assert rep.n_trajectories == 2 and rep.train_act_tokens > 0 and math.isfinite(rep.final_loss)
+    assert (tmp_path / "out" / "model" / "tokenizer.json").is_file()
+    assert [e.condition for e in rep.eval] == ["unprompted", "hinted"]
+    assert all(e.n + e.infra_errors == 1 for e in rep.eval)
+    from repro.tokenizer import load_tokenizer
+
+    assert len(load_tokenizer(tmp_path / "out" / "model")) == rep.vocab
