@@ -57,6 +57,9 @@ def s1_bootstrap(yt: np.ndarray, yc: np.ndarray, repo: np.ndarray, c: CriterionS
                  *, n_resamples: int, rng: np.random.Generator, weighting: str) -> SensitivityResult:  # fmt: skip
     b = hierarchical_bootstrap(yt, yc, repo, n_resamples=n_resamples, rng=rng,
                                alpha_one_sided=c.alpha_one_sided, weighting=weighting)  # type: ignore[arg-type]  # fmt: skip
+    if float(np.ptp(b.draws)) == 0.0:
+        return SensitivityResult(name="hierarchical_bootstrap", method="two-stage bootstrap", status="failed",
+                                 note="every resample gives the same difference: no sampling variation to measure")  # fmt: skip
     note = "only few distinct seed resamples; conservative in crossed designs" if min(yt.shape[0], yc.shape[0]) <= 3 else ""
     return _result("hierarchical_bootstrap", f"two-stage bootstrap (seeds, then repositories), {n_resamples} "
                    "resamples, percentile", b.estimate, b.ci_low, b.ci_high, b.lower_one_sided, c, primary, note=note)  # fmt: skip
