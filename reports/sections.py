@@ -24,6 +24,8 @@ KIND_LABEL = {
     "noninferiority": "non-inferiority: lower bound > −δ",
     "dual": "dual: lower bound > 0 and estimate ≥ X",
 }
+KIND_SHORT = {"superiority": "superiority", "superiority_margin": "superiority by X",
+              "noninferiority": "non-inferiority", "dual": "dual (bound and estimate)"}
 VERDICT_TONE: dict[str, Tone] = {"pass": "pass", "fail": "fail", "not_evaluated": "na"}
 
 
@@ -76,12 +78,9 @@ def verdict_view(a: AnalysisResult) -> VerdictView:
 
 def _criterion_row(c: CriterionResult) -> list[Cell]:
     level = f"{100 * c.ci_level:g}%"
-    notes = list(c.notes)
-    if c.degenerate:
-        notes.append(f"variance was 0; fallback: {c.fallback_used or 'none recorded'}")
     return [
         Cell(text=c.endpoint, title=label(c.endpoint)),
-        Cell(text=KIND_LABEL[c.kind]),
+        Cell(text=KIND_SHORT[c.kind], title=KIND_LABEL[c.kind]),
         Cell(text=fmt.pp(c.estimate)),
         Cell(text=f"{fmt.interval(c.ci_low, c.ci_high)} ({level})"),
         Cell(text=f"{fmt.pp(c.lower_one_sided)} (α = {c.alpha_one_sided:g})"),
@@ -91,15 +90,21 @@ def _criterion_row(c: CriterionResult) -> list[Cell]:
         Cell(text="yes" if c.claimed else "no"),
         Cell(text=f"{c.method}; seeds T/C {c.n_seeds_treatment}/{c.n_seeds_baseline}, {c.n_tasks} tasks, "
              f"{c.n_repos} repos, K = {c.k_episodes}; df {fmt.num(c.df, digits=1)}"),
-        Cell(text="; ".join(notes) or fmt.DASH),
     ]
+
+
+def _criterion_notes(c: CriterionResult) -> list[str]:
+    notes = [n if n.startswith(c.endpoint) else f"{c.endpoint}: {n}" for n in c.notes]
+    if c.degenerate:
+        notes.append(f"{c.endpoint}: the variance estimate was 0; fallback used: {c.fallback_used or 'none recorded'}")
+    return notes
 
 
 def criteria_section(a: AnalysisResult) -> Section:
     table = Table(
         id="criteria-table",
         header=["endpoint", "criterion", "Δ estimate", "two-sided CI", "one-sided lower bound", "must be",
-                "p (one-sided)", "verdict", "claimed", "method and design", "notes"],
+                "p (one-sided)", "verdict", "claimed", "method and design"],
         rows=[_criterion_row(c) for c in a.criteria],
         caption="Δ = treatment − baseline, in percentage points (pp). The decision uses the one-sided lower bound.",
     )
@@ -115,6 +120,7 @@ def criteria_section(a: AnalysisResult) -> Section:
         "threshold (for non-inferiority −δ; for 'dual' X). Green passed, red failed, grey not evaluated.",
     )
     return Section(id="criteria", title="Criteria", tables=[table], figures=[fig],
+                   notes=[n for c in a.criteria for n in _criterion_notes(c)],
                    intro=f"Estimand: {a.estimand}. Arms: treatment = {a.arms.get('treatment', '?')}, "
                    f"baseline = {a.arms.get('baseline', '?')}.")
 
@@ -158,10 +164,15 @@ def outcomes_section(a: AnalysisResult) -> Section:
     )
     tables = [rates]
     tables += [_joint_table(s) for s in a.arm_summaries]
-    seeds = [[Cell(text=s.arm), Cell(text=str(r.seed)), Cell(text=r.endpoint),
-              Cell(text=f"{fmt.pct(r.rate)} {fmt.interval(r.ci_low, r.ci_high, scale='pct')} (n = {r.n:,})")]
-             for s in a.arm_summaries for r in s.per_seed]
+    seed_eps = sorted({r.endpoint for s in a.arm_summaries for r in s.per_seed})
+    seeds = []
+    for s in a.arm_summaries:
+        for seed in sorted({r.seed for r in s.per_seed}):
+            got = {r.endpoint: r for r in s.per_seed if r.seed == seed}
+            seeds.append([Cell(text=s.arm), Cell(text=str(seed)), *[
+                Cell(text=f"{fmt.pct(got[e].rate)} {fmt.interval(got[e].ci_low, got[e].ci_high, scale='pct')} "
+                     f"(n = {got[e].n:,})" if e in got else fmt.DASH) for e in seed_eps]])
     if seeds:
-        tables.append(Table(id="per-seed", header=["arm", "training seed", "endpoint", "rate (CI)"], rows=seeds,
-                            caption="Per training seed (one checkpoint each)."))
+        tables.append(Table(id="per-seed", header=["arm", "training seed", *seed_eps], rows=seeds,
+                            caption="Per training seed (one checkpoint each), with each rate's CI."))
     return Section(id="outcomes", title="Outcomes per arm", tables=tables)
