@@ -35,6 +35,7 @@ from evalsuite.schema import (
     CheckpointEval,
     ComputeRow,
     EqualComputeResult,
+    Exploratory,
     MatchedComparison,
     NoisyFeedbackResult,
     NoisyFeedbackRow,
@@ -190,3 +191,20 @@ def can_do_study(rows: Sequence[CanDoRow]) -> list[CanDoResult]:
         out.append(CanDoResult(arm=arm, n_states=len(rs), changes=changes,
                                notes=["b = corrective prompt only succeeds, c = plain prompt only; states independent"]))  # fmt: skip
     return out
+
+
+def build_exploratory(
+    *,
+    noisy_feedback_runs: Sequence[str | Path] = (),
+    checkpoint_evals: Sequence[CheckpointEval] = (),
+    can_do_rows: Sequence[CanDoRow] = (),
+    treatment: str = "tg",
+    baseline: str = "grpo",
+) -> Exploratory:
+    """One call for the pipeline: run whichever studies have inputs and return ``analyze(exploratory=...)``."""
+    return Exploratory(
+        noisy_feedback=noisy_feedback_study(episode_frame(noisy_feedback_runs)) if noisy_feedback_runs else None,
+        equal_compute=equal_compute_study(checkpoint_evals, treatment=treatment, baseline=baseline)
+        if checkpoint_evals else None,
+        can_do_vs_does_do=can_do_study(can_do_rows) if can_do_rows else [],
+    )  # fmt: skip

@@ -110,3 +110,12 @@ def test_episode_frame_splits_runner_arm_names(tmp_path):
     runs = write_synthetic_runs(tmp_path, d, rng=np.random.default_rng(0), protocol_hash=None, task_set_sha256="x")
     df = episode_frame(runs)
     assert set(df["arm"]) == {"tg"} and sorted(df["train_seed"].unique()) == [0, 1] and len(df) == 8
+
+
+def test_build_exploratory_only_runs_studies_with_inputs():
+    from evalsuite.studies import build_exploratory
+
+    rows = [CanDoRow(arm="tg", state_id=f"s{i}", plain_behaviour_ok=False, plain_code_ok=False,
+                     corrective_behaviour_ok=True, corrective_code_ok=False) for i in range(5)]  # fmt: skip
+    ex = build_exploratory(can_do_rows=rows)
+    assert ex.noisy_feedback is None and ex.equal_compute is None and ex.can_do_vs_does_do[0].n_states == 5
