@@ -178,3 +178,12 @@ def test_vectorised_bootstrap_matches_a_naive_loop_in_distribution():
         slow[i] = st.mean() - sc.mean()
     assert fast.mean() == pytest.approx(slow.mean(), abs=0.01)
     assert fast.std() == pytest.approx(slow.std(), rel=0.06)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10_000), st.floats(-0.3, 0.3))
+def test_crossed_p_value_dual_to_lower_bound(seed, bar):
+    e = crossed_effect(*_random_design(np.random.default_rng(seed)))
+    p = e.p_value(bar)
+    if abs(e.lower_one_sided - bar) > 1e-9:
+        assert (p < 0.025) == (e.lower_one_sided > bar)
