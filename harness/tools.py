@@ -37,7 +37,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from harness.sandbox import Sandbox
+from harness.sandbox import ExecResult, Sandbox
 from harness.schema import TaskInstance, ToolCall
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ TOOLS_VERSION = "tools@v1"
 # ``python3``, not ``python``: Debian images (ours included) ship ``python3`` only unless python-is-python3 is added
 DEFAULT_TEST_CMD = "python3 -m pytest -q"
 LIST_FILES_CAP = 500
-READ_CAP_BYTES = 16 << 20  # read whole files up to 16 MiB; the observation is then capped in characters
+EDIT_CAP_BYTES = 16 << 20  # edit_file edits files up to 16 MiB (read_file output is capped by the sandbox)
 
 _STR: dict[str, Any] = {"type": "string"}
 
@@ -286,6 +286,23 @@ def _err(msg: str) -> ToolResult:
     return ToolResult(observation=ERROR_PREFIX + msg, error=True)
 
 
+def _dot(path: str) -> str:
+    """``./<path>`` (normalised) so that a path such as ``-delete`` can never read as a command option."""
+    norm = normalize_path(path) or "."
+    return norm if norm == "." else "./" + norm
+
+
+# Path guard run inside the sandbox: $1 = path, $2 = allowed kinds, then the command to run.
+_OUTSIDE, _WRONG_KIND, _UNRESOLVED = 90, 91, 93
+_GUARD = (
+    f'r=$(pwd -P) && p=$(realpath -m -- "$1") || exit {_UNRESOLVED}; '
+    f'case "$p" in "$r"|"$r"/*) ;; *) exit {_OUTSIDE};; esac; '
+    'if [ -d "$1" ]; then k=dir; elif [ -f "$1" ]; then k=file; else k=none; fi; '
+    f'echo "$k"; case " $2 " in *" $k "*) ;; *) exit {_WRONG_KIND};; esac; '
+    'shift 2; [ $# -eq 0 ] || exec "$@"'
+)
+
+
 class ToolExecutor:
     """Runs validated tool calls in a sandbox for one task instance.
 
@@ -315,34 +332,36 @@ class ToolExecutor:
 
     # -- path checks ---------------------------------------------------------------------------------------------
 
-    def _resolve(self, path: str) -> tuple[str | None, str, str]:
-        """(normalised path or None, kind in {"file","dir","none","outside"}, error text)."""
+    def _guarded(self, path: str, need: str, argv: list[str]) -> ToolResult | tuple[str, str, ExecResult]:
+        """Resolve ``path`` inside the sandbox and, in the same ``exec``, run ``argv`` when the path is inside the
+        repository and its kind (``file``/``dir``/``none``) is one of ``need`` (space-separated).
+
+        Returns (normalised path, kind, result of ``argv`` with the kind line removed), or an error result.
+        ``argv`` may use ``"$1"``-free arguments only; the path is passed as ``./<path>`` so it never reads as an
+        option. With an empty ``argv`` only the check runs.
+        """
         norm = normalize_path(path)
         if norm is None:
-            return None, "outside", f"path {path!r} is outside the repository; use a path relative to its root"
-        script = (
-            'r=$(pwd -P); p=$(realpath -m -- "$1"); printf "%s\\n%s\\n" "$r" "$p"; '
-            'if [ -d "$1" ]; then echo dir; elif [ -f "$1" ]; then echo file; else echo none; fi'
-        )
-        res = self.sandbox.exec(["sh", "-c", script, "sh", norm], timeout=self.timeout)
-        lines = res.stdout.splitlines()
-        if res.returncode != 0 or len(lines) < 3:
-            return None, "none", f"could not resolve path {path!r}: {res.stderr.strip()[:200]}"
-        root, real, kind = lines[0], lines[1], lines[2]
-        if real != root and not real.startswith(root.rstrip("/") + "/"):
-            return None, "outside", f"path {path!r} resolves outside the repository (symlink?); refused"
-        return norm, kind, ""
+            return _err(f"path {path!r} is outside the repository; use a path relative to its root")
+        res = self.sandbox.exec(["sh", "-c", _GUARD, "sh", norm, need, *argv], timeout=self.timeout)
+        kind, _, rest = res.stdout.partition("\n")
+        if res.returncode == _OUTSIDE:
+            return _err(f"path {path!r} resolves outside the repository (symlink?); refused")
+        if res.returncode == _UNRESOLVED or kind not in ("file", "dir", "none"):
+            return _err(f"could not resolve path {path!r}: {res.stderr.strip()[:200]}")
+        if res.returncode == _WRONG_KIND:
+            what = {"dir": "a directory", "file": "a file", "none": "not in the repository"}[kind]
+            return _err(f"{path!r} is {what}")
+        return norm, kind, res._replace(stdout=rest)
 
     # -- tools ---------------------------------------------------------------------------------------------------
 
     def _t_list_files(self, path: str) -> ToolResult:
-        norm, kind, err = self._resolve(path)
-        if norm is None:
-            return _err(err)
-        if kind != "dir":
-            return _err(f"{path!r} is not a directory" + (" (it is a file)" if kind == "file" else ""))
-        cmd = ["find", norm, "-name", ".git", "-prune", "-o", "-name", "__pycache__", "-prune", "-o"]
-        res = self.sandbox.exec([*cmd, "-type", "f", "-print"], timeout=self.timeout)
+        find = ["find", _dot(path), "-name", ".git", "-prune", "-o", "-name", "__pycache__", "-prune", "-o"]
+        got = self._guarded(path, "dir", [*find, "-type", "f", "-print"])
+        if isinstance(got, ToolResult):
+            return got
+        _, _, res = got
         if res.returncode != 0:
             return _err(f"list_files failed: {res.stderr.strip()[:500]}")
         files = sorted(posixpath.normpath(p) for p in res.stdout.splitlines() if p)
@@ -351,18 +370,18 @@ class ToolExecutor:
         return ToolResult(observation=("\n".join(shown) or "(no files)") + more)
 
     def _t_read_file(self, path: str) -> ToolResult:
-        norm, kind, err = self._resolve(path)
-        if norm is None:
-            return _err(err)
-        if kind != "file":
-            return _err(f"{path!r} is {'a directory' if kind == 'dir' else 'not a file in the repository'}")
-        text = self._read_text(norm)
-        return text if isinstance(text, ToolResult) else ToolResult(observation=text)
+        got = self._guarded(path, "file", ["cat", "--", _dot(path)])
+        if isinstance(got, ToolResult):
+            return got
+        norm, _, res = got
+        if res.returncode != 0:
+            return _err(f"cannot read {norm}: {res.stderr.strip()[:300]}")
+        return ToolResult(observation=res.stdout, truncated=res.truncated)
 
-    def _read_text(self, norm: str, *, strict: bool = False) -> str | ToolResult:
-        """The file's text, or an error result (too large, unreadable, not UTF-8 when ``strict``); infra errors
+    def _read_text(self, norm: str) -> str | ToolResult:
+        """The exact text of a file to edit, or an error result (too large, unreadable, not UTF-8); infra errors
         (``SandboxUnavailable``) propagate."""
-        cap = READ_CAP_BYTES
+        cap = EDIT_CAP_BYTES
         try:
             data = self.sandbox.read_file(norm, max_bytes=cap)
         except (OSError, ValueError) as exc:
@@ -370,28 +389,28 @@ class ToolExecutor:
         if len(data) >= cap:
             return _err(f"{norm} is {cap} bytes or larger; use search to find the part you need")
         try:
-            return data.decode("utf-8", errors="strict" if strict else "replace")
+            return data.decode("utf-8")
         except UnicodeDecodeError:
             return _err(f"{norm} is not UTF-8 text; edit_file only edits text files")
 
     def _t_search(self, pattern: str, path: str) -> ToolResult:
-        norm, kind, err = self._resolve(path)
-        if norm is None:
-            return _err(err)
-        if kind == "none":
-            return _err(f"{path!r} does not exist")
-        cmd = ["grep", "-rnIE", "--exclude-dir=.git", "--exclude-dir=__pycache__", "-e", pattern, "--", norm]
-        res = self.sandbox.exec(cmd, timeout=self.timeout)
+        grep = ["grep", "-rnIE", "--exclude-dir=.git", "--exclude-dir=__pycache__", "-e", pattern, "--", _dot(path)]
+        got = self._guarded(path, "file dir", grep)
+        if isinstance(got, ToolResult):
+            return _err(f"{path!r} does not exist") if "not in the repository" in got.observation else got
+        norm, _, res = got
         if res.returncode == 1:
             return ToolResult(observation=f"no matches for {pattern!r} under {norm}")
         if res.returncode != 0:
             return _err(f"search failed (grep exit {res.returncode}): {res.stderr.strip()[:500]}")
-        return ToolResult(observation=res.stdout.rstrip("\n"))
+        lines = [ln[2:] if ln.startswith("./") else ln for ln in res.stdout.rstrip("\n").splitlines()]
+        return ToolResult(observation="\n".join(lines), truncated=res.truncated)
 
     def _t_edit_file(self, path: str, old: str, new: str) -> ToolResult:
-        norm, kind, err = self._resolve(path)
-        if norm is None:
-            return _err(err)
+        got = self._guarded(path, "file dir none", [])
+        if isinstance(got, ToolResult):
+            return got
+        norm, kind, _ = got
         if old == "":
             if kind != "none":
                 return _err(f"{path!r} already exists; to change it pass the exact text to replace as `old`")
@@ -399,7 +418,7 @@ class ToolExecutor:
             return ToolResult(observation=f"created {norm} ({len(new.splitlines())} lines)")
         if kind != "file":
             return _err(f"{path!r} is {'a directory' if kind == 'dir' else 'not a file'}; to create it use old=\"\"")
-        text = self._read_text(norm, strict=True)
+        text = self._read_text(norm)
         if isinstance(text, ToolResult):
             return text
         count = text.count(old)

@@ -199,14 +199,28 @@ def test_large_binary_and_unreadable_files_give_error_observations(calc, monkeyp
     inst, sbx = calc
     (sbx.root / "blob.bin").write_bytes(b"\xff\xfe\x00abc")
     (sbx.root / "big.txt").write_text("x" * 100)
-    monkeypatch.setattr(tools_mod, "READ_CAP_BYTES", 50)
+    monkeypatch.setattr(tools_mod, "EDIT_CAP_BYTES", 50)
     ex = ToolExecutor(sbx, inst, timeout=30, cap_chars=10_000)
-    big = ex.run(_call("read_file", path="big.txt"))
+    big = ex.run(_call("edit_file", path="big.txt", old="x", new="y"))
     assert big.error and "50 bytes or larger" in big.observation
     assert not ex.run(_call("read_file", path="blob.bin")).error  # shown with replacement characters
     edit = ex.run(_call("edit_file", path="blob.bin", old="abc", new="xyz"))
     assert edit.error and "not UTF-8" in edit.observation
     assert (sbx.root / "blob.bin").read_bytes() == b"\xff\xfe\x00abc"
+    os.chmod(sbx.root / "big.txt", 0)
+    if os.geteuid() != 0:  # root reads anything
+        assert ex.run(_call("read_file", path="big.txt")).error
+
+
+def test_option_like_paths_are_never_options(calc) -> None:
+    inst, sbx = calc
+    (sbx.root / "-delete").mkdir()
+    (sbx.root / "-delete" / "keep.py").write_text("KEEP = 1\n")
+    ex = ToolExecutor(sbx, inst, timeout=30, cap_chars=10_000)
+    assert ex.run(_call("list_files", path="-delete")).observation == "-delete/keep.py"
+    assert "-delete/keep.py:1:KEEP = 1" in ex.run(_call("search", pattern="KEEP", path="-delete")).observation
+    assert ex.run(_call("read_file", path="-delete/keep.py")).observation == "KEEP = 1\n"
+    assert (sbx.root / "calc.py").exists() and (sbx.root / "-delete" / "keep.py").exists()
 
 
 def test_tools_on_the_real_local_sandbox(local_sandbox, tmp_path: Path) -> None:
