@@ -182,6 +182,9 @@ class FakeServer:
                 outer.headers.append(dict(self.headers))
                 status, body, delay = outer.script.pop(0) if len(outer.script) > 1 else outer.script[0]
                 time.sleep(delay)
+                if status == 0:  # drop the connection without an answer (client sees RemoteDisconnected)
+                    self.close_connection = True
+                    return
                 data = (body if isinstance(body, str) else json.dumps(body)).encode()
                 try:
                     self.send_response(status)
@@ -271,11 +274,11 @@ def test_openai_structured_tool_calls_become_qwen3_blocks(server) -> None:
 
 def test_openai_retries_then_succeeds(server) -> None:
     srv = server([(503, {"error": "busy"}, 0.0), (429, {"error": "slow down"}, 0.0), (200, "not json", 0.0),
-                  (200, ok("done"), 0.0)])
+                  (0, "", 0.0), (200, ok("done"), 0.0)])
     waits: list[float] = []
-    pol = _policy(srv.url, backoff_s=0.5, max_retries=4, sleep=waits.append)
+    pol = _policy(srv.url, backoff_s=0.5, max_retries=4, max_backoff_s=3.0, sleep=waits.append)
     assert pol.act(MSGS, tools=[], rng=random.Random(0)).text == "done"
-    assert len(srv.requests) == 4 and waits == [0.5, 1.0, 2.0]
+    assert len(srv.requests) == 5 and waits == [0.5, 1.0, 2.0, 3.0]  # exponential, capped
 
 
 def test_openai_gives_up_with_an_infra_error(server) -> None:

@@ -26,6 +26,7 @@ the runner retries and never scores. A 400 saying the context length was exceede
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import os
@@ -196,7 +197,7 @@ class OpenAIPolicy:
                 f"{self.url}: HTTP {exc.code}: {detail[:500]} — check the base URL, model name and API key",
                 status=exc.code,
             ) from exc
-        except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:  # refused, reset, timeout, ...
             raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
         try:
             data = json.loads(raw)
