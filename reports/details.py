@@ -60,6 +60,8 @@ def sensitivity_section(a: AnalysisResult) -> Section:
             rows.append([
                 Cell(text=c.endpoint), Cell(text=s.name), Cell(text=s.method), Cell(text=s.status),
                 Cell(text=est), Cell(text=fmt.interval(s.ci_low, s.ci_high, scale=scale, digits=1 if scale == "pp" else 3)),
+                Cell(text=(fmt.pp(s.lower_one_sided) if s.scale == "risk_difference" else fmt.num(s.lower_one_sided))
+                     + f" vs {fmt.pp(c.bar)}"),
                 Cell(text=s.verdict.replace("_", " ").upper(), tone=VERDICT_TONE[s.verdict]),
                 Cell(text={True: "agrees", False: "DISAGREES", None: "n/a"}[s.agrees_with_primary],
                      tone="fail" if flag else ("pass" if s.agrees_with_primary else "na")),
@@ -73,7 +75,7 @@ def sensitivity_section(a: AnalysisResult) -> Section:
         intro="Prespecified checks of the primary analysis (STATS §3.6). They do not change the decision; a "
         "disagreement is flagged so a reader can judge how robust the verdict is.",
         tables=[Table(id="sensitivity-table", header=["endpoint", "analysis", "method", "status", "estimate", "CI",
-                                                      "verdict", "vs primary", "note"], rows=rows)],
+                                                      "lower bound vs bar", "verdict", "vs primary", "note"], rows=rows)],
     )
 
 

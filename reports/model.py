@@ -99,7 +99,7 @@ class EpisodesView(_View):
     page_policy: str = ""
     first_rows: list[EpisodeRow] = Field(default_factory=list)
     rows_json: list[list[str | int | bool | None]] = Field(default_factory=list)
-    counts: list[KeyValue] = Field(default_factory=list)
+    counts: Table | None = None
 
 
 class ReportView(_View):

@@ -73,16 +73,21 @@ def episodes_view(episodes: Sequence[EpisodeResult], paged: set[str], *, cap: in
         return EpisodesView(available=False, absent=absent or "No run directory was given or found, so there is no "
                             "per-episode table (pass --run-dir RUN_DIR).")
     rows = sorted(episode_rows(episodes, paged), key=lambda r: (r.arm, r.instance, r.seed, r.attempt, r.run))
-    counts: dict[str, int] = {}
+    counts: dict[tuple[str, str], int] = {}
     for r in rows:
-        counts[f"{r.arm}: {r.status}"] = counts.get(f"{r.arm}: {r.status}", 0) + 1
+        counts[(r.arm, r.status)] = counts.get((r.arm, r.status), 0) + 1
+    arms, statuses = sorted({a for a, _ in counts}), sorted({s for _, s in counts})
+    table = Table(id="episode-counts", header=["arm", *statuses, "total"],
+                  rows=[[Cell(text=a), *[Cell(text=f"{counts.get((a, s), 0):,}") for s in statuses],
+                         Cell(text=f"{sum(counts.get((a, s), 0) for s in statuses):,}")] for a in arms],
+                  caption="Episodes per arm and status (counts).")
     policy = (f"Every episode has a trajectory page ({len(paged):,})." if len(paged) == len(rows) else
               f"{len(paged):,} of {len(rows):,} episodes have a trajectory page (cap {cap:,}): a deterministic sample "
               "stratified by arm, behaviour × code cell and failure class. The others are listed without a link.")
     return EpisodesView(
         available=True, n_total=len(rows), n_pages=len(paged), page_policy=policy, first_rows=rows[:FIRST_ROWS],
         rows_json=[[getattr(r, f) for f in ROW_FIELDS] for r in rows],
-        counts=[KeyValue(key=k, value=f"{v:,}") for k, v in sorted(counts.items())],
+        counts=table,
     )
 
 
