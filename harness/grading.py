@@ -412,7 +412,8 @@ def grade_patch(
     touched_tests = any(p in restore or is_test_path(p) or is_test_infra_path(p) for p in touched)
     grade = grade_from_output(f2p=f2p, p2p=p2p, stdout=res.stdout, junit_text=junit_text,
                               touched_tests=touched_tests, duration_s=time.monotonic() - t0,
-                              sandbox_timed_out=res.timed_out, instance_id=instance.instance_id)
+                              sandbox_timed_out=res.timed_out, instance_id=instance.instance_id,
+                              oom_killed=bool(getattr(res, "oom_killed", False)))
     if grade is None:
         raise GraderError(f"eval script ended without an exit-code marker (rc {res.returncode}): "
                           f"{res.stderr.strip()[-300:]}")
@@ -424,7 +425,7 @@ STDERR_SEPARATOR = "\n--- stderr ---\n"
 
 def grade_from_output(*, f2p: list[str], p2p: list[str], stdout: str, junit_text: str | None, touched_tests: bool,
                       duration_s: float = 0.0, sandbox_timed_out: bool = False,
-                      instance_id: str = "") -> Grade | None:
+                      instance_id: str = "", oom_killed: bool = False) -> Grade | None:
     """Pure: the Grade from the eval script's stdout and the JUnit text (live grading and offline ``--regrade``).
     Returns None when the script died before printing an exit code and the sandbox did not time out."""
     markers = parse_eval_markers(stdout)
@@ -444,6 +445,9 @@ def grade_from_output(*, f2p: list[str], p2p: list[str], stdout: str, junit_text
             junit = parse_junit_xml(junit_text)
         except ValueError as exc:
             log.warning("%s: %s", instance_id, exc)
+    if oom_killed and markers.exit_code in (137, -9):
+        return Grade(resolved=False, valid=False, reason="TESTS_OOM_KILLED: the test run hit the memory limit",
+                     exit_code=markers.exit_code, parse_source="none", grader_version=GRADER_VERSION, **common)
     return decide_grade(
         f2p=f2p, p2p=p2p, junit=junit, exit_code=markers.exit_code, timed_out=markers.exit_code in (124, 137),
         text_statuses=parse_pytest_text(stdout), **common,

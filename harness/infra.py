@@ -220,6 +220,11 @@ class ControlCache:
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{instance_id}__{kind}__{digest[-16:]}__{grader_version}")
         return self.directory / f"{safe}.json"
 
+    def get(self, instance_id: str, kind: Literal["gold", "empty"], digest: str, grader_version: str) -> Grade | None:
+        """The cached control grade, or None (no sandbox is run)."""
+        path = self._path(instance_id, kind, digest, grader_version)
+        return ControlRecord.model_validate_json(path.read_text()).grade if path.is_file() else None
+
     def get_or_run(
         self, instance_id: str, kind: Literal["gold", "empty"], digest: str, grader_version: str,
         run: Callable[[], Grade],

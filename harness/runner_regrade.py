@@ -10,7 +10,6 @@ they are (they are re-run, not regraded). Use it when a parser or checker change
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -74,7 +73,7 @@ def _regrade_attempt(adir: Path, old: EpisodeResult, inst, ctx: EpisodeContext, 
     grade = _stored_grade(adir / "grade", old, inst, ctx.excluded_tests.get(inst.instance_id, []))
     outcome: Outcome = agent_outcome(traj, patch, grade)
     if outcome.status == "ambiguous" and grade is not None:
-        control = _cached_control(ctx.controls, inst.instance_id, digest)
+        control = ctx.controls.get(inst.instance_id, "gold", digest, GRADER_VERSION)
         if control is not None:
             outcome = settle_ambiguous(grade, control)
     job = EpisodeJob(inst, old.arm, old.seed, old.attempt, traj.seed)
@@ -97,10 +96,3 @@ def _stored_grade(gdir: Path, old: EpisodeResult, inst, excluded: list[str]) -> 
     if grade is not None:
         atomic_write_text(gdir / "grade.json", grade.model_dump_json(indent=1))
     return grade or old.grade
-
-
-def _cached_control(cache: ControlCache, instance_id: str, digest: str) -> Grade | None:
-    path = cache._path(instance_id, "gold", digest, GRADER_VERSION)
-    if not path.is_file():
-        return None
-    return Grade.model_validate(json.loads(path.read_text())["grade"])

@@ -225,12 +225,16 @@ def _patch_for(calc, edits) -> str:
     return {"gold": inst.patch, "empty": ""}[edits] if isinstance(edits, str) else diff_of(repo, edits)
 
 
+FAST_PYTEST = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}  # the venv's plugins (hypothesis, ...) only slow startup
+
+
 def test_grading_with_local_sandbox(calc) -> None:
+    from harness.sandbox import SandboxSpec
     from harness.sandbox_local import LocalSandbox
 
     inst, repo = calc
-    for name, edits, expected in CASES:
-        with LocalSandbox() as sb:
+    for name, edits, expected in [CASES[0], CASES[3]]:  # the fake-sandbox tests above cover the rest
+        with LocalSandbox(SandboxSpec(env=FAST_PYTEST)) as sb:
             sb.copy_in(repo, ".")
             g = grade_patch(inst, _patch_for(calc, edits), sb, timeout_s=120)
         assert g.resolved is expected, (name, g.reason)
@@ -239,10 +243,22 @@ def test_grading_with_local_sandbox(calc) -> None:
 @pytest.mark.docker
 def test_grading_in_docker(calc, docker_provider) -> None:
     inst, repo = calc
-    for name, edits, expected in CASES:
+    for name, edits, expected in [CASES[0], CASES[2], CASES[3]]:
         with docker_provider.create(instance_id=inst.instance_id) as sb:
             sb.copy_in(repo, ".")
             g = grade_patch(inst, _patch_for(calc, edits), sb, timeout_s=120)
         assert g.resolved is expected, (name, g.reason)
         if name == "gold":
             assert g.valid and g.parse_source == "junit-xml" and g.exit_code == 0
+
+
+def test_grade_from_output_oom_and_dead_script() -> None:
+    from harness.grading import grade_from_output
+
+    out = ">>>>> Applied git-apply\n>>>>> Start Test Output\nKilled\n>>>>> Test Exit Code: 137\n"
+    g = grade_from_output(f2p=F2P, p2p=P2P, stdout=out, junit_text=None, touched_tests=False, oom_killed=True)
+    assert g is not None and not g.valid and g.reason.startswith("TESTS_OOM_KILLED")
+    g = grade_from_output(f2p=F2P, p2p=P2P, stdout=out, junit_text=None, touched_tests=False)
+    assert g is not None and not g.valid and g.reason.startswith("GRADE_TIMEOUT")
+    assert grade_from_output(f2p=F2P, p2p=P2P, stdout=">>>>> Applied none\n", junit_text=None,
+                             touched_tests=False) is None  # script died: the caller raises GraderError (infra)

