@@ -346,3 +346,24 @@ def test_policy_specs() -> None:
     assert make_policy("null").name == "null"
     expert = make_policy("expert", think=True)
     assert expert.name == "expert" and expert.think is True  # type: ignore[attr-defined]
+
+
+def test_hf_render_with_the_real_qwen3_template(tiny) -> None:
+    """Our messages through Qwen3's own chat template (TRL's copy): tools in the system turn, assistant
+    ``<tool_call>`` markup verbatim and exactly once, tool results as ``<tool_response>`` user turns."""
+    trl = pytest.importorskip("trl")
+    template = Path(trl.__file__).parent / "chat_templates" / "qwen3.jinja"
+    if not template.is_file():
+        pytest.skip(f"{template} not shipped by this trl version")
+    model, tok = tiny
+    qtok = PreTrainedTokenizerFast(tokenizer_object=tok.backend_tokenizer, eos_token="<|im_end|>")
+    qtok.chat_template = template.read_text()
+    call = format_tool_call("read_file", {"path": "calc.py"})
+    msgs = [*MSGS, Message(role="assistant", content="<think>\nlook\n</think>\n\n" + call),
+            Message(role="tool", content="def add(a, b): ...", turn=0),
+            Message(role="user", content="Reminder: use Markdown.", is_hint=True, turn=1)]
+    text = qtok.decode(HFPolicy(model, qtok).render(msgs, tool_schemas()))
+    assert text.startswith("<|im_start|>system\nYou fix bugs.\n\n# Tools\n")
+    assert text.count('{"name": "read_file", "arguments": {"path": "calc.py"}}') == 1
+    assert "<|im_start|>user\n<tool_response>\ndef add(a, b): ...\n</tool_response><|im_end|>\n" in text
+    assert text.endswith("<|im_start|>user\nReminder: use Markdown.<|im_end|>\n<|im_start|>assistant\n")
