@@ -4,8 +4,10 @@ A run directory holds ``manifest.json``, ``results.jsonl`` (one ``EpisodeResult`
 ``episodes/<instance_id>/<arm>/s<seed>/a<attempt>/{trajectory.jsonl, patch.diff, grade/, result.json}``.
 ``results.jsonl`` is read when present (fast); otherwise every ``result.json`` under ``episodes/`` is read.
 
-``trajectory.jsonl`` is accepted in the shapes the harness may write: one ``Trajectory`` object (on one line),
-one ``Message`` per line, or event lines carrying a ``message`` object. A file in none of these shapes is not
+``trajectory.jsonl`` is accepted in the shapes the harness may write: the runner's event format (a
+``{"type": "trajectory", …}`` header line, then one ``{"type": "message", …}`` line per message; see
+``harness.runner_episode.write_trajectory``), one ``Trajectory`` object on one line, one ``Message`` per line, or
+event lines carrying a ``message`` object. A file in none of these shapes is not
 guessed at: the trajectory page says it could not be read and why.
 """
 
@@ -22,7 +24,7 @@ from harness.schema import EpisodeResult, Message, RunManifest, Trajectory
 
 log = logging.getLogger(__name__)
 
-GRADE_LOG_NAMES = ("test_output.txt", "eval.sh", "exit_code", "status_map.json", "behaviour.json")
+GRADE_LOG_NAMES = ("test_output.txt", "grade.json", "eval.sh", "junit.xml", "exit_code", "status_map.json", "behaviour.json")
 
 
 class RunDirError(ValueError):
@@ -110,17 +112,30 @@ def _parse_trajectory(text: str) -> tuple[Trajectory | None, tuple[Message, ...]
             return t, tuple(t.messages)
         except ValidationError:
             pass
+    header: dict | None = None
     msgs: list[Message] = []
     for i, ln in enumerate(lines, 1):
         obj = json.loads(ln)
-        if isinstance(obj, dict) and isinstance(obj.get("message"), dict):
+        if not isinstance(obj, dict):
+            raise ValueError(f"line {i}: not a JSON object")
+        kind = obj.pop("type", None)
+        if kind == "trajectory":
+            header = obj
+            continue
+        if isinstance(obj.get("message"), dict):
             obj = obj["message"]
-        elif isinstance(obj, dict) and "role" not in obj:
+        elif "role" not in obj:
             continue  # an event without a message (limit, timing): not a conversation turn
         try:
             msgs.append(Message.model_validate(obj))
         except ValidationError as exc:
             raise ValueError(f"line {i}: not a Message ({_first_error(exc)})") from exc
+    if header is not None:
+        try:
+            t = Trajectory.model_validate({**header, "messages": msgs})
+        except ValidationError as exc:
+            raise ValueError(f"line 1: not a trajectory header ({_first_error(exc)})") from exc
+        return t, tuple(msgs)
     return None, tuple(msgs)
 
 

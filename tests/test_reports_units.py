@@ -106,6 +106,17 @@ def test_parse_trajectory_shapes() -> None:
         _parse_trajectory(json.dumps({"role": "wizard", "content": "x"}))
 
 
+def test_parse_trajectory_reads_the_runner_format(tmp_path: Path) -> None:
+    from harness.runner_episode import read_trajectory, write_trajectory
+
+    msgs = [Message(role="user", content="hi", turn=0), Message(role="assistant", content="ok", turn=0, is_hint=False)]
+    t = Trajectory(instance_id="i", policy="p", seed=3, messages=msgs, final_message="done", finished=True,
+                   discarded_drafts=[Message(role="assistant", content="draft", turn=0)])
+    write_trajectory(tmp_path / "trajectory.jsonl", t)
+    traj, got = _parse_trajectory((tmp_path / "trajectory.jsonl").read_text())
+    assert traj == t == read_trajectory(tmp_path / "trajectory.jsonl") and list(got) == msgs
+
+
 def test_episode_files_report_unreadable_trajectory(tmp_path: Path) -> None:
     (tmp_path / "trajectory.jsonl").write_text("{broken\n")
     files = read_episode_files(tmp_path)
