@@ -266,6 +266,27 @@ def _software() -> dict[str, str]:
     return out
 
 
+def _warnings(record: FrozenProtocol, runs: list[LoadedRun], table: OutcomeTable,
+              results: list[CriterionResult]) -> list[str]:  # fmt: skip
+    """Non-fatal provenance and consistency notes, shown in the report."""
+    proto = record.protocol
+    warns = list(table.warnings)
+    graders = {e.grader_version for e in proto.endpoints if e.grader_version}
+    for run in runs:
+        m = run.manifest
+        if graders and m.grader_version not in graders:
+            warns.append(f"run {m.run_id} was graded with {m.grader_version}, the plan names {sorted(graders)}")
+        if not m.isolated:
+            warns.append(f"run {m.run_id} used a non-isolated sandbox ({m.sandbox}); agent code ran unconfined")
+    if record.git.dirty:
+        warns.append(f"the plan was frozen from a dirty checkout (git {record.git.commit}); the record alone is binding")
+    for r in results:
+        if r.sensitivity_agree is False:
+            off = [s.name for s in r.sensitivity if s.agrees_with_primary is False]
+            warns.append(f"{r.endpoint}: sensitivity analyses {off} disagree with the primary verdict ({r.verdict})")
+    return warns
+
+
 def analyze(
     frozen: FrozenProtocol | str | Path,
     run_dirs: list[str | Path],
@@ -301,13 +322,7 @@ def analyze(
         verdict = "INCONCLUSIVE"
         reasons.insert(0, f"coverage {missing.coverage:.3f} is below the preregistered {proto.coverage_threshold:.3f}")
     secondary_ids = [e.id for e in proto.endpoints if e.role == "secondary"]
-    warns = list(table.warnings)
-    if record.git.dirty:
-        warns.append(f"the plan was frozen from a dirty checkout (git {record.git.commit}); the record alone is binding")
-    for r in results:
-        if r.sensitivity_agree is False:
-            off = [s.name for s in r.sensitivity if s.agrees_with_primary is False]
-            warns.append(f"{r.endpoint}: sensitivity analyses {off} disagree with the primary verdict ({r.verdict})")
+    warns = _warnings(record, runs, table, results)
     return AnalysisResult(
         plan_name=proto.name, plan_version=proto.version, protocol_hash=record.sha256, frozen_at=record.frozen_at,
         estimand=proto.estimand, created_at=now or utc_now(), analysis_seed=proto.analysis_seed, arms=table.arms,
