@@ -100,9 +100,11 @@ def run_ours(a: argparse.Namespace) -> dict:
         T._Sources.take = take
         train_rl(cfg, Path(d) / "run", setup=setup)
         rows = [json.loads(x) for x in (Path(d) / "run" / "metrics.jsonl").read_text().splitlines()]
+        wall = json.loads((Path(d) / "run" / "manifest.json").read_text())["compute"]["wall_s"]
     times = [r["time/step_s"] for r in rows[a.warmup:]]
     toks = [r["rollout/response_tokens"] * a.groups * a.n for r in rows[a.warmup:]]
-    return {"step_s": statistics.median(times), "tokens_per_step": statistics.median(toks)}
+    return {"step_s": statistics.median(times), "tokens_per_step": statistics.median(toks),
+            "phase_wall_s_all_steps": {k: round(v, 2) for k, v in wall.items() if v}}
 
 
 def run_trl(a: argparse.Namespace) -> dict:
