@@ -260,20 +260,37 @@ def build_eval_script(
 ) -> str:
     """The bash script run (``bash -s``) in the fresh grading sandbox's work directory. Pure; stored as eval.sh."""
     q = shlex.quote
-    b64 = lambda s: base64.b64encode(s.encode()).decode()  # noqa: E731
-    restore = " ".join(q(f) for f in restore_files)
-    infra = " ".join(q(f) for f in infra_files)
-    ids = " ".join(q(t) for t in test_ids)
-    G, B = q(grader_dir), q(base_commit)
+    return (
+        _script_setup(q(grader_dir), q(base_commit), candidate_patch, test_patch)
+        + _script_apply()
+        + _script_restore(" ".join(q(f) for f in infra_files), " ".join(q(f) for f in restore_files),
+                          reset_pyproject)
+        + _script_test(test_cmd, " ".join(q(t) for t in test_ids), timeout_s)
+    )
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def _script_setup(G: str, B: str, candidate_patch: str, test_patch: str) -> str:  # noqa: N803
     return f"""set -u
 git() {{ command git -c safe.directory='*' -c advice.detachedHead=false "$@"; }}
 G={G}; B={B}
 rm -rf "$G" && mkdir -p "$G" || {{ echo '>>>>> Reset Failed'; exit 90; }}
-echo '{b64(candidate_patch)}' | base64 -d > "$G/candidate.diff"
-echo '{b64(test_patch)}' | base64 -d > "$G/test.diff"
+if ! command -v python >/dev/null 2>&1 && command -v python3 >/dev/null 2>&1; then
+  mkdir -p "$G/bin" && printf '#!/bin/sh\\nexec python3 "$@"\\n' > "$G/bin/python" && chmod +x "$G/bin/python"
+  export PATH="$G/bin:$PATH"
+fi
+echo '{_b64(candidate_patch)}' | base64 -d > "$G/candidate.diff"
+echo '{_b64(test_patch)}' | base64 -d > "$G/test.diff"
 reset_tree() {{ git reset -q --hard "$B" && git clean -qfd; }}
 reset_tree >/dev/null 2>&1 || {{ echo '>>>>> Reset Failed'; exit 90; }}
-applied=''
+"""
+
+
+def _script_apply() -> str:
+    return """applied=''
 if [ ! -s "$G/candidate.diff" ]; then applied=none
 elif git apply --binary --whitespace=nowarn "$G/candidate.diff"; then applied=git-apply
 else reset_tree
@@ -284,18 +301,26 @@ else reset_tree
   fi
 fi
 echo ">>>>> Applied $applied"
-for f in {infra}; do git checkout -q "$B" -- "$f" 2>/dev/null || rm -rf -- "$f"; done
+"""
+
+
+_PYPROJECT_CHECK = """import sys
+try:
+    import tomllib
+    a, b = (tomllib.load(open(p, "rb")).get("tool", {}) for p in sys.argv[1:3])
+    pick = lambda t: {k: v for k, v in t.items() if k.startswith("pytest")}
+    sys.exit(0 if pick(a) == pick(b) else 1)
+except Exception:
+    sys.exit(1)
+"""
+
+
+def _script_restore(infra: str, restore: str, reset_pyproject: bool) -> str:
+    return f"""for f in {infra}; do git checkout -q "$B" -- "$f" 2>/dev/null || rm -rf -- "$f"; done
 if [ -f pyproject.toml ] && ! git diff --quiet "$B" -- pyproject.toml 2>/dev/null; then
   git show "$B:pyproject.toml" > "$G/pyproject.base" 2>/dev/null || : > "$G/pyproject.base"
   if python - "$G/pyproject.base" pyproject.toml <<'PYEOF'
-import sys
-try:
-    import tomllib
-    a, b = (tomllib.load(open(p, "rb")).get("tool", {{}}) for p in sys.argv[1:3])
-    sys.exit(0 if {{k: v for k, v in a.items() if k.startswith("pytest")}} == {{k: v for k, v in b.items() if k.startswith("pytest")}} else 1)
-except Exception:
-    sys.exit(1)
-PYEOF
+{_PYPROJECT_CHECK}PYEOF
   then :; else echo '>>>>> Pyproject Pytest Changed'
     if [ {int(reset_pyproject)} = 1 ]; then git checkout -q "$B" -- pyproject.toml 2>/dev/null || rm -f pyproject.toml; fi
   fi
@@ -304,12 +329,12 @@ for f in {restore}; do git checkout -q "$B" -- "$f" 2>/dev/null || rm -rf -- "$f
 if [ -s "$G/test.diff" ]; then
   git apply --binary --whitespace=nowarn "$G/test.diff" || {{ echo '>>>>> Test Patch Failed'; exit 0; }}
 fi
-mkdir -p "$G/out"
+"""
+
+
+def _script_test(test_cmd: str, ids: str, timeout_s: float) -> str:
+    return f"""mkdir -p "$G/out"
 echo '>>>>> Start Test Output'
-if ! command -v python >/dev/null 2>&1 && command -v python3 >/dev/null 2>&1; then
-  mkdir -p "$G/bin" && printf '#!/bin/sh\nexec python3 "$@"\n' > "$G/bin/python" && chmod +x "$G/bin/python"
-  export PATH="$G/bin:$PATH"
-fi
 export PYTHONDONTWRITEBYTECODE=1; unset PYTEST_ADDOPTS
 timeout -k 5 {int(timeout_s)} {test_cmd} -rA -p no:cacheprovider --junitxml="$G/out/junit.xml" {ids} < /dev/null
 echo ">>>>> Test Exit Code: $?"

@@ -181,12 +181,17 @@ def test_patch_deleting_or_skipping_tests_never_resolves(calc) -> None:
     assert not g.resolved and not g.tests_touched
 
 
+PYPROJECT_BUMP = '[project]\nname = "calc"\nversion = "1"\n'
+
+
 def test_library_hard_exit_and_pyproject_addopts(calc) -> None:
     g = _grade(calc, {"calc.py": "import os\nos._exit(0)\n"})
     assert not g.resolved and not g.valid and g.reason.startswith("NO_JUNIT")
     pyproject = '[project]\nname = "calc"\nversion = "0"\n[tool.pytest.ini_options]\naddopts = "-k nothing"\n'
     g = _grade(calc, {"pyproject.toml": pyproject, "calc.py": CALC_FIXED})
     assert g.resolved and g.tests_touched  # the pytest table was reset to base; the real fix still resolves
+    g = _grade(calc, {"pyproject.toml": PYPROJECT_BUMP, "calc.py": CALC_FIXED})
+    assert g.resolved and not g.tests_touched  # a change outside [tool.pytest*] is not a test-config change
 
 
 def test_patch_that_does_not_apply(calc) -> None:
@@ -250,6 +255,10 @@ def test_grading_in_docker(calc, docker_provider) -> None:
         assert g.resolved is expected, (name, g.reason)
         if name == "gold":
             assert g.valid and g.parse_source == "junit-xml" and g.exit_code == 0
+    with docker_provider.create(instance_id=inst.instance_id) as sb:  # the image has python3 only
+        sb.copy_in(repo, ".")
+        g = grade_patch(inst, _patch_for(calc, {"pyproject.toml": PYPROJECT_BUMP, "calc.py": CALC_FIXED}), sb)
+    assert g.resolved and not g.tests_touched, g.reason
 
 
 def test_grade_from_output_oom_and_dead_script() -> None:
