@@ -266,6 +266,9 @@ def run_group(
         for lv, b in zip(active, budget, strict=True):
             if b < 1:
                 lv.done = True
+                if turn == 0:
+                    logger.warning("%s: the opening prompt (%d tokens) fills rollout.max_context_tokens; no turn "
+                                   "was sampled — raise max_context_tokens", instance.instance_id, len(lv.ctx))
         active = [lv for lv, b in zip(active, budget, strict=True) if b >= 1]
         if not active:
             break

@@ -43,9 +43,9 @@ from repro.rollout import (
     run_group,
 )
 from repro.tokenizer import ChatEncoder
-from repro.wiring import default_sampler
 from repro.track import MetricsWriter, progress, read_metrics
 from repro.trainer_step import LossRoot, build_batch, collate, reduce_stats
+from repro.wiring import default_sampler
 
 logger = logging.getLogger(__name__)
 

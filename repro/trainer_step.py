@@ -222,7 +222,7 @@ class LossRoot(nn.Module):
             adv.index_add_(0, mb.kl_idx, -g.lam * g.sampled_token_coef * gap)
             stats.update(gap_sum=float(gap.sum()), gap_n=int(gap.numel()))
         loss = logp.new_zeros(())
-        if self.gr.pg_weight > 0:
+        if self.gr.pg_weight > 0 and logp.numel() > 0:
             sur = clipped_surrogate(logp[None], mb.mu[None], adv[None], mb.m_pg[None], n_tokens_global=max(1.0, n_pg),
                                     eps_low=self.gr.eps_low, eps_high=self.gr.eps_high)
             loss = loss + self.gr.pg_weight * sur.loss

@@ -6,10 +6,10 @@ import threading
 import time
 from pathlib import Path
 
+import _rl_fixtures as F
 import pytest
 import torch
 
-import _rl_fixtures as F
 from repro.pipeline_async import AsyncProducer, StalenessStats, WeightStore, take_fresh
 from repro.train import train_rl
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import _rl_fixtures as F
 import pytest
 import torch
 from safetensors.torch import load_file
 
-import _rl_fixtures as F
 from repro.checkpoint import latest_checkpoint, list_checkpoints, load_trainer_state
 from repro.config import ConfigError
 from repro.train import train_rl

@@ -5,10 +5,10 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+import _rl_fixtures as F
 import pytest
 import torch
 
-import _rl_fixtures as F
 from repro.config import ConfigError
 from repro.distill import DistillExample, distill_loss, read_examples, select_best, train_distill, train_loop
 

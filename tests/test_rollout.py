@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import _rl_fixtures as F
 import pytest
 import torch
 
-import _rl_fixtures as F
 from harness.schema import Message, ToolCall
 from repro.config import load_config
 from repro.rollout import (

@@ -6,11 +6,11 @@ import json
 import time
 from pathlib import Path
 
+import _rl_fixtures as F
 import pytest
 import torch
 from safetensors.torch import load_file
 
-import _rl_fixtures as F
 from repro.checkpoint import read_info, read_manifest
 from repro.config import ConfigError
 from repro.train import train_rl

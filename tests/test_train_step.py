@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import copy
 
+import _rl_fixtures as F
 import pytest
 import torch
 
-import _rl_fixtures as F
 from repro.rollout import EnvOutcome, RolloutSample
 from repro.tokenizer import ChatEncoder
 from repro.trainer_step import LossRoot, build_batch, collate
