@@ -122,7 +122,8 @@ def equal_compute_section(a: AnalysisResult) -> Section:
              Cell(text=f"{r.teacher_forward_tokens:,}"), Cell(text=f"{r.trainer_tokens:,}"),
              Cell(text=f"{r.flops:.3g}"), Cell(text=fmt.duration(r.wall_s)),
              Cell(text=f"{r.peak_memory_bytes / 2**30:.2f} GiB"), Cell(text=str(r.tuning_trials))] for r in ec.compute]
-    ratios = [[Cell(text=k), Cell(text=f"{v:.3f}×")] for k, v in sorted(ec.ratios.items())]
+    ratios = [[Cell(text=k), *[Cell(text=f"{ec.totals.get(arm, {}).get(k, float('nan')):.4g}") for arm in sorted(ec.totals)],
+               Cell(text=f"{v:.3f}×")] for k, v in sorted(ec.ratios.items())]
     cmp = [[Cell(text=c.endpoint), Cell(text=c.compute_axis), Cell(text=f"{c.budget:.3g}"),
             Cell(text=fmt.pct(c.treatment_rate)), Cell(text=fmt.pct(c.baseline_rate)), Cell(text=fmt.pp(c.estimate)),
             Cell(text=fmt.interval(c.ci_low, c.ci_high)), Cell(text=c.method or fmt.DASH), Cell(text=c.note or fmt.DASH)]
@@ -130,7 +131,8 @@ def equal_compute_section(a: AnalysisResult) -> Section:
     tables = [Table(id="compute-table", header=["arm", "seed", "rollout tokens", "teacher tokens", "trainer tokens",
                                                 "FLOPs", "wall", "peak memory", "tuning trials"], rows=comp)]
     if ratios:
-        tables.append(Table(id="compute-ratios", header=["quantity", "treatment / baseline"], rows=ratios))
+        tables.append(Table(id="compute-ratios", header=["quantity", *[f"{arm} (mean over seeds)" for arm in sorted(ec.totals)],
+                                                         "treatment / baseline"], rows=ratios))
     if cmp:
         tables.append(Table(id="compute-matched", header=["endpoint", "axis", "budget", "treatment", "baseline", "Δ",
                                                           "CI", "method", "note"], rows=cmp,

@@ -193,3 +193,34 @@ def test_cli_renders_and_gates(tmp_path: Path, capsys: pytest.CaptureFixture[str
         _cli([*argv, "--training", f"tg:0={tr['tg'][0]}"])
     with pytest.raises(SystemExit):
         _cli(["report", "--analysis", "a", "--out", "o", "--training", "tg-no-seed"])
+
+
+def test_other_branches_render(tmp_path: Path) -> None:
+    """INCONCLUSIVE with low coverage, a dual criterion, a not-evaluated one, a degenerate fallback, equal compute."""
+    from evalsuite.schema import ComputeRow, EqualComputeResult, Exploratory, MatchedComparison
+
+    fp = factory.frozen_protocol()
+    a = factory.analysis(fp.sha256)
+    c0, c1, c2 = a.criteria
+    crits = [c0.model_copy(update={"degenerate": True, "fallback_used": "newcombe"}),
+             c1.model_copy(update={"kind": "dual", "threshold": 0.1, "bar": 0.0}),
+             c2.model_copy(update={"verdict": "not_evaluated", "lower_one_sided": None, "estimate": None,
+                                   "ci_low": None, "ci_high": None, "variance": None})]
+    ec = EqualComputeResult(
+        compute=[ComputeRow(arm=arm, seed=0, rollout_tokens=10**6, flops=1e15, wall_s=3600, peak_memory_bytes=2**31)
+                 for arm in factory.ARMS],
+        totals={"tg": {"flops": 1.2e15}, "grpo": {"flops": 1e15}}, ratios={"flops": 1.2},
+        comparisons=[MatchedComparison(endpoint="code_ok", compute_axis="flops", budget=1e15, treatment_rate=0.5,
+                                       baseline_rate=0.45, estimate=0.05, ci_low=-0.02, ci_high=0.12)])
+    md = a.missing_data.model_copy(update={"coverage": 0.8, "coverage_ok": False, "dropped_tasks": ["repo0__task-0"]})
+    a = a.model_copy(update={"criteria": crits, "missing_data": md,
+                             "decision": a.decision.model_copy(update={"verdict": "INCONCLUSIVE"}),
+                             "exploratory": Exploratory(equal_compute=ec)})
+    s = build_report(a, out_dir=tmp_path / "out", protocol=fp)
+    doc = (tmp_path / "out" / "index.html").read_text()
+    assert s.verdict == "INCONCLUSIVE" and 'class="banner warn"' in doc
+    for needle in ('id="compute-table"', 'id="compute-ratios"', 'id="compute-matched"', "1.200×", "1 h 00 min",
+                   "2.00 GiB", "estimate +21.0 pp ≥ +10.0 pp", "joint_ok — superiority: lower bound &gt; 0: not evaluated",
+                   "fallback used: newcombe", "Coverage 80.0% is below the preregistered 95.0%", "repo0__task-0",
+                   "Noisy feedback</h2>\n  <p class=\"absent\">Not run in this study."):
+        assert needle in doc, needle
