@@ -21,13 +21,15 @@ its arm; unless it has ``thread_safe = True`` its ``act`` calls are serialised b
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import logging
 import random
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,22 +165,39 @@ def run_eval(
         raise ValueError(f"workers must be >= 1, got {workers}")
     policies, specs = _resolve_arms(arms, task_set)
     run_id = out.resolve().name
-    check_resume_compatible(out, task_set, specs)
-    manifest = build_manifest(run_id=run_id, task_set=task_set, arm_specs=specs, seeds=list(seeds),
-                              factory=sandbox_factory, limits=limits, protocol_hash=protocol_hash,
-                              argv=list(argv), policies=policies)
-    write_manifest(out, manifest)
-    ctx = EpisodeContext(run_id=run_id, out_dir=out, factory=sandbox_factory, limits=limits,
-                         controls=ControlCache(out / "controls"), grade_timeout_s=grade_timeout_s,
-                         excluded_tests=dict(excluded_tests or {}), feedback=feedback,
-                         metrics_for=metrics_for or snapshot_metrics(task_set))
-    plan = plan_work(out, task_set.instances, list(specs), seeds, retry=retry, run_seed=run_seed)
-    log.info("run %s: %d episodes to run, %d already finished, %d out of retries", run_id, len(plan.todo),
-             len(plan.done), len(plan.exhausted))
-    _execute(plan.todo, policies, ctx, retry, workers, guard or ErrorRateGuard(), progress, on_result)
-    results = rebuild_results(out, task_set.instances, list(specs), seeds)
-    _report_coverage(results, len(task_set.instances) * len(specs) * len(seeds))
-    return results
+    with run_lock(out):
+        check_resume_compatible(out, task_set, specs)
+        manifest = build_manifest(run_id=run_id, task_set=task_set, arm_specs=specs, seeds=list(seeds),
+                                  factory=sandbox_factory, limits=limits, protocol_hash=protocol_hash,
+                                  argv=list(argv), policies=policies)
+        write_manifest(out, manifest)
+        ctx = EpisodeContext(run_id=run_id, out_dir=out, factory=sandbox_factory, limits=limits,
+                             controls=ControlCache(out / "controls"), grade_timeout_s=grade_timeout_s,
+                             excluded_tests=dict(excluded_tests or {}), feedback=feedback,
+                             metrics_for=metrics_for or snapshot_metrics(task_set))
+        plan = plan_work(out, task_set.instances, list(specs), seeds, retry=retry, run_seed=run_seed)
+        log.info("run %s: %d episodes to run, %d already finished, %d out of retries", run_id, len(plan.todo),
+                 len(plan.done), len(plan.exhausted))
+        _execute(plan.todo, policies, ctx, retry, workers, guard or ErrorRateGuard(), progress, on_result)
+        results = rebuild_results(out, task_set.instances, list(specs), seeds)
+        _report_coverage(results, len(task_set.instances) * len(specs) * len(seeds))
+        return results
+
+
+@contextlib.contextmanager
+def run_lock(out: Path) -> Iterator[None]:
+    """Exclusive lock on a run directory (``.lock``, flock: released by the kernel even after ``kill -9``)."""
+    out.mkdir(parents=True, exist_ok=True)
+    fh = open(out / ".lock", "a+")  # noqa: SIM115 - held for the whole run
+    try:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ValueError(f"{out}: another `tgsuite eval` is running on this run directory; fix: wait for it "
+                             "or choose another --out") from None
+        yield
+    finally:
+        fh.close()
 
 
 def _execute(jobs: list[EpisodeJob], policies: dict[str, Policy], ctx: EpisodeContext, retry: RetryPolicy,

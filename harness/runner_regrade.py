@@ -17,7 +17,7 @@ from pathlib import Path
 from harness.grading import GRADER_VERSION, STDERR_SEPARATOR, grade_from_output
 from harness.infra import ControlCache, Outcome, agent_outcome, atomic_write_text, settle_ambiguous
 from harness.interfaces import EpisodeLimits
-from harness.runner import _attempt_indices, rebuild_results
+from harness.runner import _attempt_indices, rebuild_results, run_lock
 from harness.runner_episode import RESULT_FILE, EpisodeContext, EpisodeJob, _result, read_result, read_trajectory
 from harness.runner_manifest import read_manifest
 from harness.schema import EpisodeResult, Grade, TaskSet
@@ -50,6 +50,13 @@ def regrade_run(out_dir: str | Path, task_set: TaskSet, *,
     digests = man.image_digests
     ctx = EpisodeContext(run_id=man.run_id, out_dir=out, factory=_NoFactory(), limits=EpisodeLimits(),
                          controls=ControlCache(out / "controls"), excluded_tests=dict(excluded_tests or {}))
+    with run_lock(out):
+        n = _regrade_all(out, by_id, ctx, digests)
+    log.info("regraded %d episodes with %s", n, GRADER_VERSION)
+    return rebuild_results(out, task_set.instances, [a.name for a in man.arms], man.seeds)
+
+
+def _regrade_all(out: Path, by_id: dict, ctx: EpisodeContext, digests: dict[str, str]) -> int:
     n = 0
     for sdir in sorted((out / "episodes").glob("*/*/s*")):
         inst = by_id.get(sdir.parent.parent.name)
@@ -63,8 +70,7 @@ def regrade_run(out_dir: str | Path, task_set: TaskSet, *,
         new = _regrade_attempt(adir, old, inst, ctx, digests.get(inst.image, inst.image))
         atomic_write_text(adir / RESULT_FILE, new.model_dump_json(indent=1))
         n += 1
-    log.info("regraded %d episodes with %s", n, GRADER_VERSION)
-    return rebuild_results(out, task_set.instances, [a.name for a in man.arms], man.seeds)
+    return n
 
 
 def _regrade_attempt(adir: Path, old: EpisodeResult, inst, ctx: EpisodeContext, digest: str) -> EpisodeResult:

@@ -15,7 +15,7 @@ import pytest
 
 from harness.infra import RetryPolicy
 from harness.interfaces import EpisodeLimits
-from harness.runner import episode_seed, plan_work, rebuild_results, run_eval
+from harness.runner import episode_seed, plan_work, rebuild_results, run_eval, run_lock
 from harness.schema import EpisodeResult, TaskSet
 from tests.harness_fakes import (
     FakeFactory,
@@ -147,6 +147,8 @@ def test_resume_refuses_other_task_set_and_rebuild_results(tmp_path: Path) -> No
         run_eval(other, {"null": NullFinishPolicy()}, [0], out, sandbox_factory=FakeFactory(repos))
     (out / "results.jsonl").unlink()
     assert len(rebuild_results(out)) == 1 and (out / "results.jsonl").is_file()
+    with run_lock(out), pytest.raises(ValueError, match="another `tgsuite eval` is running"):
+        run_eval(ts, {"null": NullFinishPolicy()}, [0], out, sandbox_factory=FakeFactory(repos))
 
 
 def test_regrade_redecides_from_stored_output(tmp_path: Path) -> None:
