@@ -205,6 +205,10 @@ def test_cli_freeze_check_analyze(tmp_path, capsys):
     res = AnalysisResult.model_validate_json(out.read_text())
     assert res.decision.verdict in ("SHIP", "NO_SHIP", "INCONCLUSIVE") and res.protocol_hash == rec["sha256"]
     assert "decision:" in capsys.readouterr().out
+    assert _cli(["protocol", "deviation", "--frozen", str(frozen_path), "--kind", "other", "--description", "d",
+                 "--justification", "j"]) == 0  # fmt: skip
+    assert _cli(["analyze", "--protocol", str(frozen_path), "--runs", *map(str, runs), "--out", str(out)]) == 0
+    assert [d.description for d in AnalysisResult.model_validate_json(out.read_text()).deviations] == ["d"]
     assert _cli(["analyze", "--protocol", str(frozen_path), "--runs", str(tmp_path / "nope")]) == 2
     assert _cli(["protocol", "check", str(tmp_path / "missing.json")]) == 2
 
