@@ -128,6 +128,43 @@ def _pool(cfg: TrainConfig, setup: Any) -> list[Any]:
     return samples
 
 
+def _fit(model: torch.nn.Module, teacher: torch.nn.Module, examples: list[DistillExample],
+         opt: torch.optim.Optimizer, cfg: TrainConfig, ledger: ComputeLedger, out: Path) -> None:
+    """``distill.steps`` optimizer steps over seeded shuffles of ``examples``; one metrics line per step."""
+    d = cfg.distill
+    rng = random.Random(cfg.run.seed)
+    order: list[int] = []
+    writer = MetricsWriter(out / "metrics.jsonl")
+    flop_params = count_params(model)["flop_params"]
+    bar = progress(d.steps, 0, cfg.run.progress, desc="distill")
+    for step in range(d.steps):
+        batch = []
+        for _ in range(min(d.batch, len(examples))):
+            if not order:
+                order = list(range(len(examples)))
+                rng.shuffle(order)
+            batch.append(examples[order.pop()])
+        opt.zero_grad(set_to_none=True)
+        stats = {"kl": 0.0, "ce": 0.0, "n": 0}
+        with ledger.phase("trainer"):
+            for ex in batch:
+                loss, st = distill_loss(model, teacher, torch.tensor(ex.ids), torch.tensor(ex.act),
+                                        tau=d.target_temperature, hard_weight=d.hard_weight,
+                                        chunk=cfg.guidance.chunk_size)
+                (loss / len(batch)).backward()
+                stats = {k: stats[k] + st[k] / (len(batch) if k != "n" else 1) for k in stats}
+            gn = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip))
+            opt.step()
+        ntok = sum(len(ex.ids) for ex in batch)
+        ledger.add("trainer", tokens=ntok, flops=train_flops(flop_params, ntok))
+        writer.log(step + 1, {"loss/distill_kl": stats["kl"], "loss/distill_ce": stats["ce"],
+                              "distill/act_tokens": stats["n"], "grad/norm": gn, "distill/examples": len(examples),
+                              "distill/mean_reward": sum(e.reward for e in examples) / len(examples)})
+        bar.update(1)
+    bar.close()
+    writer.close()
+
+
 def train_distill(cfg: TrainConfig, out_dir: str | Path, *, setup: Any = None,
                   examples: list[DistillExample] | None = None, argv: list[str] | None = None) -> ck.CheckpointInfo:
     """One self-distillation stage; returns the checkpoint it writes (``checkpoints/step_<distill.steps>``)."""
@@ -156,38 +193,9 @@ def train_distill(cfg: TrainConfig, out_dir: str | Path, *, setup: Any = None,
         p.requires_grad_(False)
     model.train()
     d = cfg.distill
-    opt = torch.optim.AdamW(model.parameters(), lr=d.lr, betas=tuple(cfg.optim.betas), weight_decay=cfg.optim.weight_decay)
-    rng = random.Random(cfg.run.seed)
-    order: list[int] = []
-    writer = MetricsWriter(out / "metrics.jsonl")
-    params = count_params(model)
-    bar = progress(d.steps, 0, cfg.run.progress, desc="distill")
-    for step in range(d.steps):
-        batch = []
-        for _ in range(min(d.batch, len(examples))):
-            if not order:
-                order = list(range(len(examples)))
-                rng.shuffle(order)
-            batch.append(examples[order.pop()])
-        opt.zero_grad(set_to_none=True)
-        stats = {"kl": 0.0, "ce": 0.0, "n": 0}
-        with ledger.phase("trainer"):
-            for ex in batch:
-                loss, st = distill_loss(model, teacher, torch.tensor(ex.ids), torch.tensor(ex.act),
-                                        tau=d.target_temperature, hard_weight=d.hard_weight, chunk=cfg.guidance.chunk_size)
-                (loss / len(batch)).backward()
-                stats = {k: stats[k] + st[k] / (len(batch) if k != "n" else 1) for k in stats}
-            gn = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip))
-            opt.step()
-        ntok = sum(len(ex.ids) for ex in batch)
-        ledger.add("trainer", tokens=ntok, flops=train_flops(params["flop_params"], ntok))
-        writer.log(step + 1, {"loss/distill_kl": stats["kl"], "loss/distill_ce": stats["ce"],
-                              "distill/act_tokens": stats["n"], "grad/norm": gn,
-                              "distill/examples": len(examples),
-                              "distill/mean_reward": sum(e.reward for e in examples) / len(examples)})
-        bar.update(1)
-    bar.close()
-    writer.close()
+    opt = torch.optim.AdamW(model.parameters(), lr=d.lr, betas=tuple(cfg.optim.betas),
+                            weight_decay=cfg.optim.weight_decay)
+    _fit(model, teacher, examples, opt, cfg, ledger, out)
     info = ck.save_checkpoint(out, d.steps, model=model, tokenizer=setup.tokenizer,
                               trainer_state={"optimizer": opt.state_dict(), "step": d.steps, "rng": ck.rng_state({})},
                               config_sha256=cfg.sha256(), arm=cfg.run.arm, seed=cfg.run.seed,
@@ -197,7 +205,7 @@ def train_distill(cfg: TrainConfig, out_dir: str | Path, *, setup: Any = None,
     ck.write_manifest(out, ck.TrainManifest(
         kind="distill", run_dir=str(out), created_at=now, updated_at=now, argv=list(argv or []), git_commit=git_commit,
         git_dirty=git_dirty, packages=ck.package_versions(), arm=cfg.run.arm, seed=cfg.run.seed, config=cfg.to_dict(),
-        config_sha256=cfg.sha256(), model_params=params, steps_done=d.steps, status="done",
+        config_sha256=cfg.sha256(), model_params=count_params(model), steps_done=d.steps, status="done",
         compute=ledger.snapshot(), checkpoints=[info.path],
         summary={"examples": len(examples), "mean_reward": sum(e.reward for e in examples) / len(examples)}))
     return info

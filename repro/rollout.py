@@ -256,23 +256,11 @@ def run_group(
         if not active:
             break
         if settings.hint_in_rollout and hint_source is not None:
-            for lv in active:
-                text = hint_source(instance, turn, hint_rng)
-                if text:
-                    lv.messages.append(Message(role="user", content=text, turn=turn, is_hint=True))
-                    lv.ctx += encoder.hint_ids(text)
-                    lv.hint_turns.append(turn)
-        budget = [settings.max_context_tokens - len(lv.ctx) - len(encoder.assistant_header) - 1 for lv in active]
-        for lv, b in zip(active, budget, strict=True):
-            if b < 1:
-                lv.done = True
-                if turn == 0:
-                    logger.warning("%s: the opening prompt (%d tokens) fills rollout.max_context_tokens; no turn "
-                                   "was sampled — raise max_context_tokens", instance.instance_id, len(lv.ctx))
-        active = [lv for lv, b in zip(active, budget, strict=True) if b >= 1]
+            _insert_hints(active, instance, turn, hint_source, hint_rng, encoder)
+        active, budget = _within_budget(active, settings, encoder, instance.instance_id, turn)
         if not active:
             break
-        max_new = min(settings.max_new_tokens, min(b for b in budget if b >= 1))
+        max_new = min(settings.max_new_tokens, min(budget))
         contexts = [lv.ctx + encoder.assistant_header for lv in active]
         with ledger.phase("rollout"):
             outs = sampler.sample(contexts, max_new_tokens=max_new, temperature=settings.temperature,
@@ -285,6 +273,33 @@ def run_group(
     for j, lv in enumerate(live):
         samples.append(_finish(lv, instance, item, j, version, encoder, tools, checker, reward_weights, ledger))
     return samples
+
+
+def _insert_hints(active: list[_Live], instance: TaskInstance, turn: int, hint_source: HintSource,
+                  rng: random.Random, encoder: Any) -> None:
+    for lv in active:
+        text = hint_source(instance, turn, rng)
+        if text:
+            lv.messages.append(Message(role="user", content=text, turn=turn, is_hint=True))
+            lv.ctx += encoder.hint_ids(text)
+            lv.hint_turns.append(turn)
+
+
+def _within_budget(active: list[_Live], settings: RolloutSettings, encoder: Any, instance_id: str,
+                   turn: int) -> tuple[list[_Live], list[int]]:
+    """Episodes that still have room for at least one new token (others end here) and their token budgets."""
+    keep, budgets = [], []
+    for lv in active:
+        b = settings.max_context_tokens - len(lv.ctx) - len(encoder.assistant_header) - 1
+        if b >= 1:
+            keep.append(lv)
+            budgets.append(b)
+            continue
+        lv.done = True
+        if turn == 0:
+            logger.warning("%s: the opening prompt (%d tokens) fills rollout.max_context_tokens; no turn was "
+                           "sampled — raise max_context_tokens", instance_id, len(lv.ctx))
+    return keep, budgets
 
 
 def _advance(lv: _Live, ids: list[int], lps: list[float], turn: int, encoder: Any, tokenizer: Any,
