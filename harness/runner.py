@@ -144,7 +144,7 @@ def run_eval(
     limits: EpisodeLimits | None = None,
     retry: RetryPolicy | None = None,
     run_seed: int = 0,
-    feedback: FeedbackProvider | None = None,
+    feedback: FeedbackProvider | Mapping[str, FeedbackProvider | None] | None = None,
     excluded_tests: Mapping[str, list[str]] | None = None,
     grade_timeout_s: float = 900.0,
     protocol_hash: str | None = None,
@@ -156,7 +156,8 @@ def run_eval(
 ) -> list[EpisodeResult]:
     """Run (or resume) every arm × instance × seed episode into ``out_dir``; returns the final results.
 
-    Raises ``RunAborted`` when the infra-error guard trips and ``ValueError`` when ``out_dir`` belongs to a run
+    ``feedback``: one provider for every arm, or ``{arm: provider}`` (arms not named get none), e.g. for the
+    noisy-feedback study. Raises ``RunAborted`` when the infra-error guard trips and ``ValueError`` when ``out_dir`` belongs to a run
     with another task set or other arm policies.
     """
     out = Path(out_dir)
@@ -173,7 +174,9 @@ def run_eval(
         write_manifest(out, manifest)
         ctx = EpisodeContext(run_id=run_id, out_dir=out, factory=sandbox_factory, limits=limits,
                              controls=ControlCache(out / "controls"), grade_timeout_s=grade_timeout_s,
-                             excluded_tests=dict(excluded_tests or {}), feedback=feedback,
+                             excluded_tests=dict(excluded_tests or {}),
+                             feedback=None if isinstance(feedback, Mapping) else feedback,
+                             feedback_by_arm=dict(feedback) if isinstance(feedback, Mapping) else {},
                              metrics_for=metrics_for or snapshot_metrics(task_set))
         plan = plan_work(out, task_set.instances, list(specs), seeds, retry=retry, run_seed=run_seed)
         log.info("run %s: %d episodes to run, %d already finished, %d out of retries", run_id, len(plan.todo),

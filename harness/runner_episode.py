@@ -75,6 +75,7 @@ class EpisodeContext:
     infra_policy: InfraPolicy = "reset"
     excluded_tests: dict[str, list[str]] = field(default_factory=dict)
     feedback: FeedbackProvider | None = None
+    feedback_by_arm: dict[str, FeedbackProvider | None] = field(default_factory=dict)
     metrics_for: Callable[[Trajectory, TaskInstance], EpisodeMetrics] | None = None
 
 
@@ -153,7 +154,8 @@ def run_attempt(job: EpisodeJob, policy: Policy, ctx: EpisodeContext) -> Episode
             with timer.phase("agent"):
                 from harness.agent import run_episode
 
-                traj = run_episode(job.instance, policy, sb, ctx.limits, feedback=ctx.feedback, seed=job.episode_seed)
+                fb = ctx.feedback_by_arm.get(job.arm, ctx.feedback)
+                traj = run_episode(job.instance, policy, sb, ctx.limits, feedback=fb, seed=job.episode_seed)
             write_trajectory(d / "trajectory.jsonl", traj)
             phase = "extract"
             with timer.phase("extract"):

@@ -249,3 +249,23 @@ def test_cli_eval_then_resume_then_regrade(mini_heldout: TaskSet, tmp_path: Path
     bad_cmd = [c if c != "0" else "0,0" for c in cmd]  # the seed list
     bad = subprocess.run(bad_cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--seeds '0,0'" in bad.stderr and "fix:" in bad.stderr
+
+
+class _HintOnce:
+    def hint_for(self, instance, messages, turn, rng):
+        from harness.interfaces import Hint
+
+        return Hint(text="Please answer in Markdown.", kind="correct") if turn == 0 else None
+
+
+def test_feedback_per_arm(tmp_path: Path) -> None:
+    from harness.runner_episode import read_trajectory
+
+    ts, repos = _task_set(tmp_path, 1)
+    out = tmp_path / "run"
+    run_eval(ts, {"hinted": NullFinishPolicy(), "plain": NullFinishPolicy()}, [0], out,
+             sandbox_factory=FakeFactory(repos), feedback={"hinted": _HintOnce()})
+    hinted = read_trajectory(out / "episodes/calc-0/hinted/s0/a0/trajectory.jsonl")
+    plain = read_trajectory(out / "episodes/calc-0/plain/s0/a0/trajectory.jsonl")
+    assert hinted.hint_turns == [0] and any(m.is_hint for m in hinted.messages)
+    assert plain.hint_turns == [] and not any(m.is_hint for m in plain.messages)
