@@ -21,7 +21,7 @@ import tracemalloc
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "reports"))
-import factory  # noqa: E402
+import report_factory as factory  # noqa: E402
 
 from reports.build import build_report  # noqa: E402
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "reports"))
-import factory  # noqa: E402
-from cdp import check_page, find_chromium  # noqa: E402
+import report_factory as factory  # noqa: E402
+from report_cdp import check_page, find_chromium  # noqa: E402
 
 from reports.build import build_report  # noqa: E402
 

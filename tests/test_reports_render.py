@@ -14,7 +14,7 @@ import pytest
 from markupsafe import escape
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "reports"))
-import factory  # noqa: E402
+import report_factory as factory  # noqa: E402
 
 from reports import render  # noqa: E402
 from reports.build import ReportInputError, build_report, build_view  # noqa: E402

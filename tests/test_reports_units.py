@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "reports"))
-import factory  # noqa: E402
+import report_factory as factory  # noqa: E402
 
 from harness.schema import Message, Trajectory  # noqa: E402
 from reports import format as fmt  # noqa: E402
