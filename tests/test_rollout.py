@@ -108,3 +108,20 @@ def test_real_harness_rl_step(tmp_path: Path) -> None:
     row = F.metrics(tmp_path / "run")[0]
     assert info.step == 1 and row["rollout/turns"] == 2 and row["rollout/infra_dropped_groups"] == 0
     assert row["task/pass_rate"] == 0.0  # a random nano model fixes nothing
+
+
+@pytest.mark.docker
+def test_real_harness_rl_step_in_docker(tmp_path: Path, base_image: str) -> None:
+    """The same RL step with rollout.sandbox = "docker" (network none, non-root; HARNESS §6)."""
+    from harness.minirepos import make_mini
+    from repro.train import train_rl
+
+    make_mini(tmp_path / "tasks", split="train", repos=1, tasks_per_repo=1, seed=0)
+    F.tokenizer().save_pretrained(tmp_path / "tok")
+    cfg = load_config(arm="grpo", sets=[
+        "run.steps=1", "run.progress=false", "rollout.groups=1", "rollout.group_size=2", "rollout.max_turns=1",
+        "rollout.max_new_tokens=4", "rollout.max_context_tokens=16000", "model.threads=1", "rollout.sandbox=docker",
+        f"model.tokenizer=\"{tmp_path / 'tok'}\"", f"tasks.path=\"{tmp_path / 'tasks'}\""])
+    train_rl(cfg, tmp_path / "run")
+    row = F.metrics(tmp_path / "run")[0]
+    assert row["rollout/infra_dropped_groups"] == 0 and row["rollout/turns"] == 1
