@@ -26,17 +26,17 @@ on purpose; that needs a process boundary we do not have.
 
 from __future__ import annotations
 
-import base64
 import logging
 import re
 import shlex
+import sys
 import time
 import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Literal
 
+from harness.grading_script import build_eval_script, parse_eval_markers
 from harness.sandbox import Sandbox
 from harness.schema import Grade, TaskInstance, TestStatus
 
@@ -206,6 +206,21 @@ def is_test_infra_path(path: str) -> bool:
     return path.rsplit("/", 1)[-1] in _INFRA_NAMES
 
 
+_RUNNER_MODULES = frozenset({"pytest", "_pytest", "pluggy", "py", "iniconfig", "packaging", "exceptiongroup",
+                             "tomli", "sitecustomize", "usercustomize"})
+
+
+def shadow_candidate(path: str) -> str | None:
+    """The top-level name if ``path`` could shadow the test runner or a standard-library module (``python -m
+    pytest`` puts the repository root first on ``sys.path``), else None. The eval script removes such an entry
+    only when it did not exist at base, so a repository's own ``test/`` or ``code/`` folder is left alone."""
+    top, sep, _ = path.partition("/")
+    name = top if sep else (top[:-3] if top.endswith(".py") else "")
+    if name and (name in _RUNNER_MODULES or name in sys.stdlib_module_names):
+        return top
+    return None
+
+
 def is_test_path(path: str) -> bool:
     """Test modules by pytest's default naming, or anything under a ``tests``/``test`` directory."""
     name = path.rsplit("/", 1)[-1]
@@ -229,136 +244,6 @@ def patch_touches_tests(patch: str, protected: Iterable[str] = ()) -> bool:
     return any(
         p in protected_set or is_test_path(p) or is_test_infra_path(p) or p.endswith("pyproject.toml")
         for p in touched_paths(patch)
-    )
-
-
-# ------------------------------------------------------------------------------------------------ eval script (pure)
-
-
-@dataclass(frozen=True)
-class EvalMarkers:
-    applied_with: str | None
-    apply_failed: bool
-    test_patch_failed: bool
-    reset_failed: bool
-    exit_code: int | None
-    pyproject_pytest_changed: bool
-
-
-def build_eval_script(
-    *,
-    base_commit: str,
-    candidate_patch: str,
-    test_patch: str,
-    restore_files: list[str],
-    infra_files: list[str],
-    test_cmd: str,
-    test_ids: list[str],
-    grader_dir: str,
-    timeout_s: float,
-    reset_pyproject: bool = True,
-) -> str:
-    """The bash script run (``bash -s``) in the fresh grading sandbox's work directory. Pure; stored as eval.sh."""
-    q = shlex.quote
-    return (
-        _script_setup(q(grader_dir), q(base_commit), candidate_patch, test_patch)
-        + _script_apply()
-        + _script_restore(" ".join(q(f) for f in infra_files), " ".join(q(f) for f in restore_files),
-                          reset_pyproject)
-        + _script_test(test_cmd, " ".join(q(t) for t in test_ids), timeout_s)
-    )
-
-
-def _b64(text: str) -> str:
-    return base64.b64encode(text.encode()).decode()
-
-
-def _script_setup(G: str, B: str, candidate_patch: str, test_patch: str) -> str:  # noqa: N803
-    return f"""set -u
-git() {{ command git -c safe.directory='*' -c advice.detachedHead=false "$@"; }}
-G={G}; B={B}
-rm -rf "$G" && mkdir -p "$G" || {{ echo '>>>>> Reset Failed'; exit 90; }}
-if ! command -v python >/dev/null 2>&1 && command -v python3 >/dev/null 2>&1; then
-  mkdir -p "$G/bin" && printf '#!/bin/sh\\nexec python3 "$@"\\n' > "$G/bin/python" && chmod +x "$G/bin/python"
-  export PATH="$G/bin:$PATH"
-fi
-echo '{_b64(candidate_patch)}' | base64 -d > "$G/candidate.diff"
-echo '{_b64(test_patch)}' | base64 -d > "$G/test.diff"
-reset_tree() {{ git reset -q --hard "$B" && git clean -qfd; }}
-reset_tree >/dev/null 2>&1 || {{ echo '>>>>> Reset Failed'; exit 90; }}
-"""
-
-
-def _script_apply() -> str:
-    return """applied=''
-if [ ! -s "$G/candidate.diff" ]; then applied=none
-elif git apply --binary --whitespace=nowarn "$G/candidate.diff"; then applied=git-apply
-else reset_tree
-  if git apply --binary --3way --whitespace=nowarn "$G/candidate.diff"; then applied=git-apply-3way
-  else reset_tree
-    if command -v patch >/dev/null && patch --batch --forward --fuzz=5 -p1 -i "$G/candidate.diff"; then applied=patch-fuzz
-    else reset_tree; echo '>>>>> Patch Apply Failed'; exit 0; fi
-  fi
-fi
-echo ">>>>> Applied $applied"
-"""
-
-
-_PYPROJECT_CHECK = """import sys
-try:
-    import tomllib
-    a, b = (tomllib.load(open(p, "rb")).get("tool", {}) for p in sys.argv[1:3])
-    pick = lambda t: {k: v for k, v in t.items() if k.startswith("pytest")}
-    sys.exit(0 if pick(a) == pick(b) else 1)
-except Exception:
-    sys.exit(1)
-"""
-
-
-def _script_restore(infra: str, restore: str, reset_pyproject: bool) -> str:
-    return f"""for f in {infra}; do git checkout -q "$B" -- "$f" 2>/dev/null || rm -rf -- "$f"; done
-if [ -f pyproject.toml ] && ! git diff --quiet "$B" -- pyproject.toml 2>/dev/null; then
-  git show "$B:pyproject.toml" > "$G/pyproject.base" 2>/dev/null || : > "$G/pyproject.base"
-  if python - "$G/pyproject.base" pyproject.toml <<'PYEOF'
-{_PYPROJECT_CHECK}PYEOF
-  then :; else echo '>>>>> Pyproject Pytest Changed'
-    if [ {int(reset_pyproject)} = 1 ]; then git checkout -q "$B" -- pyproject.toml 2>/dev/null || rm -f pyproject.toml; fi
-  fi
-fi
-for f in {restore}; do git checkout -q "$B" -- "$f" 2>/dev/null || rm -rf -- "$f"; done
-if [ -s "$G/test.diff" ]; then
-  git apply --binary --whitespace=nowarn "$G/test.diff" || {{ echo '>>>>> Test Patch Failed'; exit 0; }}
-fi
-"""
-
-
-def _script_test(test_cmd: str, ids: str, timeout_s: float) -> str:
-    return f"""mkdir -p "$G/out"
-echo '>>>>> Start Test Output'
-export PYTHONDONTWRITEBYTECODE=1; unset PYTEST_ADDOPTS
-timeout -k 5 {int(timeout_s)} {test_cmd} -rA -p no:cacheprovider --junitxml="$G/out/junit.xml" {ids} < /dev/null
-echo ">>>>> Test Exit Code: $?"
-"""
-
-
-_START = ">>>>> Start Test Output"
-_EXIT_RE = re.compile(r"^>>>>> Test Exit Code: (-?\d+)\s*$", re.M)
-_APPLIED_RE = re.compile(r"^>>>>> Applied (\S+)\s*$", re.M)
-
-
-def parse_eval_markers(stdout: str) -> EvalMarkers:
-    """Markers the eval script printed. Setup markers are read only before the first ``Start Test Output``
-    marker and the exit code only from the last line of its kind, so test output cannot forge either."""
-    head, started, tail = stdout.partition(_START)
-    codes = _EXIT_RE.findall(tail) if started else []
-    applied = _APPLIED_RE.findall(head)
-    return EvalMarkers(
-        applied_with=applied[0] if applied else None,
-        apply_failed=">>>>> Patch Apply Failed" in head,
-        test_patch_failed=">>>>> Test Patch Failed" in head,
-        reset_failed=">>>>> Reset Failed" in head,
-        exit_code=int(codes[-1]) if codes else None,
-        pyproject_pytest_changed=">>>>> Pyproject Pytest Changed" in head,
     )
 
 
@@ -423,6 +308,7 @@ def grade_patch(
         base_commit=instance.base_commit, candidate_patch=patch, test_patch=instance.test_patch,
         restore_files=restore, infra_files=infra, test_cmd=instance.test_cmd, test_ids=f2p + p2p,
         grader_dir=grader_dir, timeout_s=timeout_s, reset_pyproject=infra_policy == "reset",
+        shadow=sorted({t for t in map(shadow_candidate, touched) if t}),
     )
     res = sandbox.exec(["bash", "-s"], input=script.encode(), timeout=timeout_s + 120)
     markers = parse_eval_markers(res.stdout)
@@ -454,7 +340,8 @@ def grade_from_output(*, f2p: list[str], p2p: list[str], stdout: str, junit_text
     """Pure: the Grade from the eval script's stdout and the JUnit text (live grading and offline ``--regrade``).
     Returns None when the script died before printing an exit code and the sandbox did not time out."""
     markers = parse_eval_markers(stdout)
-    common = dict(tests_touched=touched_tests or markers.pyproject_pytest_changed, duration_s=duration_s)
+    common = dict(tests_touched=touched_tests or markers.pyproject_pytest_changed or markers.shadow_removed,
+                  duration_s=duration_s)
     if markers.apply_failed:
         return decide_grade(f2p=f2p, p2p=p2p, junit=None, exit_code=None, patch_applied=False, **common)
     if markers.test_patch_failed:

@@ -194,6 +194,29 @@ def test_library_hard_exit_and_pyproject_addopts(calc) -> None:
     assert g.resolved and not g.tests_touched  # a change outside [tool.pytest*] is not a test-config change
 
 
+SHADOW_PYTEST = (  # a root pytest.py shadows the real pytest under `python -m pytest` and forges the report
+    "import os, sys\nfor a in sys.argv:\n    if a.startswith('--junitxml='):\n        p = a.split('=', 1)[1]\n"
+    "        os.makedirs(os.path.dirname(p), exist_ok=True)\n        open(p, 'w').write('<testsuites><testsuite>"
+    "<testcase classname=\"tests.test_calc\" name=\"test_add\"/><testcase classname=\"tests.test_calc\" "
+    "name=\"test_sub\"/></testsuite></testsuites>')\nsys.exit(0)\n"
+)
+
+
+def test_shadowing_the_test_runner_never_resolves(calc) -> None:
+    for edits in ({"pytest.py": SHADOW_PYTEST}, {"pytest/__init__.py": SHADOW_PYTEST}):
+        g = _grade(calc, edits, infra_policy="flag")
+        assert not g.resolved and g.tests_touched, g.reason
+
+
+def test_shadow_candidates() -> None:
+    from harness.grading import shadow_candidate
+
+    assert shadow_candidate("pytest.py") == "pytest.py" and shadow_candidate("_pytest/x.py") == "_pytest"
+    assert shadow_candidate("xml/__init__.py") == "xml" and shadow_candidate("json.py") == "json.py"
+    assert shadow_candidate("calc.py") is None and shadow_candidate("src/pytest.py") is None
+    assert shadow_candidate("README.md") is None
+
+
 def test_patch_that_does_not_apply(calc) -> None:
     bad = "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n-nope\n+nope2\n"
     g = _grade(calc, bad)

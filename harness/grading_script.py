@@ -1,0 +1,152 @@
+"""The bash script that grades a patch in a fresh sandbox, and the markers it prints (pure; see harness.grading).
+
+Order inside the sandbox: set up the grader directory (outside the repository) and a ``python`` shim when the image
+has only ``python3``; reset to base; apply the candidate (``git apply`` → ``--3way`` → ``patch --fuzz``); remove
+new top-level entries that would shadow the test runner or the standard library; reset touched test
+infrastructure (policy ``reset``); restore every hidden-test file to base and apply the hidden test patch; run
+the tests with JUnit XML written into the grader directory; print the exit code. Markers printed before
+``>>>>> Start Test Output`` are the script's own; test output cannot forge them.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import shlex
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EvalMarkers:
+    applied_with: str | None
+    apply_failed: bool
+    test_patch_failed: bool
+    reset_failed: bool
+    exit_code: int | None
+    pyproject_pytest_changed: bool
+    shadow_removed: bool = False
+
+
+def build_eval_script(
+    *,
+    base_commit: str,
+    candidate_patch: str,
+    test_patch: str,
+    restore_files: list[str],
+    infra_files: list[str],
+    test_cmd: str,
+    test_ids: list[str],
+    grader_dir: str,
+    timeout_s: float,
+    reset_pyproject: bool = True,
+    shadow: Iterable[str] = (),
+) -> str:
+    """The bash script run (``bash -s``) in the fresh grading sandbox's work directory. Pure; stored as eval.sh."""
+    q = shlex.quote
+    return (
+        _script_setup(q(grader_dir), q(base_commit), candidate_patch, test_patch)
+        + _script_apply()
+        + _script_restore(" ".join(q(f) for f in infra_files), " ".join(q(f) for f in restore_files),
+                          reset_pyproject, " ".join(q(f) for f in shadow))
+        + _script_test(test_cmd, " ".join(q(t) for t in test_ids), timeout_s)
+    )
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def _script_setup(G: str, B: str, candidate_patch: str, test_patch: str) -> str:  # noqa: N803
+    return f"""set -u
+git() {{ command git -c safe.directory='*' -c advice.detachedHead=false "$@"; }}
+G={G}; B={B}
+rm -rf "$G" && mkdir -p "$G" || {{ echo '>>>>> Reset Failed'; exit 90; }}
+if ! command -v python >/dev/null 2>&1 && command -v python3 >/dev/null 2>&1; then
+  mkdir -p "$G/bin" && printf '#!/bin/sh\\nexec python3 "$@"\\n' > "$G/bin/python" && chmod +x "$G/bin/python"
+  export PATH="$G/bin:$PATH"
+fi
+echo '{_b64(candidate_patch)}' | base64 -d > "$G/candidate.diff"
+echo '{_b64(test_patch)}' | base64 -d > "$G/test.diff"
+reset_tree() {{ git reset -q --hard "$B" && git clean -qfd; }}
+reset_tree >/dev/null 2>&1 || {{ echo '>>>>> Reset Failed'; exit 90; }}
+"""
+
+
+def _script_apply() -> str:
+    return """applied=''
+if [ ! -s "$G/candidate.diff" ]; then applied=none
+elif git apply --binary --whitespace=nowarn "$G/candidate.diff"; then applied=git-apply
+else reset_tree
+  if git apply --binary --3way --whitespace=nowarn "$G/candidate.diff"; then applied=git-apply-3way
+  else reset_tree
+    if command -v patch >/dev/null && patch --batch --forward --fuzz=5 -p1 -i "$G/candidate.diff"; then applied=patch-fuzz
+    else reset_tree; echo '>>>>> Patch Apply Failed'; exit 0; fi
+  fi
+fi
+echo ">>>>> Applied $applied"
+"""
+
+
+_PYPROJECT_CHECK = """import sys
+try:
+    import tomllib
+    a, b = (tomllib.load(open(p, "rb")).get("tool", {}) for p in sys.argv[1:3])
+    pick = lambda t: {k: v for k, v in t.items() if k.startswith("pytest")}
+    sys.exit(0 if pick(a) == pick(b) else 1)
+except Exception:
+    sys.exit(1)
+"""
+
+
+def _script_restore(infra: str, restore: str, reset_pyproject: bool, shadow: str) -> str:
+    return f"""for t in {shadow}; do
+  git cat-file -e "$B:$t" 2>/dev/null || {{ rm -rf -- "$t"; echo ">>>>> Shadow Removed $t"; }}
+done
+for f in {infra}; do git checkout -q "$B" -- "$f" 2>/dev/null || rm -rf -- "$f"; done
+if [ -f pyproject.toml ] && ! git diff --quiet "$B" -- pyproject.toml 2>/dev/null; then
+  git show "$B:pyproject.toml" > "$G/pyproject.base" 2>/dev/null || : > "$G/pyproject.base"
+  if python - "$G/pyproject.base" pyproject.toml <<'PYEOF'
+{_PYPROJECT_CHECK}PYEOF
+  then :; else echo '>>>>> Pyproject Pytest Changed'
+    if [ {int(reset_pyproject)} = 1 ]; then git checkout -q "$B" -- pyproject.toml 2>/dev/null || rm -f pyproject.toml; fi
+  fi
+fi
+for f in {restore}; do git checkout -q "$B" -- "$f" 2>/dev/null || rm -rf -- "$f"; done
+if [ -s "$G/test.diff" ]; then
+  git apply --binary --whitespace=nowarn "$G/test.diff" || {{ echo '>>>>> Test Patch Failed'; exit 0; }}
+fi
+"""
+
+
+def _script_test(test_cmd: str, ids: str, timeout_s: float) -> str:
+    return f"""mkdir -p "$G/out"
+echo '>>>>> Start Test Output'
+export PYTHONDONTWRITEBYTECODE=1; unset PYTEST_ADDOPTS
+timeout -k 5 {int(timeout_s)} {test_cmd} -rA -p no:cacheprovider --junitxml="$G/out/junit.xml" {ids} < /dev/null
+echo ">>>>> Test Exit Code: $?"
+"""
+
+
+_START = ">>>>> Start Test Output"
+_EXIT_RE = re.compile(r"^>>>>> Test Exit Code: (-?\d+)\s*$", re.M)
+_APPLIED_RE = re.compile(r"^>>>>> Applied (\S+)\s*$", re.M)
+
+
+def parse_eval_markers(stdout: str) -> EvalMarkers:
+    """Markers the eval script printed. Setup markers are read only before the first ``Start Test Output``
+    marker and the exit code only from the last line of its kind, so test output cannot forge either."""
+    head, started, tail = stdout.partition(_START)
+    codes = _EXIT_RE.findall(tail) if started else []
+    applied = _APPLIED_RE.findall(head)
+    return EvalMarkers(
+        applied_with=applied[0] if applied else None,
+        apply_failed=">>>>> Patch Apply Failed" in head,
+        test_patch_failed=">>>>> Test Patch Failed" in head,
+        reset_failed=">>>>> Reset Failed" in head,
+        exit_code=int(codes[-1]) if codes else None,
+        pyproject_pytest_changed=">>>>> Pyproject Pytest Changed" in head,
+        shadow_removed=">>>>> Shadow Removed" in head,
+    )
+
+
