@@ -9,7 +9,8 @@ Measures
    ``git init -q``), write_file, read_file, close;
 3. peak memory (max RSS) of this process and of its children.
 
-Target (issue #2): Docker sandbox overhead <= 1.0 s median per episode on a 2-core machine.
+Target (issue #2): Docker sandbox overhead (the lifecycle total, 1.) <= 1.0 s median per episode on a 2-core
+machine. Numbers depend on the machine's load: the load average is printed at the start and the end.
 
     .venv/bin/python benchmarks/sandbox_bench.py                 # both kinds, N=20, 12 episodes per setting
     .venv/bin/python benchmarks/sandbox_bench.py --kinds local --n 50 --json-out /tmp/bench.json
@@ -137,8 +138,10 @@ def main(argv: list[str] | None = None) -> int:
             for w, t in tp.items():
                 print(f"  {w}: {t['episodes_per_min']:.0f} episodes/min (episode median {t['episode_median_s'] * 1000:.0f} ms)")
             if kind == "docker":
-                ok = tp["workers_1"]["episode_median_s"] <= TARGET_DOCKER_EPISODE_S
-                print(f"  target <= {TARGET_DOCKER_EPISODE_S:.1f} s median per episode: {'MET' if ok else 'MISSED'}")
+                ok = lc["total_median_s"] <= TARGET_DOCKER_EPISODE_S
+                lc["target_met"] = ok
+                print(f"  target: sandbox overhead (create -> exec -> close) <= {TARGET_DOCKER_EPISODE_S:.1f} s median: "
+                      f"{'MET' if ok else 'MISSED'} ({lc['total_median_s']:.2f} s at load {os.getloadavg()[0]:.1f})")
     self_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     child_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     results["peak_rss_mib"] = {"self": self_kb / 1024, "children": child_kb / 1024}
