@@ -245,28 +245,11 @@ def _execute(jobs: list[EpisodeJob], policies: dict[str, Policy], ctx: EpisodeCo
 
 
 def snapshot_metrics(task_set: TaskSet) -> Callable[[Trajectory, TaskInstance], EpisodeMetrics] | None:
-    """``harness.metrics.compute_metrics`` against each instance's base snapshot (indexed once per instance);
-    None when the task set has no snapshots on disk (in-memory task sets: basic counts only)."""
-    from harness.metrics import RepoIndex, compute_metrics
-    from harness.tasks import snapshot_path
+    """``harness.metrics.metrics_for`` (metrics against each instance's base snapshot), or None when the task set
+    has no snapshots on disk (in-memory task sets in tests: basic counts only)."""
+    from harness.metrics import metrics_for
 
-    root = Path(task_set.path)
-    if not (root / "snapshots").is_dir():
-        return None
-    cache: dict[str, RepoIndex] = {}
-    lock = threading.Lock()
-
-    def metrics(traj: Trajectory, inst: TaskInstance) -> EpisodeMetrics:
-        with lock:
-            if inst.instance_id not in cache:
-                snap = snapshot_path(root, inst.instance_id)
-                if snap is None:
-                    raise ValueError(f"{root}: no snapshot for {inst.instance_id}")
-                cache[inst.instance_id] = RepoIndex.from_dir(snap) if snap.is_dir() else RepoIndex.from_tar(snap)
-            index = cache[inst.instance_id]
-        return compute_metrics(traj, index)
-
-    return metrics
+    return metrics_for(task_set) if (Path(task_set.path) / "snapshots").is_dir() else None
 
 
 def rebuild_results(out_dir: str | Path, instances: Sequence[TaskInstance] | None = None,
