@@ -188,7 +188,13 @@ def collate(trajs: Sequence[TrajBatch], pad_id: int) -> MicroBatch:
 
 
 class LossRoot(nn.Module):
-    """L = pg_weight·L_GRPO + λ·L_KL for one micro-batch (METHOD §6.6), computed inside ``forward``."""
+    """L = pg_weight·L_GRPO + λ·L_KL for one micro-batch (METHOD §6.6), computed inside ``forward``.
+
+    ``n_pg`` / ``n_kl`` are the GLOBAL token counts of the whole optimisation batch (all micro-batches, all ranks),
+    so summing the micro-batch losses gives the batch token-means. Under FSDP2/DDP each rank passes the all-reduced
+    counts, multiplies the loss by the world size (to cancel the gradient averaging) and sets
+    ``collective_teacher = True`` (tests/test_train_fsdp.py runs this under torchrun with 2 gloo ranks).
+    """
 
     def __init__(self, lm: nn.Module, cfg: Any) -> None:
         super().__init__()
@@ -196,6 +202,7 @@ class LossRoot(nn.Module):
         self.g = cfg.guidance
         self.gr = cfg.grpo
         self.chunk = cfg.guidance.chunk_size
+        self.collective_teacher = False  # set True when wrapped by FSDP/DDP (see forward)
 
     def _hidden(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return self.lm.model(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
@@ -209,6 +216,11 @@ class LossRoot(nn.Module):
         if need_teacher:
             with torch.no_grad():
                 ht = self._hidden(mb.t_ids, mb.t_mask)[mb.vb, mb.vt - 1].detach()
+        elif g.lam > 0 and n_kl > 0 and self.collective_teacher:
+            # under FSDP every rank must run the same module calls: a rank without KL rows still runs a
+            # (one-token) teacher forward so the layers' all-gathers line up across ranks
+            with torch.no_grad():
+                self._hidden(mb.s_ids[:1, :1], mb.s_mask[:1, :1])
         teacher_s = time.perf_counter() - t0
         h = self._hidden(mb.s_ids, mb.s_mask)
         hr = h[mb.rb, mb.rt - 1]
