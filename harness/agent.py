@@ -205,7 +205,10 @@ class AgentEnv:
         self.messages.append(assistant)
         self._policy_s += duration_s or 0.0
         self.n_tokens += len(token_ids) if token_ids is not None else estimate_tokens(text)
-        observations, violations = self._run_calls(calls, turn)
+        if finish_reason == "context":  # the policy could not write this turn: nothing to run, episode ends
+            observations, violations = [], 0
+        else:
+            observations, violations = self._run_calls(calls, turn)
         self.messages.extend(observations)
         self.violations += violations
         self.turn += 1
@@ -340,7 +343,7 @@ def run_episode(
                 env.add_hint(hint)
         out, dt = _act(policy, env, tools, rng)
         if fb is not None and hasattr(fb, "review_draft") and out.finish_reason != "context":
-            draft = env.preview(out.text)
+            draft = env.preview(out.text).model_copy(update={"token_ids": out.token_ids, "logprobs": out.logprobs})
             hint = fb.review_draft(instance, list(env.messages), draft, env.turn, fb_rng)
             if hint is not None:
                 env.discard_draft(draft, n_tokens=_n_tokens(out))

@@ -120,7 +120,7 @@ def test_wall_time_and_context_limits(calc) -> None:
     env2 = AgentEnv(inst, sbx, EpisodeLimits())
     env2.reset()
     res2 = env2.step("", finish_reason="context")
-    assert res2.done and res2.limit_hit is not None and res2.limit_hit.kind == "context"
+    assert res2.done and res2.limit_hit is not None and res2.limit_hit.kind == "context" and res2.observations == []
 
 
 def test_env_is_a_stepwise_environment(calc) -> None:
