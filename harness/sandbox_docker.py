@@ -206,10 +206,15 @@ class DockerSandbox(Sandbox):
 
     # files -------------------------------------------------------------------------------------------------
     def read_file(self, path: str, *, max_bytes: int = DEFAULT_OUTPUT_CAP) -> bytes:
+        """The file's bytes (symlinks followed). FileNotFoundError / IsADirectoryError / ValueError (too big)."""
+        self._check_open()
+        return self._read(self._abs(path), max_bytes, hops=0)
+
+    def _read(self, full: str, max_bytes: int, *, hops: int) -> bytes:
         import docker
 
-        self._check_open()
-        full = self._abs(path)
+        if hops > 8:
+            raise FileNotFoundError(f"{full}: too many levels of symbolic links in sandbox {self.name}")
         with _translate(f"read {full} from {self.name}", kind="EXEC_TRANSPORT"):
             try:
                 stream, stat = self._api.get_archive(self.id, full)
@@ -218,6 +223,10 @@ class DockerSandbox(Sandbox):
                     raise
                 self._check_running()  # a dead sandbox is an infra error, not a missing file
                 raise FileNotFoundError(f"{full}: no such file in sandbox {self.name}") from exc
+            except docker.errors.APIError as exc:
+                if "too many links" not in str(exc):
+                    raise
+                raise FileNotFoundError(f"{full}: too many levels of symbolic links in sandbox {self.name}") from exc
             if stat.get("mode", 0) & (1 << 31):
                 raise IsADirectoryError(f"{full} is a directory in sandbox {self.name}; use copy_out")
             if stat.get("size", 0) > max_bytes:
@@ -229,7 +238,8 @@ class DockerSandbox(Sandbox):
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
             member = tar.next()
             if member is not None and member.issym():
-                return self.read_file(posixpath.join(posixpath.dirname(full), member.linkname), max_bytes=max_bytes)
+                target = posixpath.normpath(posixpath.join(posixpath.dirname(full), member.linkname))
+                return self._read(target, max_bytes, hops=hops + 1)
             fh = tar.extractfile(member) if member is not None else None
             if fh is None:
                 raise FileNotFoundError(f"{full}: not a regular file in sandbox {self.name}")

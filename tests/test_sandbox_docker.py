@@ -127,6 +127,10 @@ def test_exec_user_files_and_limits(docker_provider: DockerSandboxProvider, tmp_
         assert box.exec("stat -c %u pkg/deep/mod.py pkg", timeout=10).stdout.split() == ["1000", "1000"]
         with pytest.raises(FileNotFoundError):
             box.read_file("missing.txt")
+        box.exec("ln -s pkg/deep/mod.py link.py && ln -s loop1 loop2 && ln -s loop2 loop1", timeout=10)
+        assert box.read_file("link.py") == b"X = 1\n"
+        with pytest.raises(FileNotFoundError, match="symbolic links"):
+            box.read_file("loop1")
         with pytest.raises(ValueError, match="max_bytes"):
             box.read_file("pkg/deep/mod.py", max_bytes=2)
         src = tmp_path / "src"
