@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
-import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -133,11 +132,11 @@ def _write(path: Path, text: str) -> None:
 
 def _write_pages(out: Path, runs: Sequence[episodes.LoadedRun], paged: set[str]) -> list[str]:
     tdir = out / "trajectories"
-    if tdir.is_dir():
-        shutil.rmtree(tdir)  # pages of an earlier report would be stale
+    for old in tdir.glob("*.html") if tdir.is_dir() else ():
+        old.unlink()  # pages of an earlier report would be stale; nothing else in the folder is touched
     if not paged:
         return []
-    tdir.mkdir(parents=True)
+    tdir.mkdir(parents=True, exist_ok=True)
     written = []
     for run in runs:
         for ep in run.episodes:

@@ -99,3 +99,14 @@ def test_trajectory_page_offline_in_chromium(chromium: str, report: Path) -> Non
     (report / "screenshot-trajectory.png").write_bytes(r.screenshot)
     _assert_clean(r, page.name)
     assert r.evaluated == {"scripts": 0, "imgs": 0, "ids": 4, "textareas": 0, "back": "../index.html#episodes"}
+
+
+def test_csp_blocks_an_injected_script(chromium: str, report: Path) -> None:
+    """Defence in depth: if markup ever slipped past escaping, the hash-based CSP would refuse to run it."""
+    doc = (report / "index.html").read_text()
+    bad = report / "injected.html"
+    bad.write_text(doc.replace("<main>", "<main><script>alert('injected')</script>", 1))
+    r = check_page(chromium, bad, expressions={"rows": "document.querySelectorAll('#episode-rows tr').length"})
+    assert r.dialogs == []  # the injected alert never ran
+    assert any("Content Security Policy" in str(e.get("text")) for e in r.logs), r.logs
+    assert r.evaluated["rows"] == 100  # while the report's own (hash-allowed) script still ran

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import base64
+import hashlib
 import json
 import re
 import sys
@@ -88,7 +90,12 @@ def test_index_has_every_section_and_honest_absence(built: tuple[Path, ReportSum
     style = doc[doc.index("<style>") : doc.index("</style>")]
     assert "url(" not in style and "@import" not in style
     csp = [dict(a)["content"] for t, a in tags if t == "meta" and dict(a).get("http-equiv") == "Content-Security-Policy"]
-    assert csp and (csp[0] or "").startswith("default-src 'none'")
+    assert csp and (csp[0] or "").startswith("default-src 'none'") and "unsafe-inline'; img" not in csp[0]
+    # exactly one executable inline script, allowed by its sha256 in the CSP (no 'unsafe-inline' for scripts)
+    scripts = re.findall(r"<script>(.*?)</script>", doc, flags=re.S)
+    assert len(scripts) == 1 and doc.count("<script") == 2  # plus the JSON data block (not executable)
+    digest = base64.b64encode(hashlib.sha256(scripts[0].encode()).digest()).decode()
+    assert f"script-src 'sha256-{digest}'" in (csp[0] or "")
 
 
 def test_absent_training_and_runs_are_stated(tmp_path: Path) -> None:
@@ -146,7 +153,7 @@ def test_strict_undefined_catches_missing_field() -> None:
     view = build_view(factory.analysis(fp.sha256), protocol=fp, manifests=[], eps=[], paged=set(), training_runs=None,
                       max_pages=10, now="2026-11-29T23:00:00Z")
     full = view.model_dump()
-    assert "NO-SHIP" in render.render_template("index.html", view=full, csp="")  # the dict form renders (control)
+    assert "NO-SHIP" in render.render_template("index.html", view=full, csp="", script="")  # the dict form renders (control)
     for drop in (("warnings",), ("verdict", "claims"), ("episodes", "absent")):
         broken = json.loads(json.dumps(full))
         parent = broken
@@ -154,7 +161,7 @@ def test_strict_undefined_catches_missing_field() -> None:
             parent = parent[key]
         del parent[drop[-1]]
         with pytest.raises(jinja2.UndefinedError):
-            render.render_template("index.html", view=broken, csp="")
+            render.render_template("index.html", view=broken, csp="", script="")
 
 
 def test_bad_inputs_name_file_and_fix(tmp_path: Path) -> None:
