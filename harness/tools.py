@@ -337,8 +337,8 @@ class ToolExecutor:
         repository and its kind (``file``/``dir``/``none``) is one of ``need`` (space-separated).
 
         Returns (normalised path, kind, result of ``argv`` with the kind line removed), or an error result.
-        ``argv`` may use ``"$1"``-free arguments only; the path is passed as ``./<path>`` so it never reads as an
-        option. With an empty ``argv`` only the check runs.
+        ``argv`` should name the path as ``_dot(path)`` so it never reads as an option. With an empty ``argv``
+        only the check runs. One ``exec`` in all (the check costs no extra round trip to the sandbox).
         """
         norm = normalize_path(path)
         if norm is None:
@@ -414,8 +414,8 @@ class ToolExecutor:
         if old == "":
             if kind != "none":
                 return _err(f"{path!r} already exists; to change it pass the exact text to replace as `old`")
-            self.sandbox.write_file(norm, new.encode())
-            return ToolResult(observation=f"created {norm} ({len(new.splitlines())} lines)")
+            failed = self._write(norm, new)
+            return failed or ToolResult(observation=f"created {norm} ({len(new.splitlines())} lines)")
         if kind != "file":
             return _err(f"{path!r} is {'a directory' if kind == 'dir' else 'not a file'}; to create it use old=\"\"")
         text = self._read_text(norm)
@@ -426,9 +426,17 @@ class ToolExecutor:
             return _err(f"`old` was not found in {norm}; read the file and copy the exact text (whitespace too)")
         if count > 1:
             return _err(f"`old` occurs {count} times in {norm}; include more surrounding lines so it is unique")
-        self.sandbox.write_file(norm, text.replace(old, new, 1).encode())
+        failed = self._write(norm, text.replace(old, new, 1))
         line = text[: text.index(old)].count("\n") + 1
-        return ToolResult(observation=f"edited {norm}: replaced 1 occurrence at line {line}")
+        return failed or ToolResult(observation=f"edited {norm}: replaced 1 occurrence at line {line}")
+
+    def _write(self, norm: str, text: str) -> ToolResult | None:
+        """Write ``text``; an error result if the sandbox refuses (permissions, ...); infra errors propagate."""
+        try:
+            self.sandbox.write_file(norm, text.encode())
+        except (OSError, ValueError) as exc:
+            return _err(f"cannot write {norm}: {exc}")
+        return None
 
     def _t_run_tests(self, tests: list[str]) -> ToolResult:
         for t in tests:

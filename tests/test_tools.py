@@ -253,3 +253,16 @@ def test_tools_in_a_docker_sandbox(docker_provider, tmp_path: Path) -> None:
                                 new="    return a + b\n\n\ndef sub")).error
         out = ex.run(_call("run_tests"))
         assert "1 passed" in out.observation and "[exit code 0]" in out.observation, out.observation
+
+
+def test_write_refused_by_the_sandbox_is_an_observation(calc, monkeypatch: pytest.MonkeyPatch) -> None:
+    inst, sbx = calc
+
+    def refuse(path: str, data: bytes) -> None:
+        raise PermissionError(f"{path}: read-only")
+
+    monkeypatch.setattr(sbx, "write_file", refuse)
+    ex = ToolExecutor(sbx, inst, timeout=30, cap_chars=10_000)
+    res = ex.run(_call("edit_file", path="calc.py", old="def add", new="def plus"))
+    assert res.error and "cannot write calc.py" in res.observation
+    assert ex.run(_call("edit_file", path="new.py", old="", new="x")).error
