@@ -22,7 +22,9 @@ boundary, not the work directory. A process killed with SIGKILL cannot clean up;
 start removes its containers (owner process no longer alive on this host).
 
 Infrastructure failures (engine gone, client read timeout, container vanished or paused, broken exec stream) raise
-``SandboxUnavailable``; they are never reported as a command's exit code.
+``SandboxUnavailable``; they are never reported as a command's exit code. Mistakes in the paths given to file calls
+(missing file, not a directory, symlink loop, too large) raise ``OSError`` subclasses / ``ValueError`` instead, and
+a missing ``cwd`` or program is an ordinary exit code (126 / 127), as in a shell.
 """
 
 from __future__ import annotations
@@ -215,7 +217,7 @@ class DockerSandbox(Sandbox):
 
         if hops > 8:
             raise FileNotFoundError(f"{full}: too many levels of symbolic links in sandbox {self.name}")
-        with _translate(f"read {full} from {self.name}", kind="EXEC_TRANSPORT"):
+        with _translate(f"read {full} from {self.name}", kind="EXEC_TRANSPORT", paths=True):
             try:
                 stream, stat = self._api.get_archive(self.id, full)
             except docker.errors.NotFound as exc:
@@ -223,10 +225,6 @@ class DockerSandbox(Sandbox):
                     raise
                 self._check_running()  # a dead sandbox is an infra error, not a missing file
                 raise FileNotFoundError(f"{full}: no such file in sandbox {self.name}") from exc
-            except docker.errors.APIError as exc:
-                if "too many links" not in str(exc):
-                    raise
-                raise FileNotFoundError(f"{full}: too many levels of symbolic links in sandbox {self.name}") from exc
             if stat.get("mode", 0) & (1 << 31):
                 raise IsADirectoryError(f"{full} is a directory in sandbox {self.name}; use copy_out")
             if stat.get("size", 0) > max_bytes:
@@ -253,7 +251,7 @@ class DockerSandbox(Sandbox):
         full = self._abs(path)
         parent, base = posixpath.split(full)
         archive = _tar_one(base, data, 0o644)
-        with _translate(f"write {full} in {self.name}", kind="EXEC_TRANSPORT"):
+        with _translate(f"write {full} in {self.name}", kind="EXEC_TRANSPORT", paths=True):
             try:
                 self._api.put_archive(self.id, parent, archive)
             except docker.errors.NotFound as exc:
@@ -282,7 +280,7 @@ class DockerSandbox(Sandbox):
             archive = buf.read()
         import docker
 
-        with _translate(f"copy into {full} of {self.name}", kind="EXEC_TRANSPORT"):
+        with _translate(f"copy into {full} of {self.name}", kind="EXEC_TRANSPORT", paths=True):
             try:
                 self._api.put_archive(self.id, full, archive)
             except docker.errors.NotFound as exc:
@@ -298,7 +296,7 @@ class DockerSandbox(Sandbox):
         dest = Path(dest)
         dest.mkdir(parents=True, exist_ok=True)
         with tempfile.SpooledTemporaryFile(max_size=32 << 20) as buf:
-            with _translate(f"copy out of {full} of {self.name}", kind="EXEC_TRANSPORT"):
+            with _translate(f"copy out of {full} of {self.name}", kind="EXEC_TRANSPORT", paths=True):
                 stream, _ = self._api.get_archive(self.id, full)
                 for chunk in stream:
                     buf.write(chunk)

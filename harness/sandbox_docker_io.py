@@ -130,20 +130,43 @@ def cleanup_orphans(client: Any | None = None) -> int:
 # --- error translation -------------------------------------------------------------------------------------
 
 
+# Engine messages about the PATH a file call named (the caller's mistake, not infra) -> the OSError to raise.
+_PATH_ERRORS: tuple[tuple[str, type[OSError]], ...] = (
+    ("not a directory", NotADirectoryError),
+    ("too many links", FileNotFoundError),
+    ("permission denied", PermissionError),
+    ("read-only file system", PermissionError),
+    ("cannot overwrite", IsADirectoryError),
+    ("is a directory", IsADirectoryError),
+)
+
+
+def path_error(text: str) -> type[OSError] | None:
+    """The OSError class for an engine error message about a path inside the container, else None."""
+    low = text.lower()
+    return next((cls for needle, cls in _PATH_ERRORS if needle in low), None)
+
+
 @contextlib.contextmanager
-def _translate(what: str, kind: str = "DOCKER_DAEMON") -> Iterator[None]:
-    """Map Docker SDK / transport errors to ``SandboxUnavailable`` (never to an exit code)."""
+def _translate(what: str, kind: str = "DOCKER_DAEMON", *, paths: bool = False) -> Iterator[None]:
+    """Map Docker SDK / transport errors to ``SandboxUnavailable`` (never to an exit code).
+
+    ``paths=True`` (file calls): engine errors about the named path become ``OSError`` subclasses instead.
+    """
     import docker
     import requests
 
     try:
         yield
-    except (FileNotFoundError, IsADirectoryError, ValueError, PermissionError):
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, ValueError, PermissionError):
         raise
     except docker.errors.NotFound as exc:
         raise SandboxUnavailable(f"{what}: not found ({exc.explanation})", kind="EXEC_TRANSPORT") from exc
     except docker.errors.APIError as exc:
         text = str(exc.explanation or exc)
+        cls = path_error(text) if paths else None
+        if cls is not None:
+            raise cls(f"{what}: {text}") from exc
         k = "DISK_FULL" if "no space left" in text.lower() else kind
         if "is paused" in text or "is not running" in text:
             k = "EXEC_TRANSPORT"

@@ -129,8 +129,11 @@ def test_exec_user_files_and_limits(docker_provider: DockerSandboxProvider, tmp_
             box.read_file("missing.txt")
         box.exec("ln -s pkg/deep/mod.py link.py && ln -s loop1 loop2 && ln -s loop2 loop1", timeout=10)
         assert box.read_file("link.py") == b"X = 1\n"
-        with pytest.raises(FileNotFoundError, match="symbolic links"):
+        with pytest.raises(FileNotFoundError, match="too many links"):
             box.read_file("loop1")
+        box.exec("echo x > plain", timeout=10)
+        with pytest.raises(NotADirectoryError):  # the caller's path mistake, not an engine failure
+            box.write_file("plain/sub.txt", b"x")
         with pytest.raises(ValueError, match="max_bytes"):
             box.read_file("pkg/deep/mod.py", max_bytes=2)
         src = tmp_path / "src"
