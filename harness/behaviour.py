@@ -20,8 +20,8 @@ valid ``finish`` call in it. Each such piece is judged alone:
   4. an identifier or path appears outside backticks and fences: snake_case or SCREAMING_SNAKE names with an
      inner underscore (``parse_args``), dunder names (``__init__``), call forms (``add()``, ``calc.add()``) and
      file paths (a known source/config extension such as ``calc.py``, ``README.md``, or a directory ending in
-     ``/`` such as ``src/utils/``). URLs are ignored. CamelCase words are not checked (they cannot be told apart
-     from product names).
+     ``/`` such as ``src/utils/``). URLs and Markdown link targets are ignored. CamelCase words are not checked
+     (they cannot be told apart from product names); ``__text__`` reads as a dunder name, so bold is ``**text**``.
 - Turn verdict: FAIL if any piece fails; PASS if some piece is applicable and none fails; NA otherwise.
 - Episode: ``ok`` iff no turn FAILS (an episode whose replies are all NA passes).
 

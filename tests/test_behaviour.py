@@ -53,6 +53,9 @@ NEGATIVE = [
     ("Edited README.md and setup.cfg to document the new option that users asked for last week.", "README.md"),
     ("- I updated calc.add() to return the sum, which is what the docstring has always promised.", "calc.add()"),
     (">>> add(2, 2)\n4\n>>> add(1, 1)\n2\nThe results are now correct for the examples above.", "multi-line code"),
+    ("- The __important__ part: bold with underscores reads as a dunder name under this rule.", "__important__"),
+    ("| file | change |\n|---|---|\n| `calc.py` | fixed |\n| `tests` | none |\nA table alone has no structure.",
+     "without a heading"),
 ]
 
 
