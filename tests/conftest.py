@@ -4,7 +4,7 @@
   reason and the fix, except under ``CI=true`` where they FAIL (CI's set-up starts the engine and builds the
   image, so a missing one is a broken set-up, not a reason to go green).
 - ``@pytest.mark.gpu`` tests are skipped cleanly when CUDA is not available.
-- Fixtures: ``docker_client`` (engine client), ``base_image`` (tag), ``docker_provider`` (a
+- Fixtures: ``docker_client`` / ``docker_engine`` (engine client), ``base_image`` (tag), ``docker_provider`` (a
   ``DockerSandboxProvider`` whose containers are removed after the test), ``local_sandbox``.
 """
 
@@ -70,6 +70,12 @@ def docker_client() -> Any:
             pytest.fail(f"CI=true but Docker is not usable: {reason}", pytrace=False)
         pytest.skip(f"Docker not usable: {reason}")
     return client
+
+
+@pytest.fixture(scope="session")
+def docker_engine(docker_client: Any) -> Any:
+    """Alias of ``docker_client`` (the name the platform issue uses)."""
+    return docker_client
 
 
 @pytest.fixture(scope="session")
