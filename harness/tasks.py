@@ -26,7 +26,9 @@ bytes for folders, ``HEAD`` for git work trees, archive bytes for ``.tar.gz``), 
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import io
 import json
 import logging
 import os
@@ -36,7 +38,7 @@ import tarfile
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
@@ -318,18 +320,39 @@ def load_task_set(path: str | Path, *, require_snapshots: bool = True) -> TaskSe
                    instances=[inst for _, inst in records])
 
 
+SnapshotFormat = Literal["dir", "tar.gz"]
+
+
+def snapshot_archive(files: Mapping[str, bytes]) -> bytes:
+    """A deterministic ``.tar.gz`` of ``files`` (sorted, mode 0644, mtime 0, no owner names, gzip mtime 0)."""
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, compresslevel=6) as gz:
+        with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for rel in sorted(files):
+                info = tarfile.TarInfo(rel)
+                info.size, info.mode, info.mtime = len(files[rel]), 0o644, 0
+                tar.addfile(info, io.BytesIO(files[rel]))
+    return buf.getvalue()
+
+
 def write_task_set(
     out_dir: str | Path,
     instances: Iterable[TaskInstance],
     snapshots: Mapping[str, Mapping[str, bytes]],
     *,
     overwrite: bool = False,
+    snapshot_format: SnapshotFormat = "dir",
 ) -> Path:
-    """Write ``tasks.jsonl`` and plain-file ``snapshots/<instance_id>/`` folders; returns the folder.
+    """Write ``tasks.jsonl`` and one snapshot per instance; returns the folder.
 
-    ``snapshots`` maps instance id -> {relative path: bytes}. Refuses to overwrite an existing task set unless
-    ``overwrite`` (then the old ``tasks.jsonl`` and ``snapshots/`` are removed first).
+    ``snapshots`` maps instance id -> {relative path: bytes}. ``snapshot_format="dir"`` writes plain
+    ``snapshots/<instance_id>/`` folders (easy to browse); ``"tar.gz"`` writes one deterministic
+    ``snapshots/<instance_id>.tar.gz`` each (one file per task instead of one per repository file: much faster for
+    thousands of tasks). Refuses to overwrite an existing task set unless ``overwrite`` (then the old
+    ``tasks.jsonl`` and ``snapshots/`` are removed first).
     """
+    if snapshot_format not in ("dir", "tar.gz"):
+        raise ValueError(f"snapshot_format must be 'dir' or 'tar.gz', got {snapshot_format!r}")
     out = Path(out_dir)
     tasks_file = out / TASKS_FILE
     if tasks_file.exists() or (out / SNAPSHOTS_DIR).exists():
@@ -337,17 +360,20 @@ def write_task_set(
             raise FileExistsError(f"{out} already holds a task set; choose another folder or pass overwrite=True")
         tasks_file.unlink(missing_ok=True)
         shutil.rmtree(out / SNAPSHOTS_DIR, ignore_errors=True)
-    out.mkdir(parents=True, exist_ok=True)
+    (out / SNAPSHOTS_DIR).mkdir(parents=True, exist_ok=True)
     lines = []
     for inst in instances:
         files = snapshots.get(inst.instance_id)
         if files is None:
             raise ValueError(f"write_task_set: no snapshot files given for {inst.instance_id!r}")
-        base = out / SNAPSHOTS_DIR / inst.instance_id
-        for rel, data in files.items():
-            target = base / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
+        if snapshot_format == "tar.gz":
+            (out / SNAPSHOTS_DIR / f"{inst.instance_id}.tar.gz").write_bytes(snapshot_archive(files))
+        else:
+            base = out / SNAPSHOTS_DIR / inst.instance_id
+            for rel, data in files.items():
+                target = base / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(data)
         lines.append(inst.model_dump_json() + "\n")
     tasks_file.write_text("".join(lines), encoding="utf-8")
     return out

@@ -186,3 +186,15 @@ def test_write_task_set_refuses_to_overwrite(task_dir: Path) -> None:
         write_task_set(task_dir, [_inst()], {"org__calc-1": FILES})
     write_task_set(task_dir, [_inst()], {"org__calc-1": FILES}, overwrite=True)
     assert [i.instance_id for i in load_task_set(task_dir).instances] == ["org__calc-1"]
+
+
+def test_tar_gz_task_sets_are_deterministic_and_materialise(tmp_path: Path) -> None:
+    a = write_task_set(tmp_path / "a", [_inst()], {"org__calc-1": FILES}, snapshot_format="tar.gz")
+    b = write_task_set(tmp_path / "b", [_inst()], {"org__calc-1": FILES}, snapshot_format="tar.gz")
+    arch = "snapshots/org__calc-1.tar.gz"
+    assert (a / arch).read_bytes() == (b / arch).read_bytes()
+    ts = load_task_set(a)
+    assert ts.sha256 == load_task_set(b).sha256
+    assert materialize_snapshot(a, ts.instances[0], tmp_path / "repo") == ts.instances[0].base_commit
+    with pytest.raises(ValueError, match="snapshot_format"):
+        write_task_set(tmp_path / "c", [_inst()], {"org__calc-1": FILES}, snapshot_format="zip")  # type: ignore[arg-type]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.minirepos.generator import GENERATOR_VERSION, MiniSplit, generate
-from harness.tasks import write_task_set
+from harness.tasks import SnapshotFormat, write_task_set
 
 __all__ = ["GENERATOR_VERSION", "MiniSummary", "generate", "make_mini"]
 
@@ -28,10 +28,10 @@ class MiniSummary:
 
 
 def make_mini(out: str | Path, *, split: MiniSplit, repos: int, tasks_per_repo: int, seed: int,
-              overwrite: bool = False) -> MiniSummary:
+              overwrite: bool = False, snapshot_format: SnapshotFormat = "dir") -> MiniSummary:
     """Generate a mini task set and write it to ``out`` (``tasks.jsonl`` + ``snapshots/``)."""
     instances, snapshots = generate(split=split, repos=repos, tasks_per_repo=tasks_per_repo, seed=seed)
-    path = write_task_set(out, instances, snapshots, overwrite=overwrite)
+    path = write_task_set(out, instances, snapshots, overwrite=overwrite, snapshot_format=snapshot_format)
     families: dict[str, int] = {}
     tiers: dict[str, int] = {}
     for inst in instances:

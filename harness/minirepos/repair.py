@@ -176,6 +176,14 @@ def screen(module: str, candidates: list[str], tests: str, *, python: str = sys.
     return list(out) if out is not None else None
 
 
+def is_plant_inverse(current: str, edit: Edit) -> bool:
+    """True when ``current`` is one planted bug away from ``edit.apply(current)``: the repair undoes an edit of a
+    known bug family, which makes it a likelier fix than an arbitrary change that happens to pass the tests."""
+    repaired = edit.apply(current)
+    scope = {edit.function} if edit.function else None
+    return any(p.apply(repaired) == current for p in enumerate_edits(repaired, functions=scope, check_compiles=False))
+
+
 def unique_replacement(text: str, edit: Edit) -> tuple[str, str]:
     """(old, new) for an exact search/replace of ``edit`` in ``text``, with context lines added until unique."""
     lines = text.splitlines(keepends=True)

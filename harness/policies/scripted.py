@@ -259,7 +259,9 @@ def _ranked_fixes(module_src: str, test_src: str, target: _Target) -> list[repai
     best = max(scores, default=-1)
     total = len([n for n in ast.parse(test_src).body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")])
     keep = total if best >= total else best
-    return [e for e, s in zip(candidates, scores) if s == keep and s > 0]
+    passing = [e for e, s in zip(candidates, scores) if s == keep and s > 0]
+    # Most plausible first: repairs that undo a known bug family, then the simplest resulting code (shortest line).
+    return sorted(passing, key=lambda e: (not repair.is_plant_inverse(module_src, e), len(e.new) - len(e.old)))
 
 
 class ScriptedExpert:
