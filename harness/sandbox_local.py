@@ -62,12 +62,13 @@ _EXIT_DRAIN_S = 0.2  # after the command exits, how long to wait for background 
 
 
 def _procs_of_uid(uid: int) -> int:
+    """Tasks (processes AND threads: what RLIMIT_NPROC counts) owned by ``uid`` right now."""
     n = 0
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             with contextlib.suppress(OSError):
                 if entry.stat().st_uid == uid:
-                    n += 1
+                    n += len(os.listdir(f"/proc/{entry.name}/task"))
     return n
 
 
