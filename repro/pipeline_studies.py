@@ -153,16 +153,19 @@ def matched_steps(treatment_flops: Iterable[float], baseline_flops: Iterable[flo
     return max(baseline_steps, math.ceil(baseline_steps * ratio - 1e-9))
 
 
-def noisy_frame(frame: pd.DataFrame, mixes: dict[str, dict[str, float]]) -> tuple[pd.DataFrame, dict[str, str]]:
+def noisy_frame(frame: pd.DataFrame, mixes: dict[str, dict[str, float]]
+                ) -> tuple[pd.DataFrame, dict[tuple[str, str], str]]:
     """Episodes for ``noisy_feedback_study``: one series per mix (arm ``tg[<mix>]``) holding the all-correct TG
-    episodes (kind ``correct``) and the mix's (kind ``wrong=<score>``). Returns the frame and {kind: display}."""
-    parts, display = [], {"correct": "train:correct=1"}
+    episodes (kind ``correct``) and the mix's (kind ``wrong=<score>``). Returns the frame and
+    {(series, kind): display label} (two mixes may share a score, so the label depends on the series)."""
+    parts, display = [], {}
     for name, mix in sorted(mixes.items()):
-        kind = f"wrong={mix_score(mix):g}"
-        display[kind] = mix_label(mix)
+        kind, series = f"wrong={mix_score(mix):g}", f"tg[{name}]"
+        display[(series, "correct")] = "train:correct=1"
+        display[(series, kind)] = mix_label(mix)
         for label, k in (("tg", "correct"), (f"tg_mix_{name}", kind)):
             sub = frame[frame["label"] == label]
-            parts.append(sub.assign(arm=f"tg[{name}]", feedback_kind=k))
+            parts.append(sub.assign(arm=series, feedback_kind=k))
     cols = ["arm", "feedback_kind", *ENDPOINTS]
     out = pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
     return out, display
@@ -357,7 +360,7 @@ def noisy_result(frame: pd.DataFrame, mixes: dict[str, dict[str, float]]) -> Any
 
     df, display = noisy_frame(frame, mixes)
     res = noisy_feedback_study(df)
-    rows = [r.model_copy(update={"feedback_kind": display[r.feedback_kind]}) for r in res.rows]
+    rows = [r.model_copy(update={"feedback_kind": display[(r.arm, r.feedback_kind)]}) for r in res.rows]
     notes = ["hint mixes are TRAINING conditions; every episode was evaluated without hints",
              "each series tg[<mix>] holds the main tg runs (all hints correct) and one mix; the same tg episodes "
              "appear in every series", "'wrong share' is the mix's hint-quality score (correct 0, irrelevant 0.5, "
