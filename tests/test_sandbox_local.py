@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -152,3 +153,32 @@ def test_close_removes_directories() -> None:
     assert not root.exists() and not aux.exists()
     with pytest.raises(RuntimeError, match="closed"):
         box.exec("true", timeout=5)
+
+
+_AS_USER = """
+import os, sys
+sys.path.insert(0, sys.argv[1])
+from harness.sandbox import SandboxSpec
+from harness.sandbox_local import LocalSandbox
+bomb = "import os, time\\nwhile True:\\n    try:\\n        os.fork()\\n    except OSError:\\n        time.sleep(0.05)\\n"
+with LocalSandbox(SandboxSpec(pids=32), python=sys.executable) as box:
+    assert box._cgroup is None and os.geteuid() != 0
+    res = box.exec(["python3", "-c", bomb], timeout=3)
+    assert res.timed_out, res
+    assert box.exec("echo alive", timeout=10).stdout == "alive\\n"
+print("contained")
+"""
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("setpriv") or not Path("/usr/bin/python3").exists(),
+    reason="needs root (to drop to uid 65534), setpriv and /usr/bin/python3",
+)
+def test_fork_bomb_is_contained_for_a_normal_user_by_rlimit_nproc() -> None:
+    """The non-root path (RLIMIT_NPROC, no cgroup), run as `nobody` with the system interpreter."""
+    root = str(Path(__file__).resolve().parents[1])
+    cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", _AS_USER, root]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd="/")
+    assert proc.returncode == 0 and "contained" in proc.stdout, proc.stderr[-2000:]
+    left = subprocess.run(["pgrep", "-u", "65534", "-f", "os.fork"], capture_output=True, text=True)
+    assert left.stdout.strip() == "", left.stdout
