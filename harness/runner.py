@@ -50,7 +50,7 @@ from harness.schema import EpisodeMetrics, EpisodeResult, Message, TaskInstance,
 
 log = logging.getLogger(__name__)
 
-ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$")
 
 
 class RunAborted(RuntimeError):

@@ -216,4 +216,4 @@ def _excluded_tests(task_dir: Path) -> dict[str, list[str]]:
     from harness.validate import load_validation
 
     report = load_validation(task_dir)
-    return dict(report.excluded_tests) if report is not None else {}
+    return report.excluded_tests() if report is not None else {}
