@@ -14,14 +14,15 @@ Status = Literal["ok", "warn", "fail"]
 EPILOG = """\
 example:
   $ tgsuite doctor
-  ok   python        3.11.7
-  ok   torch         2.13.0+cpu (cpu build)
-  ok   cpus          2
-  ok   gpu           none (CPU only: gpu tests skip, training runs on CPU)
-  ok   disk          78.1 GiB free in /work/main
-  ok   docker        engine 20.10.24+dfsg1, API 1.41
-  ok   base image    tgsuite/base:bookworm-cebba323dd6d (sha256:e554fd1b4d8c)
-  ok   debootstrap   /usr/sbin/debootstrap
+  ok   python         3.11.7
+  ok   torch          2.13.0+cpu (cpu build)
+  ok   cpus           2
+  ok   gpu            none (CPU only: gpu tests skip, training runs on CPU)
+  ok   disk           78.1 GiB free in /home/you/tgsuite
+  ok   docker         engine 20.10.24+dfsg1, API 1.41
+  ok   base image     tgsuite/base:bookworm-cebba323dd6d (sha256:e554fd1b4d8c)
+  ok   debootstrap    /usr/sbin/debootstrap
+  ok   local sandbox  process cap via a pids cgroup (root; not isolated: isolated=False)
 
 Exit code 0 when everything required is present, 1 otherwise. `--no-docker` makes the Docker checks advisory
 (LocalSandbox only: runs are recorded as isolated=False). `--json` prints the checks as JSON.
@@ -106,6 +107,20 @@ def _debootstrap(image_ok: bool) -> Check:
                  "`sudo apt-get install debootstrap` (scripts/setup.sh does it)")
 
 
+def _local_sandbox() -> Check:
+    """Can LocalSandbox cap processes here? (RLIMIT_NPROC as a normal user; a pids cgroup as root.)"""
+    if os.geteuid() != 0:
+        return Check("local sandbox", "ok", "process cap via RLIMIT_NPROC (not isolated: isolated=False)")
+    from harness.sandbox_local import _make_pids_cgroup
+
+    probe = _make_pids_cgroup(f"tgsuite-doctor-{os.getpid()}", 8)
+    if probe is None:
+        return Check("local sandbox", "warn", "running as root without a writable pids cgroup: no process cap",
+                     "run as a normal user, or use the Docker sandbox")
+    probe.rmdir()
+    return Check("local sandbox", "ok", "process cap via a pids cgroup (root; not isolated: isolated=False)")
+
+
 def run_checks(*, docker: bool = True, min_free_gb: float = 5.0, path: str = ".") -> list[Check]:
     """All checks, in display order. ``docker=False`` makes Docker problems warnings instead of failures."""
     checks = [_python(), *_torch()]
@@ -118,13 +133,14 @@ def run_checks(*, docker: bool = True, min_free_gb: float = 5.0, path: str = "."
     if not docker and deb.status == "fail":
         deb = deb._replace(status="warn")
     checks.append(deb)
+    checks.append(_local_sandbox())
     return checks
 
 
 def format_checks(checks: list[Check]) -> str:
     lines = []
     for c in checks:
-        line = f"{c.status:<4} {c.name:<13} {c.detail}"
+        line = f"{c.status:<4} {c.name:<14} {c.detail}"
         if c.status != "ok" and c.fix:
             line += f" -- fix: {c.fix}"
         lines.append(line)
