@@ -198,3 +198,31 @@ def test_tar_gz_task_sets_are_deterministic_and_materialise(tmp_path: Path) -> N
     assert materialize_snapshot(a, ts.instances[0], tmp_path / "repo") == ts.instances[0].base_commit
     with pytest.raises(ValueError, match="snapshot_format"):
         write_task_set(tmp_path / "c", [_inst()], {"org__calc-1": FILES}, snapshot_format="zip")  # type: ignore[arg-type]
+
+
+def test_cli_make_mini_and_validate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from repro.commands import tasks as cmd
+    from repro.commands._common import CLIError
+
+    parser = argparse.ArgumentParser(prog="tgsuite")
+    cmd.register(parser.add_subparsers(dest="command"))
+    out = tmp_path / "mini"
+    argv = ["tasks", "make-mini", "--out", str(out), "--split", "heldout", "--repos", "2", "--tasks-per-repo", "1",
+            "--seed", "3"]
+    args = parser.parse_args(argv)
+    assert args.func(args) == 0
+    assert "wrote 2 tasks from 2 repositories" in capsys.readouterr().out
+    with pytest.raises(CLIError, match="--overwrite"):
+        args.func(parser.parse_args(argv))
+    with pytest.raises(SystemExit):
+        parser.parse_args([*argv[:-3], "0", "--seed", "3"])  # --tasks-per-repo 0 is refused by argparse
+    first = load_task_set(out).instances[0].instance_id
+    args = parser.parse_args(["tasks", "validate", str(out), "--sandbox", "local", "--runs", "1", "--instance", first])
+    assert args.func(args) == 0
+    assert "1 valid, 0 rejected" in capsys.readouterr().out
+    assert (out / "validation.json").is_file()
+    args = parser.parse_args(["tasks", "validate", str(tmp_path / "nothing"), "--sandbox", "local"])
+    with pytest.raises(CLIError, match="not found"):
+        args.func(args)
