@@ -202,3 +202,34 @@ def test_missing_main_checkpoint_names_the_fix(tmp_path: Path, fakes: dict[str, 
         ps.run_studies(StageRunner(tmp_path, echo=lambda s: None), _ctx(tmp_path, sizes=sizes), {"noisy_feedback"})
     with pytest.raises(ValueError, match="unknown studies"):
         ps.run_studies(StageRunner(tmp_path, echo=lambda s: None), _ctx(tmp_path / "x"), {"hints"})
+
+
+@pytest.mark.slow
+def test_can_do_with_the_real_runner_and_scripted_expert(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Integration (local sandbox, no model): the scripted expert's plain summary fails markdown@v1; with the
+    corrective hint before finish it passes. Both evals go through the real runner: repro.pipeline._stage_eval for
+    the plain answers, _stage_eval_feedback for the corrective ones, then the real pairing and can_do_study."""
+    import repro.pipeline as pipeline
+    from evalsuite.studies import can_do_study
+    from harness.minirepos import make_mini
+    from harness.policies import make_policy
+
+    def expert(model_dir: str, name: str, preset: Any) -> Any:
+        return make_policy("expert")
+
+    monkeypatch.setattr(pipeline, "_eval_policy", expert)
+    monkeypatch.setattr(ps, "_eval_policy", expert)
+    paths = _paths(tmp_path)
+    make_mini(paths["heldout_tasks"], split="heldout", repos=1, tasks_per_repo=1, seed=0)
+    preset = SMOKE.model_copy(update={"eval_sandbox": "local", "workers": 1, "eval_max_turns": 8})
+    ctx = ps.StudyContext(preset=preset, paths=paths, protocol_sha256="p" * 64, heldout_sha256="h", sft_report={},
+                          ckpts={"base": "unused"}, excluded={})
+    models = {"base": ps.StudyModel("base", "base", -1, "unused")}
+    runner = StageRunner(tmp_path, echo=lambda s: None)
+    ps._eval(runner, ctx, "plain", tmp_path / "plain", models, None)
+    ps._eval(runner, ctx, "corr", tmp_path / "corr", models, "correct@before_finish")
+    plain, corr = ps.study_frame(tmp_path / "plain", models), ps.study_frame(tmp_path / "corr", models)
+    assert len(plain) == len(corr) == 1 and bool(plain["code_ok"].iloc[0]) and bool(corr["code_ok"].iloc[0])
+    (res,) = can_do_study(ps.can_do_rows(plain, corr))
+    beh = next(c for c in res.changes if c.endpoint == "behaviour_ok")
+    assert (beh.a, beh.b, beh.c, beh.d) == (0, 1, 0, 0)
