@@ -47,7 +47,7 @@ def run_cases(source: str, module_name: str, cases: dict[str, tuple[str, ...]]) 
         raise RuntimeError(f"{module_name} does not import: {type(exc).__name__}: {exc}") from exc
     out: list[CaseResult] = []
     for function, arg_list in cases.items():
-        for i, (args, code) in enumerate(zip(arg_list, _compiled_calls(function, arg_list)), start=1):
+        for i, (args, code) in enumerate(zip(arg_list, _compiled_calls(function, arg_list), strict=True), start=1):
             try:
                 value = eval(code, namespace)  # noqa: S307 - generator-authored code only
             except Exception as exc:  # noqa: BLE001
@@ -61,7 +61,7 @@ def _close(a: Any, b: Any) -> bool:
     if isinstance(a, float) or isinstance(b, float):
         return isinstance(a, (int, float)) and isinstance(b, (int, float)) and math.isclose(a, b, rel_tol=1e-9)
     if isinstance(a, (list, tuple)) and type(a) is type(b) and len(a) == len(b):
-        return all(_close(x, y) for x, y in zip(a, b))
+        return all(_close(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys():
         return all(_close(a[k], b[k]) for k in a)
     return False

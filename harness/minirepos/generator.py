@@ -111,7 +111,7 @@ def _try_plant(repo: RepoPlan, module: ModulePlan, edit: Edit) -> PlantedBug | N
         buggy = tuple(run_cases(buggy_source, f"{repo.package}.{module.template.module}", module.template.cases))
     except RuntimeError:
         return None
-    verdicts = tuple(compare(c, b) for c, b in zip(module.clean, buggy))
+    verdicts = tuple(compare(c, b) for c, b in zip(module.clean, buggy, strict=True))
     if "detects" not in verdicts:
         return None
     return PlantedBug(module, edit, buggy, verdicts)
@@ -161,18 +161,8 @@ def _hidden_file(repo: RepoPlan, module: ModulePlan, keep: list[CaseResult]) -> 
     return path, render.render_test_file(f"{repo.package}.{module.template.module}", [], keep, title=title)
 
 
-def build_task(rng: random.Random, repo: RepoPlan, bug: PlantedBug, number: int, split: MiniSplit) -> tuple[
-        TaskInstance, dict[str, bytes]]:
-    """One task record plus its snapshot files (the repository with the bug, visible tests included)."""
-    mod = bug.module
-    mod_name = mod.template.module
-    rel = f"{repo.package}/{mod_name}.py"
-    detecting = [(c, b) for c, b, v in zip(mod.clean, bug.buggy, bug.verdicts) if v == "detects"]
-    direct = [(c, b) for c, b in detecting if c.function == bug.edit.function]
-    use_direct = bool(direct) and (len(direct) == len(detecting) or rng.random() < 0.8)
-    reported, observed = rng.choice(direct if use_direct else [p for p in detecting if p not in direct])
-    buggy_source = bug.edit.apply(mod.source)
-
+def _snapshot_files(repo: RepoPlan, mod: ModulePlan, buggy_source: str, reported: CaseResult) -> dict[str, str]:
+    """The repository as the agent gets it: the bug in ``mod``, visible tests with a regression test."""
     files: dict[str, str] = {
         "README.md": render.readme(repo.repo, repo.package, [(m.template.module, _doc(m.source)) for m in repo.modules]),
         "pyproject.toml": render.pyproject(repo.package),
@@ -186,8 +176,24 @@ def build_task(rng: random.Random, repo: RepoPlan, bug: PlantedBug, number: int,
                                                                       reported)]
         files[f"tests/test_{m.template.module}.py"] = render.render_test_file(
             f"{repo.package}.{m.template.module}", [], m.visible, extra)
+    return files
 
-    keep = [c for c, v in zip(mod.clean, bug.verdicts) if v != "ambiguous"]
+
+def build_task(rng: random.Random, repo: RepoPlan, bug: PlantedBug, number: int, split: MiniSplit) -> tuple[
+        TaskInstance, dict[str, bytes]]:
+    """One task record plus its snapshot files (the repository with the bug, visible tests included)."""
+    mod = bug.module
+    mod_name = mod.template.module
+    rel = f"{repo.package}/{mod_name}.py"
+    detecting = [(c, b) for c, b, v in zip(mod.clean, bug.buggy, bug.verdicts, strict=True) if v == "detects"]
+    direct = [(c, b) for c, b in detecting if c.function == bug.edit.function]
+    use_direct = bool(direct) and (len(direct) == len(detecting) or rng.random() < 0.8)
+    reported, observed = rng.choice(direct if use_direct else [p for p in detecting if p not in direct])
+    buggy_source = bug.edit.apply(mod.source)
+
+    files = _snapshot_files(repo, mod, buggy_source, reported)
+
+    keep = [c for c, v in zip(mod.clean, bug.verdicts, strict=True) if v != "ambiguous"]
     hidden = [_hidden_file(repo, mod, keep)]
     others = [m for m in repo.modules if m is not mod]
     if others:

@@ -89,7 +89,7 @@ def guard_candidates(source: str, cases: list[AssertCase]) -> list[Edit]:
         body = node.body[1:] if isinstance(node.body[0], ast.Expr) and len(node.body) > 1 else node.body
         first = body[0]
         indent = lines[first.lineno - 1][: first.col_offset]
-        for param, arg in zip(params, case.args):
+        for param, arg in zip(params, case.args, strict=False):
             if not _empty_like(arg):
                 continue
             if arg.strip() in ("0", "0.0"):
@@ -164,7 +164,8 @@ def _screen_cached(module: str, candidates: tuple[str, ...], tests: str, python:
     try:
         res = subprocess.run([python, "-I", "-c", _SCREEN], input=job, capture_output=True, text=True,
                              timeout=30 + 2 * len(candidates), check=False)
-        return tuple(json.loads(res.stdout))
+        out = tuple(json.loads(res.stdout))
+        return out if len(out) == len(candidates) else None
     except (subprocess.TimeoutExpired, json.JSONDecodeError, ValueError):
         return None
 

@@ -47,10 +47,11 @@ class ModuleTemplate:
 
 def all_templates() -> list[ModuleTemplate]:
     """Every template of both pools, in a fixed order."""
-    from harness.minirepos.templates_train import TRAIN_TEMPLATES
+    from harness.minirepos.templates_train import TRAIN_TEMPLATES_A
+    from harness.minirepos.templates_train_b import TRAIN_TEMPLATES_B
     from harness.minirepos.templates_unseen import UNSEEN_TEMPLATES
 
-    return [*TRAIN_TEMPLATES, *UNSEEN_TEMPLATES]
+    return [*TRAIN_TEMPLATES_A, *TRAIN_TEMPLATES_B, *UNSEEN_TEMPLATES]
 
 
 def templates_for(pool: Pool) -> list[ModuleTemplate]:

@@ -1,6 +1,6 @@
 """Unseen-pool module templates: only the held-out ``unseen_templates`` tier uses them.
 
-No module or function name here may occur in ``templates_train.py`` (``templates.check_pools_disjoint``).
+No module or function name here may occur in ``templates_train*.py`` (``templates.check_pools_disjoint``).
 """
 
 from __future__ import annotations

@@ -259,7 +259,7 @@ def _ranked_fixes(module_src: str, test_src: str, target: _Target) -> list[repai
     best = max(scores, default=-1)
     total = len([n for n in ast.parse(test_src).body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")])
     keep = total if best >= total else best
-    passing = [e for e, s in zip(candidates, scores) if s == keep and s > 0]
+    passing = [e for e, s in zip(candidates, scores, strict=True) if s == keep and s > 0]
     # Most plausible first: repairs that undo a known bug family, then the simplest resulting code (shortest line).
     return sorted(passing, key=lambda e: (not repair.is_plant_inverse(module_src, e), len(e.new) - len(e.old)))
 
@@ -323,7 +323,7 @@ class ScriptedExpert:
             return self._out(rng, "That did not work; undo it.", "edit_file",
                              {"path": target.module_path, "old": new, "new": old})
         tried = {(s.arguments.get("old"), s.arguments.get("new")) for s in steps if s.name == "edit_file"}
-        for fix, (old, new) in zip(fixes, pairs):
+        for fix, (old, new) in zip(fixes, pairs, strict=True):
             if (old, new) not in tried:
                 plan = f"{fix.function or 'a module constant'} {_PHRASES.get(fix.family, 'is wrong')}; fix line {fix.start}."
                 return self._out(rng, plan, "edit_file", {"path": target.module_path, "old": old, "new": new})
