@@ -9,6 +9,7 @@ oracle resolves every instance; null resolves none; the expert never touches hid
 from __future__ import annotations
 
 import random
+
 import pytest
 
 from harness.agent import run_episode
