@@ -37,6 +37,7 @@ class RunCfg(_Section):
     checkpoint_every: int = Field(0, ge=0, description="0 = only at the end")
     keep_checkpoints: int = Field(0, ge=0, description="0 = keep all")
     progress: bool = True
+    log_grad_split: bool = Field(False, description="log ‖∇L_GRPO‖ and λ‖∇L_KL‖ (one extra backward per micro-batch)")
 
 
 class ModelCfg(_Section):

@@ -227,24 +227,45 @@ def _optimizer_step(root: LossRoot, cfg: TrainConfig, plan: Any, opt: torch.opti
                     ledger: ComputeLedger, flop_params: int) -> dict[str, Any]:
     opt.zero_grad(set_to_none=True)
     parts, total, n_tok, n_teacher = [], 0.0, 0, 0
+    split: dict[str, list[torch.Tensor]] = {}
     mbs = cfg.optim.micro_batch
     device = next(root.parameters()).device
     for i in range(0, len(plan.trajs), mbs):
         mb = collate(plan.trajs[i:i + mbs], pad_id).to(device)
         loss, stats = root(mb, plan.n_pg, plan.n_kl)
-        if loss.requires_grad:
+        terms = {k: stats.pop(k) for k in ("_pg_term", "_kl_term") if k in stats}
+        if cfg.run.log_grad_split and loss.requires_grad:
+            _backward_split(root, terms, split)
+        elif loss.requires_grad:
             loss.backward()
         parts.append(stats)
         total += float(loss.detach())
         n_tok += mb.n_tokens
         n_teacher += mb.n_teacher_tokens if cfg.guidance.lam > 0 else 0
+    norms = {f"grad/norm_{k[1:-5]}": float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g)
+                                                                                   for g in v]))) for k, v in split.items()}
     params = [p for p in root.parameters() if p.grad is not None]
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip)) if params else 0.0
     opt.step()
     teacher_s = sum(p["teacher_s"] for p in parts)
     ledger.add("trainer", tokens=n_tok, flops=train_flops(flop_params, n_tok))
     ledger.add("teacher", wall_s=teacher_s, tokens=n_teacher, flops=forward_flops(flop_params, n_teacher))
-    return {"loss/total": total, "grad/norm": grad_norm, "_teacher_s": teacher_s, **reduce_stats(parts)}
+    return {"loss/total": total, "grad/norm": grad_norm, "_teacher_s": teacher_s, **norms, **reduce_stats(parts)}
+
+
+def _backward_split(root: LossRoot, terms: dict[str, torch.Tensor], acc: dict[str, list[torch.Tensor]]) -> None:
+    """Backward each loss term separately (one extra backward) to log ‖∇L_GRPO‖ and λ‖∇L_KL‖ (METHOD §6.11);
+    the parameter gradients are their sum, exactly as with one backward of the total."""
+    params = [p for p in root.parameters() if p.requires_grad]
+    live = [(k, t) for k, t in terms.items() if t.requires_grad]
+    for i, (key, term) in enumerate(live):
+        grads = torch.autograd.grad(term, params, retain_graph=i + 1 < len(live), allow_unused=True)
+        grads = [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads, strict=True)]
+        if key not in acc:
+            acc[key] = [torch.zeros_like(p) for p in params]
+        for a, g, p in zip(acc[key], grads, params, strict=True):
+            a.add_(g)
+            p.grad = g.clone() if p.grad is None else p.grad + g
 
 
 def train_rl(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = None, resume: bool = False,

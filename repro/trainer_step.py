@@ -238,6 +238,7 @@ class LossRoot(nn.Module):
             sur = clipped_surrogate(logp[None], mb.mu[None], adv[None], mb.m_pg[None], n_tokens_global=max(1.0, n_pg),
                                     eps_low=self.gr.eps_low, eps_high=self.gr.eps_high)
             loss = loss + self.gr.pg_weight * sur.loss
+            stats["_pg_term"] = self.gr.pg_weight * sur.loss
             n_mb = float(mb.m_pg.sum())
             stats.update(pg_loss=float(sur.loss.detach()), clip_sum=float(sur.clip_frac) * n_mb, ratio_sum=float(sur.ratio_mean)
                          * n_mb, ratio_max=float(sur.ratio_max), pg_n=n_mb)
@@ -248,6 +249,7 @@ class LossRoot(nn.Module):
             kl = chunked_kl_loss(hr[mb.kl_idx], ht, weight, w, direction=g.direction, beta=g.jsd_beta,
                                  kappa=g.kappa, chunk_size=self.chunk)
             loss = loss + g.lam * kl.loss
+            stats["_kl_term"] = g.lam * kl.loss
             d = kl.per_token.detach()
             stats.update(kl_loss=float(kl.loss.detach()), kl_values=d.tolist(), kl_clamped=int((d >= g.kappa).sum()),
                          kl_entropy_sum=float(ent[mb.kl_idx].sum()))

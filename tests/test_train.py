@@ -94,3 +94,14 @@ def test_metrics_lines_are_json_with_nulls_not_nan(tmp_path: Path) -> None:
     assert "NaN" not in text and "Infinity" not in text
     row = json.loads(text.splitlines()[0])
     assert row["kl/mean"] is None  # no KL in the grpo arm: undefined, not 0
+
+
+def test_grad_norm_split_by_term_leaves_the_update_unchanged(tmp_path: Path) -> None:
+    cfg = ["rollout.max_new_tokens=8", "run.steps=1", "rollout.groups=1"]
+    train_rl(F.config("tg", *cfg), tmp_path / "a", setup=F.setup())
+    train_rl(F.config("tg", *cfg, "run.log_grad_split=true"), tmp_path / "b", setup=F.setup())
+    row = F.metrics(tmp_path / "b")[0]
+    assert row["grad/norm_pg"] >= 0 and row["grad/norm_kl"] > 0  # PG grad is 0 when the group has no reward variance
+    assert row["grad/norm"] <= row["grad/norm_pg"] + row["grad/norm_kl"] + 1e-6  # triangle inequality
+    wa, wb = _weights(tmp_path / "a", 1), _weights(tmp_path / "b", 1)
+    assert max(float((wa[k] - wb[k]).abs().max()) for k in wa) < 1e-6
