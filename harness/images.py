@@ -249,6 +249,7 @@ def _build(
 ) -> None:
     build_root = build_dir or os.environ.get("TGSUITE_BUILD_DIR") or tempfile.gettempdir()
     _preflight_build(build_root)
+    _remove_stale(client, build_root)
     mirror = mirror or find_apt_mirror(suite)
     tmp = Path(tempfile.mkdtemp(prefix="tgsuite-base-", dir=build_root))
     temp_tag = f"{REPOSITORY}:tmp-{uuid.uuid4().hex[:12]}"
@@ -287,6 +288,20 @@ def _build(
         shutil.rmtree(tmp, ignore_errors=True)
         with contextlib.suppress(Exception):
             client.images.remove(temp_tag, noprune=False)
+
+
+def _remove_stale(client: Any, build_root: str) -> None:
+    """Leftovers of a build that was killed (SIGKILL, power loss): temp tags and rootfs dirs. We hold the build
+    lock, so no other build on this machine owns them."""
+    for image in client.images.list(name=REPOSITORY):
+        for t in image.tags or []:
+            if t.startswith(f"{REPOSITORY}:tmp-"):
+                log.info("removing stale temp tag %s", t)
+                with contextlib.suppress(Exception):
+                    client.images.remove(t)
+    for path in glob.glob(os.path.join(build_root, "tgsuite-base-*")):
+        log.info("removing stale build dir %s", path)
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _run(cmd: list[str], *, what: str, log_path: Path | None = None) -> str:

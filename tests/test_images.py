@@ -113,6 +113,9 @@ def test_image_records_its_package_manifest_and_user(docker_client: Any, base_im
 def test_failed_build_leaves_no_tag_and_no_temp_dir(docker_client: Any, tmp_path: Path) -> None:
     packages = ("python3", f"tgsuite-test-{os.getpid()}")
     tag = base_image_tag("bookworm", packages)
+    stale = tmp_path / "tgsuite-base-stale"  # left by a build that was SIGKILLed
+    (stale / "rootfs").mkdir(parents=True)
+    docker_client.images.get(images.ALIAS_TAG).tag(images.REPOSITORY, "tmp-stale0000")
     with pytest.raises(ImageBuildError, match="debootstrap"):
         images.ensure_base_image(
             docker_client, packages=packages, mirror="http://127.0.0.1:9/debian", build_dir=str(tmp_path)
