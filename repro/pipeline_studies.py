@@ -18,8 +18,8 @@ Studies (select any subset with :func:`parse_studies`; every one is labelled exp
   ``tg_no_think_kl``, the λ sweep) trained × seeds and evaluated like the main arms; per-arm rates with Wilson CIs
   are written to ``<out>/studies/studies.json`` (``Exploratory`` has no ablation field).
 
-Every study checkpoint is evaluated in one resumable run directory, ``<out>/eval/studies/plain`` (no hints), and the
-can-do corrective answers in ``<out>/eval/studies/corrective``. Runner arm names are ``<label>_s<seed>`` (``base``
+Every study checkpoint is evaluated in one resumable run directory, ``<out>/eval/studies/study_eval_plain-<hash>`` (no
+hints), and the can-do corrective answers in ``<out>/eval/studies/study_eval_corrective-<hash>``. Runner arm names are ``<label>_s<seed>`` (``base``
 for the SFT base). Nothing here is simulated: every number comes from these runs. Entry point: :func:`run_studies`.
 """
 
@@ -211,7 +211,7 @@ def checkpoint_eval(model: StudyModel, frame: pd.DataFrame, arm: str, tuning_tri
     sub = frame[frame["runner_arm"] == model.runner_arm]
     if sub.empty:
         raise ValueError(f"equal compute: no scored held-out episode for {model.runner_arm} ({model.path}); "
-                         "check <out>/eval/studies/plain for infra errors and re-run")
+                         "check <out>/eval/studies/study_eval_plain-* for infra errors and re-run")
     return CheckpointEval(arm=arm, seed=model.seed, step=info.step, rollout_tokens=int(tokens.get("rollout", 0)),
                           teacher_forward_tokens=int(tokens.get("teacher", 0)),
                           trainer_tokens=int(tokens.get("trainer", 0)), flops=float(c.get("flops_total", 0.0)),
@@ -335,18 +335,25 @@ def _stage_eval_feedback(run_dir: Path, ctx: StudyContext, arms: dict[str, str],
             "resolved": sum(r.resolved for r in scored), "behaviour_ok": sum(r.behaviour_ok for r in scored)}
 
 
-def _eval(runner: StageRunner, ctx: StudyContext, name: str, run_dir: Path, models: dict[str, StudyModel],
-          feedback: str | None) -> None:
+def _eval(runner: StageRunner, ctx: StudyContext, name: str, models: dict[str, StudyModel],
+          feedback: str | None) -> Path:
+    """Evaluate ``models`` on the held-out set as stage ``name``; returns the run directory.
+
+    The directory is ``<out>/eval/studies/<name>-<input hash>``: an interrupted eval resumes in place, while new
+    inputs (a retrained checkpoint at the same path, another model set) start a fresh run instead of mixing in
+    episodes of the old weights (the runner identifies a policy by its path only)."""
     arms = {m.runner_arm: m.path for m in models.values()}
     p = ctx.preset.model_dump(mode="json")
     inputs = {"models": {k: _model_key(v) for k, v in sorted(arms.items())}, "tasks": ctx.heldout_sha256,
               "protocol": ctx.protocol_sha256, "eval": {k: v for k, v in p.items() if k.startswith("eval_")},
               "feedback": feedback}
+    run_dir = ctx.paths["eval"] / "studies" / f"{name}-{canonical_hash(inputs)[:12]}"
     if feedback is None:
         runner.run(name, inputs, lambda: _stage_eval(run_dir, ctx.paths["heldout_tasks"], arms, ctx.preset,
                                                      ctx.protocol_sha256, ctx.excluded))
     else:
         runner.run(name, inputs, lambda: _stage_eval_feedback(run_dir, ctx, arms, feedback))
+    return run_dir
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -403,14 +410,13 @@ def run_studies(runner: StageRunner, ctx: StudyContext, studies: set[str]) -> An
     models = _main_models(ctx, sizes, studies)
     trained, eqc_steps = _train_studies(runner, ctx, sizes, studies)
     models.update(trained)
-    dirs = {"plain": ctx.paths["eval"] / "studies" / "plain", "corrective": ctx.paths["eval"] / "studies" / "corrective"}
-    _eval(runner, ctx, "study_eval_plain", dirs["plain"], models, None)
+    dirs = {"plain": _eval(runner, ctx, "study_eval_plain", models, None)}
     frame = study_frame(dirs["plain"], models)
     out: dict[str, Any] = {"noisy_feedback": None, "equal_compute": None, "can_do_vs_does_do": []}
     errors: dict[str, str] = {}
     if "can_do" in studies:
         cd = {k: m for k, m in models.items() if m.label in sizes.can_do_labels}
-        _eval(runner, ctx, "study_eval_corrective", dirs["corrective"], cd, sizes.corrective)
+        dirs["corrective"] = _eval(runner, ctx, "study_eval_corrective", cd, sizes.corrective)
     analyses = {
         "noisy_feedback": lambda: noisy_result(frame, sizes.noisy_mixes),
         "equal_compute": lambda: equal_compute_result(frame, models, eqc_steps or 0, sizes.tuning_trials),
@@ -428,7 +434,7 @@ def run_studies(runner: StageRunner, ctx: StudyContext, studies: set[str]) -> An
     ablations = rates_by_label(frame, ["tg", *sizes.ablations]) if "ablations" in studies else {}
     record = {"studies": sorted(studies), "sizes": sizes.model_dump(mode="json"), "equal_compute_steps": eqc_steps,
               "models": {k: vars(m) for k, m in sorted(models.items())},
-              "run_dirs": {k: str(v) for k, v in dirs.items() if k == "plain" or "can_do" in studies},
+              "run_dirs": {k: str(v) for k, v in dirs.items()},
               "ablations": ablations, "errors": errors, "exploratory": ex.model_dump(mode="json")}
     atomic_write_json(ctx.paths["eval"].parent / "studies" / "studies.json", record)
     return ex

@@ -194,6 +194,12 @@ def test_adding_a_study_only_runs_what_it_needs(tmp_path: Path, fakes: dict[str,
     ps.run_studies(StageRunner(tmp_path, echo=lambda s: None), ctx, {"can_do", "ablations"})
     assert [a for _, a, _, _ in fakes["train"]] == ["tg_no_fmt_reward"]
     assert fakes["eval"][-1] == ["base", "tg_no_fmt_reward_s0", "tg_s0"] and len(fakes["eval_fb"]) == 1
+    # tg retrained in place (same path, new weights): its evals re-run in a fresh directory, never mixing episodes
+    before = json.loads((tmp_path / "studies" / "studies.json").read_text())["run_dirs"]
+    _write_ckpt(ctx.paths["train"] / "tg" / "s0", "tg", 0, 2, "retrained")
+    ps.run_studies(StageRunner(tmp_path, echo=lambda s: None), ctx, {"can_do", "ablations"})
+    after = json.loads((tmp_path / "studies" / "studies.json").read_text())["run_dirs"]
+    assert len(fakes["eval_fb"]) == 2 and all(after[k] != before[k] for k in ("plain", "corrective"))
 
 
 def test_missing_main_checkpoint_names_the_fix(tmp_path: Path, fakes: dict[str, list[Any]]) -> None:
@@ -210,6 +216,7 @@ def test_can_do_with_the_real_runner_and_scripted_expert(tmp_path: Path, monkeyp
     corrective hint before finish it passes. Both evals go through the real runner: repro.pipeline._stage_eval for
     the plain answers, _stage_eval_feedback for the corrective ones, then the real pairing and can_do_study."""
     import repro.pipeline as pipeline
+    from evalsuite.outcomes import load_run
     from evalsuite.studies import can_do_study
     from harness.minirepos import make_mini
     from harness.policies import make_policy
@@ -226,9 +233,11 @@ def test_can_do_with_the_real_runner_and_scripted_expert(tmp_path: Path, monkeyp
                           ckpts={"base": "unused"}, excluded={})
     models = {"base": ps.StudyModel("base", "base", -1, "unused")}
     runner = StageRunner(tmp_path, echo=lambda s: None)
-    ps._eval(runner, ctx, "plain", tmp_path / "plain", models, None)
-    ps._eval(runner, ctx, "corr", tmp_path / "corr", models, "correct@before_finish")
-    plain, corr = ps.study_frame(tmp_path / "plain", models), ps.study_frame(tmp_path / "corr", models)
+    plain_dir = ps._eval(runner, ctx, "plain", models, None)
+    corr_dir = ps._eval(runner, ctx, "corr", models, "correct@before_finish")
+    assert plain_dir.parent == corr_dir.parent == paths["eval"] / "studies"
+    plain, corr = ps.study_frame(plain_dir, models), ps.study_frame(corr_dir, models)
+    assert list(corr["runner_arm"]) == ["base"] and "correct" in {r.feedback_kind for r in load_run(corr_dir).results}
     assert len(plain) == len(corr) == 1 and bool(plain["code_ok"].iloc[0]) and bool(corr["code_ok"].iloc[0])
     (res,) = can_do_study(ps.can_do_rows(plain, corr))
     beh = next(c for c in res.changes if c.endpoint == "behaviour_ok")
