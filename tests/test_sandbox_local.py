@@ -10,8 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from harness.sandbox import SandboxPathError, SandboxSpec
+from harness.sandbox import OutputCapper, SandboxPathError, SandboxSpec, cap_output
 from harness.sandbox_local import MARKER, LocalSandbox
 
 
@@ -182,3 +184,17 @@ def test_fork_bomb_is_contained_for_a_normal_user_by_rlimit_nproc() -> None:
     assert proc.returncode == 0 and "contained" in proc.stdout, proc.stderr[-2000:]
     left = subprocess.run(["pgrep", "-u", "65534", "-f", "os.fork"], capture_output=True, text=True)
     assert left.stdout.strip() == "", left.stdout
+
+
+@given(data=st.binary(max_size=400), cap=st.integers(min_value=0, max_value=120), cuts=st.lists(st.integers(1, 60), max_size=30))
+@settings(max_examples=300, deadline=None)
+def test_streaming_capper_equals_cap_output(data: bytes, cap: int, cuts: list[int]) -> None:
+    """Both sandboxes cap while streaming; the result must equal the one-shot ``cap_output`` for any chunking."""
+    capper, i = OutputCapper(cap), 0
+    for n in cuts + [len(data)]:
+        capper.feed(data[i : i + n])
+        i += n
+    capper.feed(data[i:])
+    assert capper.result() == cap_output(data, cap)
+    text, truncated = capper.result()
+    assert truncated == (len(data) > cap)
