@@ -215,9 +215,9 @@ class KVSampler:
         while rows:
             tok, lp = _sample(logits.float(), temps, top_ps, gen)
             keep = []
-            for j, (i, t, l) in enumerate(zip(rows, tok.tolist(), lp.tolist(), strict=True)):
+            for j, (i, t, logp_t) in enumerate(zip(rows, tok.tolist(), lp.tolist(), strict=True)):
                 toks[i].append(t)
-                lps[i].append(l)
+                lps[i].append(logp_t)
                 if t in reqs[i].stop_ids:
                     reason[i] = "stop"
                 elif len(toks[i]) < reqs[i].max_new_tokens:
