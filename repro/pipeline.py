@@ -121,6 +121,7 @@ def _eval_policy(model_dir: str, name: str, preset: Preset) -> Any:
 def _stage_eval(run_dir: Path, heldout: Path, arms: dict[str, str], preset: Preset, protocol_hash: str | None,
                 excluded: dict[str, list[str]]) -> dict[str, Any]:
     from harness.interfaces import EpisodeLimits
+    from harness.metrics import metrics_for
     from harness.runner import run_eval
     from harness.runner_sandbox import TaskSandboxFactory
     from harness.tasks import load_task_set
@@ -133,6 +134,7 @@ def _stage_eval(run_dir: Path, heldout: Path, arms: dict[str, str], preset: Pres
         results = run_eval(ts, policies, list(range(preset.eval_episodes)), run_dir, sandbox_factory=fac,
                            workers=preset.workers, limits=limits, run_seed=preset.task_seed,
                            protocol_hash=protocol_hash, excluded_tests=excluded, progress=True,
+                           metrics_for=metrics_for(ts),
                            argv=["tgsuite", "reproduce", "--preset", preset.name])
     scored = [r for r in results if r.scored]
     return {"paths": {"manifest": str(run_dir / "manifest.json")}, "n": len(results), "scored": len(scored),
