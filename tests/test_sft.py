@@ -15,6 +15,15 @@ from repro.models import build_model
 from repro.sft import SFTConfig, sft_loss, sft_train
 from repro.tokenizer import ChatEncoder, train_tokenizer
 
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny models run fastest on one intra-op thread (and do not fight other test processes); restored after."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
 CONVS = [
     [{"role": "user", "content": f"Fix bug {i} in mod{i}.py"},
      {"role": "assistant", "content": f'<tool_call>\n{{"name": "read_file", "arguments": {{"path": "mod{i}.py"}}}}'
@@ -75,7 +84,7 @@ def test_run_sft_end_to_end_on_a_tiny_task_set(tmp_path: Path) -> None:
     make_mini(tmp_path / "heldout", split="heldout", repos=1, tasks_per_repo=1, seed=0)
     cfg = SFTConfig(train_tasks=str(tmp_path / "train"), heldout_tasks=str(tmp_path / "heldout"), preset="nano",
                     vocab_size=600, episodes=2, hint_share=0.5, epochs=1, batch_tokens=256, eval_instances=1,
-                    eval_max_new_tokens=32, eval_max_turns=2, workers=1)
+                    eval_max_new_tokens=32, eval_max_turns=2, workers=1, torch_threads=1)
     rep = run_sft(cfg, tmp_path / "out")
     assert rep.n_trajectories == 2 and rep.train_act_tokens > 0 and math.isfinite(rep.final_loss)
     assert (tmp_path / "out" / "model" / "tokenizer.json").is_file()
