@@ -15,6 +15,10 @@ Isolation it guarantees (each one exercised by tests/test_sandbox_docker.py):
   and are removed on ``close()``, at interpreter exit, on SIGTERM/SIGINT, and by ``cleanup_run`` /
   ``cleanup_orphans`` (by label, never by name prefix).
 
+Writable for the agent (uid 1000): the work dir (``/work/...``), ``/home/agent``, ``/tmp`` and ``/var/tmp``, all in
+the container's own throw-away layer; system paths (``/etc``, ``/usr``, ``/``, ``/root``, ``/proc/sys``) are not,
+and nothing on the host is reachable (no bind mounts, no volumes).
+
 What it does NOT guarantee: protection from kernel exploits (containers share the host kernel), a disk quota
 (overlay2 ``size=`` needs xfs+pquota; watch free disk), or fairness between sandboxes beyond the CPU quota.
 Harness-side file calls (``write_file`` etc.) may write anywhere inside the container: the container is the
