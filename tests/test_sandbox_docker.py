@@ -172,7 +172,9 @@ def test_no_network_inside(docker_provider: DockerSandboxProvider) -> None:
 @pytest.mark.docker
 def test_writes_outside_the_work_dir_are_impossible(docker_provider: DockerSandboxProvider) -> None:
     with docker_provider.create(SMALL, instance_id="fs") as box:
-        for path in ("/etc/passwd", "/usr/bin/python3", "/newfile", "/root/x", "/proc/sys/kernel/hostname"):
+        # /etc/hosts, /etc/resolv.conf and /etc/hostname are the only files the engine bind-mounts from the host
+        for path in ("/etc/passwd", "/usr/bin/python3", "/newfile", "/root/x", "/proc/sys/kernel/hostname",
+                     "/etc/hosts", "/etc/resolv.conf", "/etc/hostname", "/sys/fs/cgroup/pids/pids.max"):
             res = box.exec(["sh", "-c", f"echo pwned > {path}"], timeout=10)
             assert res.returncode != 0, path
         assert "pwned" not in box.exec("cat /etc/passwd", timeout=10).stdout
