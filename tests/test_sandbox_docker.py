@@ -72,6 +72,11 @@ def test_dead_daemon_socket_is_sandbox_unavailable(tmp_path: Path) -> None:
     assert info.value.kind == "DOCKER_DAEMON"
     with pytest.raises(SandboxUnavailable):
         provider.create(SMALL)
+    box = DockerSandbox(client, "0" * 64, SMALL, "engine-gone")  # a sandbox whose engine went away
+    for call in (lambda: box.exec("true", timeout=5), lambda: box.read_file("a"), lambda: box.write_file("a", b"x"),
+                 lambda: box.copy_in(tmp_path, "."), lambda: box.copy_out(".", tmp_path / "out")):
+        with pytest.raises(SandboxUnavailable):
+            call()
 
 
 def test_hung_daemon_read_timeout_is_sandbox_unavailable(tmp_path: Path) -> None:
