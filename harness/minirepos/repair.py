@@ -71,7 +71,8 @@ def implicated_functions(source: str, function: str) -> list[str]:
     return order
 
 
-def _empty_like(arg: str) -> bool:
+def is_edge_input(arg: str) -> bool:
+    """An argument (source text) that is an edge case: empty container or string, zero, None."""
     return arg.strip() in ("[]", "{}", "()", "''", '""', "0", "0.0", "None", "set()")
 
 
@@ -90,7 +91,7 @@ def guard_candidates(source: str, cases: list[AssertCase]) -> list[Edit]:
         first = body[0]
         indent = lines[first.lineno - 1][: first.col_offset]
         for param, arg in zip(params, case.args, strict=False):
-            if not _empty_like(arg):
+            if not is_edge_input(arg):
                 continue
             if arg.strip() in ("0", "0.0"):
                 conds = [f"{param} <= 0", f"{param} == 0", f"not {param}"]

@@ -260,8 +260,12 @@ def _ranked_fixes(module_src: str, test_src: str, target: _Target) -> list[repai
     total = len([n for n in ast.parse(test_src).body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")])
     keep = total if best >= total else best
     passing = [e for e, s in zip(candidates, scores, strict=True) if s == keep and s > 0]
-    # Most plausible first: repairs that undo a known bug family, then the simplest resulting code (shortest line).
-    return sorted(passing, key=lambda e: (not repair.is_plant_inverse(module_src, e), len(e.new) - len(e.old)))
+    # Most plausible first: repairs that undo a known bug family; then, when a failing case is an edge input
+    # (empty, zero, None), a guard clause; then the simplest resulting code (shortest line).
+    edge = any(repair.is_edge_input(a) for c in cases for a in c.args)
+    return sorted(passing, key=lambda e: (not repair.is_plant_inverse(module_src, e),
+                                          not (edge and e.family == "missing_edge_case"),
+                                          0 if e.family == "missing_edge_case" else len(e.new) - len(e.old)))
 
 
 class ScriptedExpert:
