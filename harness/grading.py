@@ -27,13 +27,19 @@ on purpose; that needs a process boundary we do not have.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import shlex
+import shutil
+import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Literal
 
 from harness.grading_script import build_eval_script, parse_eval_markers
@@ -278,6 +284,47 @@ def extract_patch(sandbox: Sandbox, base_commit: str, *, timeout_s: float = 120.
     if res.truncated:
         raise PatchTooLarge("the agent's diff is larger than the sandbox output cap")
     return res.stdout
+
+
+def extract_patch_host(sandbox: Sandbox, base_repo: Path, base_commit: str, *, max_bytes: int = 64 << 20) -> str:
+    """The agent's changes, computed on the HOST: copy the sandbox's work tree out, drop whatever ``.git`` it has,
+    and diff it against the harness's own pristine base repository (a temporary index, ``git add -A``,
+    ``git diff --binary --cached <base>``; .gitignore respected, bytecode and pytest caches excluded).
+
+    Unlike ``extract_patch`` nothing the agent did to ``.git`` (deleting it, rewriting HEAD or objects) can
+    change the result or turn the episode into an infrastructure error. Raises ``PatchTooLarge`` (agent) for a
+    diff over ``max_bytes`` or a work tree that cannot be copied out safely (e.g. links leaving it), and
+    ``GraderError`` (infra) when host git fails.
+    """
+    with tempfile.TemporaryDirectory(prefix="tgsuite-extract-") as tmp:
+        work = Path(tmp) / "work"
+        try:
+            sandbox.copy_out(".", work)
+        except tarfile.TarError as exc:
+            raise PatchTooLarge(f"the work tree cannot be copied out safely: {exc}") from exc
+        git_entry = work / ".git"
+        if git_entry.is_dir() and not git_entry.is_symlink():
+            shutil.rmtree(git_entry)
+        elif git_entry.exists() or git_entry.is_symlink():
+            git_entry.unlink()
+        # New objects go to a temp object store (the base repo's is read through alternates): the pristine
+        # repository is copied into later sandboxes and must never hold another episode's blobs.
+        (Path(tmp) / "objects").mkdir()
+        env = {**os.environ, "GIT_DIR": str(Path(base_repo) / ".git"), "GIT_WORK_TREE": str(work),
+               "GIT_INDEX_FILE": str(Path(tmp) / "index"), "GIT_OBJECT_DIRECTORY": str(Path(tmp) / "objects"),
+               "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(Path(base_repo) / ".git" / "objects")}
+        git = ["git", "-c", "safe.directory=*", "-c", "core.autocrlf=false"]
+        for args in (["read-tree", base_commit], ["add", "-A"]):
+            res = subprocess.run(git + args, cwd=work, env=env, capture_output=True, timeout=300)
+            if res.returncode != 0:
+                raise GraderError(f"host git {args[0]} failed: {res.stderr.decode(errors='replace')[-500:]}")
+        res = subprocess.run(git + ["diff", "--binary", "--cached", base_commit, "--", ".", *_JUNK_PATHSPECS],
+                             cwd=work, env=env, capture_output=True, timeout=300)
+        if res.returncode != 0:
+            raise GraderError(f"host git diff failed: {res.stderr.decode(errors='replace')[-500:]}")
+    if len(res.stdout) > max_bytes:
+        raise PatchTooLarge(f"the agent's diff is {len(res.stdout)} bytes (limit {max_bytes})")
+    return res.stdout.decode("utf-8", errors="replace")
 
 
 def grade_patch(

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from harness.behaviour import check_behaviour
-from harness.grading import GRADER_VERSION, InfraPolicy, extract_patch, grade_patch
+from harness.grading import GRADER_VERSION, InfraPolicy, extract_patch, extract_patch_host, grade_patch
 from harness.infra import ControlCache, Outcome, agent_outcome, atomic_write_text, classify_exception, settle_ambiguous
 from harness.interfaces import EpisodeLimits, FeedbackProvider, Policy
 from harness.sandbox import Sandbox
@@ -51,6 +51,9 @@ class SandboxFactory(Protocol):
     def image_digests(self) -> dict[str, str]:
         """Image key → digest of every image this factory has used or will use."""
         ...
+
+    # Optional: ``base_repo(instance) -> (host path of a git repository at the base commit, base commit)``.
+    # When present the runner extracts patches on the host against it (``grading.extract_patch_host``).
 
 
 @dataclass(frozen=True)
@@ -159,7 +162,7 @@ def run_attempt(job: EpisodeJob, policy: Policy, ctx: EpisodeContext) -> Episode
             write_trajectory(d / "trajectory.jsonl", traj)
             phase = "extract"
             with timer.phase("extract"):
-                patch = extract_patch(sb, base)
+                patch = _extract(sb, base, job.instance, ctx.factory)
         (d / "patch.diff").write_text(patch)
         phase = "grade"
         with timer.phase("grade"):
@@ -177,6 +180,16 @@ def run_attempt(job: EpisodeJob, policy: Policy, ctx: EpisodeContext) -> Episode
     atomic_write_text(d / "timing.json", json.dumps(timer.t, indent=1))
     atomic_write_text(d / RESULT_FILE, result.model_dump_json(indent=1))
     return result
+
+
+def _extract(sb: Sandbox, base: str, instance: TaskInstance, factory: SandboxFactory) -> str:
+    """Host-side extraction against the factory's pristine base repository when it offers one (immune to
+    anything the agent did to ``.git``); in-sandbox ``git diff`` otherwise."""
+    base_repo = getattr(factory, "base_repo", None)
+    if base_repo is None:
+        return extract_patch(sb, base)
+    path, head = base_repo(instance)
+    return extract_patch_host(sb, path, head)
 
 
 def _grade(job: EpisodeJob, patch: str, ctx: EpisodeContext, gdir: Path, timer: _Timer) -> Grade | None:

@@ -72,6 +72,10 @@ class TaskSandboxFactory:
                 self._repos[inst.instance_id] = (dest, head)
             return self._repos[inst.instance_id]
 
+    def base_repo(self, instance: TaskInstance) -> tuple[Path, str]:
+        """The host copy of the instance's repository at base (never handed to a sandbox) and its commit."""
+        return self._repo(instance)
+
     def open(self, instance: TaskInstance, *, role: str, attempt: int) -> tuple[Sandbox, str]:
         repo, head = self._repo(instance)
         spec = dataclasses.replace(self.spec, image=instance.image,

@@ -68,7 +68,8 @@ class DirSandbox(Sandbox):
         shutil.copytree(src, self.root / dest, dirs_exist_ok=True)
 
     def copy_out(self, src, dest):  # type: ignore[override]
-        shutil.copytree(self.root / src, dest, dirs_exist_ok=True)
+        self._tick()
+        shutil.copytree(self.root / src, dest, symlinks=True, dirs_exist_ok=True)
 
     def close(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
@@ -145,6 +146,9 @@ class FakeFactory:
 
     def image_digests(self) -> dict[str, str]:
         return {"base": "sha256:fake"}
+
+    def base_repo(self, instance: TaskInstance) -> tuple[Path, str]:
+        return self.repos[instance.instance_id], instance.base_commit
 
 
 def _n_assistant(messages) -> int:

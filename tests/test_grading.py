@@ -294,3 +294,24 @@ def test_grade_from_output_oom_and_dead_script() -> None:
     assert g is not None and not g.valid and g.reason.startswith("GRADE_TIMEOUT")
     assert grade_from_output(f2p=F2P, p2p=P2P, stdout=">>>>> Applied none\n", junit_text=None,
                              touched_tests=False) is None  # script died: the caller raises GraderError (infra)
+
+
+def test_extract_patch_host_ignores_agent_git_and_keeps_base_pristine(calc) -> None:
+    import subprocess
+
+    from harness.grading import GraderError, extract_patch_host
+
+    inst, repo = calc
+    objects = lambda: sorted(p.name for p in (repo / ".git" / "objects").rglob("*") if p.is_file())  # noqa: E731
+    before = objects()
+    with DirSandbox(repo) as sb:
+        sb.write_file("calc.py", CALC_FIXED.encode())
+        sb.write_file("secret_gold.py", b"GOLD = 1\n")
+        sb.exec("rm -rf .git", timeout=30)  # the agent destroys its repository
+        with pytest.raises(GraderError):
+            extract_patch(sb, inst.base_commit)
+        patch = extract_patch_host(sb, repo, inst.base_commit)
+    assert touched_paths(patch) == ["calc.py", "secret_gold.py"]
+    assert objects() == before, "no blob of an episode may land in the pristine base repository"
+    assert subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True).stdout == ""
+    assert _grade(calc, patch).resolved

@@ -269,3 +269,35 @@ def test_feedback_per_arm(tmp_path: Path) -> None:
     plain = read_trajectory(out / "episodes/calc-0/plain/s0/a0/trajectory.jsonl")
     assert hinted.hint_turns == [0] and any(m.is_hint for m in hinted.messages)
     assert plain.hint_turns == [] and not any(m.is_hint for m in plain.messages)
+
+
+class _ZapGitPolicy:
+    """Fixes the bug, then deletes the repository's .git through a test it writes and runs."""
+
+    name = "zap"
+    ZAP = "import shutil\n\n\ndef test_zap():\n    shutil.rmtree('.git')\n"
+
+    def act(self, messages, *, tools, rng):
+        from harness.interfaces import PolicyOutput
+        from tests.harness_fakes import _call, _n_assistant
+
+        turn = _n_assistant(messages)
+        if turn == 0:
+            return PolicyOutput(_call("edit_file", path="calc.py", old="return a - b\n\n\ndef sub",
+                                      new="return a + b\n\n\ndef sub"))
+        if turn == 1:
+            return PolicyOutput(_call("edit_file", path="tests/test_zap.py", old="", new=self.ZAP))
+        if turn == 2:
+            return PolicyOutput(_call("run_tests", tests=["tests/test_zap.py"]))
+        return PolicyOutput(_call("finish", message="Fixed `add`."))
+
+
+def test_agent_deleting_git_is_graded_not_infra(tmp_path: Path) -> None:
+    ts, repos = _task_set(tmp_path, 1)
+    out = tmp_path / "run"
+    res = run_eval(ts, {"zap": _ZapGitPolicy()}, [0], out, sandbox_factory=FakeFactory(repos),
+                   limits=EpisodeLimits(max_turns=6))
+    traj = (out / "episodes/calc-0/zap/s0/a0/trajectory.jsonl").read_text()
+    assert "1 passed" in traj, "the zap test must have run"
+    assert res[0].failure_class == "none" and res[0].resolved and res[0].attempt == 0
+    assert res[0].grade.tests_touched  # it added a test file
