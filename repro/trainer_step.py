@@ -33,6 +33,8 @@ class TeacherView:
     ids: list[int]
     student_pos: list[int]  # KL token positions in the student sequence
     teacher_pos: list[int]  # the same tokens' positions in ids
+    leak_student_pos: list[int] = field(default_factory=list)  # PASS-turn tokens inside the view (leakage check)
+    leak_teacher_pos: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -121,7 +123,24 @@ def _one(s: RolloutSample, adv: float, cfg: Any, hint_ids: Callable[[RolloutSamp
     plan = plan_guidance(enc, s.verdicts, hints, variant=variant, include_thinking=guid.include_thinking)
     tb.m_kl = [float(plan.m_kl[t]) for t in act_pos]
     tb.views = [TeacherView(c.ids, c.kl_positions, c.teacher_positions) for c in plan.contexts]
+    if tb.views and variant != "all_turns":
+        _leak_positions(s, plan.contexts[0], tb.views[0])
     return tb
+
+
+def _leak_positions(s: RolloutSample, ctx: Any, view: TeacherView) -> None:
+    """Map the generated tokens of PASS turns that lie inside the teacher view (before its cut), for the
+    teacher-vs-student KL on passing turns (METHOD §6.11 leakage check). Only turns before the last guided turn
+    are inside a view, so this covers those."""
+    inserts = [(s.header_starts[k], e - b) for k, (b, e) in zip(ctx.turns, ctx.hint_spans, strict=True)]
+    cut = len(ctx.ids) - sum(n for _, n in inserts)
+    for t, a in enumerate(s.act):
+        if not a or t >= cut or s.turn[t] < 0 or s.verdicts[s.turn[t]] != "PASS":
+            continue
+        mt = t + sum(n for h, n in inserts if h <= t)
+        if ctx.ids[mt] == s.ids[t]:
+            view.leak_student_pos.append(t)
+            view.leak_teacher_pos.append(mt)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -144,6 +163,10 @@ class MicroBatch:
     t_mask: torch.Tensor | None
     vb: torch.Tensor
     vt: torch.Tensor
+    leak_b: torch.Tensor  # student rows (batch index) of PASS-turn tokens inside a teacher view
+    leak_t: torch.Tensor
+    leak_vb: torch.Tensor  # their teacher rows (view index, position)
+    leak_vt: torch.Tensor
     n_tokens: int
     n_teacher_tokens: int
 
@@ -165,6 +188,7 @@ def _pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor
 def collate(trajs: Sequence[TrajBatch], pad_id: int) -> MicroBatch:
     s_ids, s_mask = _pad([t.ids for t in trajs], pad_id)
     rb, rt, y, mu, adv, m_pg, kl_idx, vb, vt, views = [], [], [], [], [], [], [], [], [], []
+    lb, lt_, lvb, lvt = [], [], [], []
     for b, t in enumerate(trajs):
         row0 = len(rb)
         index_of = {p: row0 + i for i, p in enumerate(t.act_pos)}
@@ -180,11 +204,16 @@ def collate(trajs: Sequence[TrajBatch], pad_id: int) -> MicroBatch:
             kl_idx += [index_of[p] for p in view.student_pos]
             vb += [vi] * len(view.teacher_pos)
             vt += view.teacher_pos
+            lb += [b] * len(view.leak_student_pos)
+            lt_ += view.leak_student_pos
+            lvb += [vi] * len(view.leak_teacher_pos)
+            lvt += view.leak_teacher_pos
     t_ids, t_mask = _pad(views, pad_id) if views else (None, None)
     lt = lambda x: torch.tensor(x, dtype=torch.long)  # noqa: E731
     ft = lambda x: torch.tensor(x, dtype=torch.float32)  # noqa: E731
     return MicroBatch(s_ids, s_mask, lt(rb), lt(rt), lt(y), ft(mu), ft(adv), ft(m_pg), lt(kl_idx), t_ids, t_mask,
-                      lt(vb), lt(vt), int(s_mask.sum()), int(t_mask.sum()) if t_mask is not None else 0)
+                      lt(vb), lt(vt), lt(lb), lt(lt_), lt(lvb), lt(lvt), int(s_mask.sum()),
+                      int(t_mask.sum()) if t_mask is not None else 0)
 
 
 class LossRoot(nn.Module):
@@ -213,9 +242,11 @@ class LossRoot(nn.Module):
         need_teacher = g.lam > 0 and mb.t_ids is not None and mb.kl_idx.numel() > 0
         ht = None
         t0 = time.perf_counter()
+        ht_full = None
         if need_teacher:
             with torch.no_grad():
-                ht = self._hidden(mb.t_ids, mb.t_mask)[mb.vb, mb.vt - 1].detach()
+                ht_full = self._hidden(mb.t_ids, mb.t_mask).detach()
+                ht = ht_full[mb.vb, mb.vt - 1]
         elif g.lam > 0 and n_kl > 0 and self.collective_teacher:
             # under FSDP every rank must run the same module calls: a rank without KL rows still runs a
             # (one-token) teacher forward so the layers' all-gathers line up across ranks
@@ -253,6 +284,12 @@ class LossRoot(nn.Module):
             d = kl.per_token.detach()
             stats.update(kl_loss=float(kl.loss.detach()), kl_values=d.tolist(), kl_clamped=int((d >= g.kappa).sum()),
                          kl_entropy_sum=float(ent[mb.kl_idx].sum()))
+        if ht_full is not None and mb.leak_b.numel() > 0:
+            with torch.no_grad():
+                leak = chunked_kl_loss(h[mb.leak_b, mb.leak_t - 1].detach(), ht_full[mb.leak_vb, mb.leak_vt - 1],
+                                       weight.detach(), torch.ones(mb.leak_b.numel(), device=h.device),
+                                       direction=g.direction, beta=g.jsd_beta, kappa=math.inf, chunk_size=self.chunk)
+            stats.update(leak_sum=float(leak.per_token.sum()), leak_n=int(mb.leak_b.numel()))
         return loss, stats
 
 
@@ -277,6 +314,8 @@ def reduce_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
         out["entropy/kl_tokens"] = s("kl_entropy_sum") / len(vs)
     else:
         out.update({"kl/mean": None, "kl/p99": None, "kl/clamp_frac": None, "entropy/kl_tokens": None})
+    leak_n = s("leak_n")
+    out["guidance/leak_kl_passing"] = s("leak_sum") / leak_n if leak_n else None
     gap_n = s("gap_n")
     out["kl/sampled_gap_mean"] = s("gap_sum") / gap_n if gap_n else None
     return out

@@ -121,3 +121,19 @@ def test_failing_turn_masks_and_frac() -> None:
     assert 0 < sum(t0.m_kl) < len(t0.act_pos) and len(t0.views) == 1
     all_turns = build_batch(groups, F.config("tg_all_turns"), _hint(enc))
     assert all(sum(t.m_kl) == len(t.act_pos) for t in all_turns.trajs)
+
+
+def test_leakage_rows_cover_passing_turns_inside_the_view() -> None:
+    s = F.setup()
+    enc = ChatEncoder(s.tokenizer)
+    grp = [_sample(enc, 0, j, float(j), ["PASS", "FAIL", "PASS"], 50 + j) for j in range(2)]
+    plan = build_batch([grp], F.config("tg"), _hint(enc))
+    t = plan.trajs[0]
+    view = t.views[0]
+    turn0 = [p for p in t.act_pos if grp[0].turn[p] == 0]
+    assert view.leak_student_pos == turn0  # turn 2 (PASS) lies after the cut; turn 1 is the KL turn
+    assert all(view.ids[m] == t.ids[p] for p, m in zip(view.leak_student_pos, view.leak_teacher_pos, strict=True))
+    root = LossRoot(s.model, F.config("tg"))
+    _, stats = root(collate(plan.trajs, 0), plan.n_pg, plan.n_kl)
+    n_turn0 = sum(a for x in grp for a, k in zip(x.act, x.turn, strict=True) if k == 0)
+    assert stats["leak_n"] == n_turn0 and stats["leak_sum"] >= 0
