@@ -64,10 +64,10 @@ class StudySizes(BaseModel):
 
     seeds: tuple[int, ...] = Field(description="training seeds of every study run; each must be a main-arm seed")
     noisy_mixes: dict[str, dict[str, float]] = Field(description="name -> training hint mix (kind -> probability)")
-    can_do_labels: tuple[str, ...] = Field(("base", "grpo", "tg"), description="'base' and/or main arms")
-    corrective: str = Field("correct@before_finish", description="harness.feedback.parse_feedback spec")
+    can_do_labels: tuple[str, ...] = Field(default=("base", "grpo", "tg"), description="'base' and/or main arms")
+    corrective: str = Field(default="correct@before_finish", description="harness.feedback.parse_feedback spec")
     ablations: tuple[str, ...] = Field(description="arm presets of repro/configs/arms.toml")
-    tuning_trials: int = Field(1, ge=1, description="hyperparameter trials per arm (none are tuned here)")
+    tuning_trials: int = Field(default=1, ge=1, description="hyperparameter trials per arm (none are tuned here)")
 
     @field_validator("noisy_mixes")
     @classmethod
