@@ -50,3 +50,15 @@ def test_cli_rl_without_tasks_says_how_to_fix(capsys: pytest.CaptureFixture[str]
     rc = main(["train", "rl", "--arm", "grpo", "--out", str(tmp_path / "r")])
     err = capsys.readouterr().err
     assert rc == 2 and ("model.init" in err or "tasks.path" in err)
+
+
+def test_cli_sft_bad_set_lists_valid_keys(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    rc = main(["train", "sft", "--train-tasks", str(tmp_path), "--out", str(tmp_path / "o"), "--set", "epoks=2"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "epoks" in err and "episodes" in err
+
+
+def test_cli_distill_from_missing_best(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    rc = main(["train", "distill", "--arm", "tg", "--from-best", str(tmp_path / "nope.jsonl"),
+               "--out", str(tmp_path / "d")])
+    assert rc == 2 and "best.jsonl" in capsys.readouterr().err
