@@ -123,6 +123,7 @@ class MessageView(_View):
     truncated: bool
     tool_calls: list[KeyValue]
     tool_name: str
+    n_lines: int = 0
 
 
 class DiffLine(_View):

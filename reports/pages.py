@@ -115,7 +115,7 @@ def _messages(messages: Sequence[Message]) -> list[MessageView]:
     return [
         MessageView(
             index=i, role=m.role, turn=m.turn, content=fmt.truncate(m.content, MAX_MESSAGE_CHARS), is_hint=m.is_hint,
-            truncated=m.truncated, tool_name=m.tool_name or "",
+            truncated=m.truncated, tool_name=m.tool_name or "", n_lines=m.content.count("\n") + 1,
             tool_calls=[KeyValue(key=tc.name + ("" if tc.valid else f" (invalid: {tc.error or 'unparsed'})"),
                                  value=fmt.truncate(json.dumps(tc.arguments, indent=2, ensure_ascii=False)
                                                     if tc.arguments or not tc.raw else tc.raw, MAX_MESSAGE_CHARS),
@@ -150,10 +150,10 @@ def trajectory_view(ep: EpisodeResult, files: EpisodeFiles) -> TrajectoryView:
         ("valid", str(g.valid)), ("reason", g.reason or fmt.DASH), ("exit code", fmt.num(g.exit_code)),
         ("patch applied", str(g.patch_applied)), ("tests touched by the agent", str(g.tests_touched)),
         ("parsed from", g.parse_source), ("grader", g.grader_version), ("duration", fmt.duration(g.duration_s)))]
-    behaviour = [Table(id=f"behaviour-{i}", header=["checker", "ok", "turn verdicts", "violations"],
+    behaviour = [Table(id="behaviour-table", header=["checker", "ok", "verdict per assistant turn", "violations"],
                        rows=[[Cell(text=b.checker), Cell(text="yes" if b.ok else "no", tone="pass" if b.ok else "fail"),
                               Cell(text=" ".join(b.turn_verdicts) or fmt.DASH),
-                              Cell(text="; ".join(b.violations) or fmt.DASH)]]) for i, b in enumerate(ep.behaviour)]
+                              Cell(text="; ".join(b.violations) or fmt.DASH)] for b in ep.behaviour])] if ep.behaviour else []
     final = files.trajectory.final_message if files.trajectory is not None else None
     return TrajectoryView(
         title=f"{ep.instance_id} · {ep.arm} · seed {ep.seed} · attempt {ep.attempt}", back_href="../index.html#episodes",
