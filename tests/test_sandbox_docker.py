@@ -324,3 +324,16 @@ def test_preflight_and_missing_image(docker_provider: DockerSandboxProvider) -> 
     with pytest.raises(SandboxUnavailable) as exc:
         docker_provider.preflight(image="tgsuite/does-not-exist:nope")
     assert exc.value.kind == "IMAGE_MISSING"
+
+
+@pytest.mark.parametrize("ci", ["true", ""])
+def test_docker_tests_fail_in_ci_and_skip_elsewhere_without_an_engine(tmp_path: Path, ci: str) -> None:
+    """conftest.py: no engine => docker-marked tests FAIL when CI=true (a broken set-up must not go green)."""
+    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-daemon.sock", "CI": ci}
+    target = f"{Path(__file__).resolve()}::test_preflight_and_missing_image"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", target],
+                          capture_output=True, text=True, env=env, cwd=Path(__file__).resolve().parents[1])
+    if ci:
+        assert proc.returncode == 1 and "CI=true but Docker is not usable" in proc.stdout, proc.stdout[-2000:]
+    else:
+        assert proc.returncode == 0 and "1 skipped" in proc.stdout and "Docker not usable" in proc.stdout
