@@ -89,3 +89,12 @@ def test_console_script_doctor_and_help() -> None:
     help_text = subprocess.run([sys.executable, "-m", "repro.cli", "doctor", "--help"], capture_output=True, text=True, cwd=ROOT)
     assert help_text.returncode == 0, help_text.stderr
     assert "example" in help_text.stdout and "--no-docker" in help_text.stdout
+
+
+@pytest.mark.gpu
+def test_doctor_names_the_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    """Runs only where CUDA is available (conftest skips `gpu` tests otherwise)."""
+    import torch
+
+    rc, out, _ = _run(capsys, "doctor", "--no-docker", "--min-free-gb", "0")
+    assert any(ln.startswith("ok   gpu") and torch.cuda.get_device_name(0) in ln for ln in out.splitlines())
