@@ -13,8 +13,9 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from evalsuite.schema import AnalysisResult
 from harness.schema import EpisodeResult, RunManifest
@@ -28,13 +29,15 @@ from reports.summary_md import summary_markdown
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_TRAJECTORY_PAGES = 500
+M = TypeVar("M", bound=BaseModel)
+TrainingMetrics = Mapping[str, Mapping[Any, "str | Path"]]  # {arm: {seed: training run dir or metrics.jsonl}}
 
 
 class ReportInputError(ValueError):
     """An input file the report cannot use; the message names the file, the field and the fix."""
 
 
-def _read_model(path: Path, model: type, what: str, fix: str):  # noqa: ANN202 - returns an instance of `model`
+def _read_model(path: Path, model: type[M], what: str, fix: str) -> M:
     if not path.is_file():
         raise ReportInputError(f"{path}: {what} not found; {fix}")
     try:
@@ -156,7 +159,7 @@ def build_report(
     protocol: FrozenProtocol | str | Path | None = None,
     manifests: Sequence[RunManifest] = (),
     run_dirs: Sequence[str | Path] = (),
-    training_metrics: Mapping[str, Mapping[str | int, str | Path]] | None = None,
+    training_metrics: TrainingMetrics | None = None,
     max_trajectory_pages: int = DEFAULT_MAX_TRAJECTORY_PAGES,
     now: str | None = None,
 ) -> ReportSummary:

@@ -141,7 +141,9 @@ def _parse_trajectory(text: str) -> tuple[Trajectory | None, tuple[Message, ...]
 
 def read_episode_files(ep_dir: Path, *, max_log_chars: int = 200_000) -> EpisodeFiles:
     """Read trajectory, patch and grading logs of one episode directory; absent files are None, never invented."""
-    traj, msgs, err = None, (), None
+    traj: Trajectory | None = None
+    msgs: tuple[Message, ...] = ()
+    err: str | None = None
     tf = ep_dir / "trajectory.jsonl"
     if tf.is_file():
         try:

@@ -13,6 +13,7 @@ import itertools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import matplotlib
 
@@ -22,7 +23,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 # Okabe–Ito, readable for colour-blind readers.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
 PASS_COLOUR, FAIL_COLOUR, NA_COLOUR = "#009E73", "#D55E00", "#777777"
-_RC = {
+_RC: Any = {
     "svg.fonttype": "none",
     "svg.hashsalt": "tgsuite-report",
     "font.family": "sans-serif",

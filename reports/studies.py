@@ -95,10 +95,10 @@ def noisy_section(a: AnalysisResult) -> Section:
             pts = sorted((xpos[r.feedback_kind], r.rate) for r in nf.rows if r.arm == arm and r.endpoint == ep
                          and r.rate.rate is not None)
             if pts:
-                lo = [p.ci_low if p.ci_low is not None else p.rate for _, p in pts]
-                hi = [p.ci_high if p.ci_high is not None else p.rate for _, p in pts]
-                series.append(figures.Series(label=arm, x=[x for x, _ in pts], y=[p.rate for _, p in pts],
-                                             lo=lo, hi=hi, colour=colour))  # type: ignore[misc]
+                y = [float(p.rate or 0.0) for _, p in pts]  # rate is not None here (filtered above)
+                lo = [p.ci_low if p.ci_low is not None else v for (_, p), v in zip(pts, y, strict=True)]
+                hi = [p.ci_high if p.ci_high is not None else v for (_, p), v in zip(pts, y, strict=True)]
+                series.append(figures.Series(label=arm, x=[x for x, _ in pts], y=y, lo=lo, hi=hi, colour=colour))
         if series:
             figs.append(Figure(svg=figures.line_chart(series, xlabel=xlabel, ylabel=ep, title=f"{ep} vs hint quality"),
                                caption=f"{ep} as the hints get worse; band = the rate's CI from the analysis."))

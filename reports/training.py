@@ -18,6 +18,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,7 @@ def arm_curves(arm: str, metric: str, per_seed: Mapping[str, list[dict[str, floa
 
 
 def load_training(
-    training_metrics: Mapping[str, Mapping[str | int, str | Path]],
+    training_metrics: Mapping[str, Mapping[Any, str | Path]],
 ) -> dict[str, dict[str, list[dict[str, float]]]]:
     """Read every ``{arm: {seed: path}}`` metrics file into ``{arm: {seed: rows}}`` (seed keys as strings)."""
     out: dict[str, dict[str, list[dict[str, float]]]] = {}
