@@ -36,7 +36,8 @@ def training_section(
     arms = ordered_arms(arm_order, runs)
     colours = figures.arm_colours(arms)
     figs, rows = [], []
-    for key, title in training.CURVE_METRICS:
+    for candidates, title in training.CURVE_METRICS:
+        key = training.pick_key(runs, candidates)
         curves = [training.arm_curves(arm, key, runs[arm]) for arm in arms]
         series = []
         for c in curves:
@@ -47,7 +48,7 @@ def training_section(
                                              colour=colours[c.arm]))
             rows += _window_rows(c, title, window)
         if not series:
-            figs.append(Figure(svg="", caption=f"{title}: no run logged '{key}'."))
+            figs.append(Figure(svg="", caption=f"{title}: no training run logged {' or '.join(candidates)}."))
             continue
         last = [c.mean_steps[-window] for c in curves if len(c.mean_steps) >= window]
         figs.append(Figure(

@@ -22,9 +22,11 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-CURVE_METRICS: tuple[tuple[str, str], ...] = (
-    ("behaviour/compliance", "behaviour compliance"),
-    ("reward/task", "pass rate (reward/task)"),
+# (candidate keys in order of preference, title): `tgsuite train` logs the pass rate as task/pass_rate; reward/task
+# is accepted too (the per-component task reward, 0/1 per episode).
+CURVE_METRICS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("behaviour/compliance",), "behaviour compliance"),
+    (("task/pass_rate", "reward/task"), "pass rate"),
 )
 DEFAULT_WINDOW = 32
 
@@ -59,6 +61,14 @@ class ArmCurves:
     mean_steps: tuple[float, ...]
     mean_values: tuple[float, ...]
     mean_counts: tuple[int, ...]  # how many seeds logged each step of the mean curve
+
+
+def pick_key(runs: Mapping[str, Mapping[str, list[dict[str, float]]]], candidates: tuple[str, ...]) -> str:
+    """The first candidate key that any logged row carries (the first candidate when none does)."""
+    for key in candidates:
+        if any(key in row for per_seed in runs.values() for rows in per_seed.values() for row in rows):
+            return key
+    return candidates[0]
 
 
 def metrics_file(path: str | Path) -> Path:

@@ -57,6 +57,14 @@ def test_arm_curves_mean_keeps_counts_and_skips_non_numbers() -> None:
     assert c.mean_values == pytest.approx((0.3, 0.4, 1.0)) and c.mean_counts == (2, 1, 1)
 
 
+def test_pick_key_prefers_the_trainers_name_and_falls_back() -> None:
+    cands = ("task/pass_rate", "reward/task")
+    assert training.pick_key({"tg": {"0": [{"step": 0, "reward/task": 1.0}]}}, cands) == "reward/task"
+    both = {"tg": {"0": [{"step": 0, "reward/task": 1.0}]}, "grpo": {"0": [{"step": 0, "task/pass_rate": 0.5}]}}
+    assert training.pick_key(both, cands) == "task/pass_rate"
+    assert training.pick_key({"tg": {"0": []}}, cands) == "task/pass_rate"
+
+
 def test_read_metrics_errors_name_file_line_and_fix(tmp_path: Path) -> None:
     f = tmp_path / "metrics.jsonl"
     f.write_text('{"step": 0, "reward/task": 0.1}\nnot json\n')
