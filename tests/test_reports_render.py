@@ -22,7 +22,7 @@ from reports import render  # noqa: E402
 from reports.build import ReportInputError, build_report, build_view  # noqa: E402
 from reports.schema import ReportSummary  # noqa: E402
 
-RAW_DANGERS = ("<script>alert", "</textarea>", "<img src=http", "}} x{%")
+RAW_DANGERS = ("<script>alert", "</textarea>", "<img src=http", "}} x{%", "<b onmouseover")
 
 
 @pytest.fixture(scope="module")
@@ -128,6 +128,10 @@ def test_agent_text_is_escaped_everywhere(built: tuple[Path, ReportSummary]) -> 
     assert str(escape(json.dumps("cat x.py " + factory.NASTY, ensure_ascii=False)[1:-1])) in page
     assert "{{ 7*7 }} {% if 1 %}x{% endif %}" in page and "&amp;amp;" in page and "&amp;lt;b&amp;gt;" in page
     assert str(escape("+new # " + factory.NASTY)) in page
+    # an instance id that is markup: escaped in the table and its page title, sanitised in the page's file name
+    assert str(escape(factory.NASTY_ID)) in index
+    odd = next(v for k, v in html_files.items() if k.startswith("trajectories/repo1___b_onmouseover_alert_1_x_amp___"))
+    assert f"<h1 id=\"title\">{escape(factory.NASTY_ID)} · " in odd
     # summary.md: user text cannot inject HTML or break the table
     md = texts["summary.md"]
     assert "<script>" not in md and "&lt;script&gt;" in md
