@@ -74,7 +74,8 @@ def prereg_section(a: AnalysisResult, protocol: FrozenProtocol | None, manifests
         ok = protocol.sha256 == a.protocol_hash
         head += [("hash check", "matches the frozen protocol file" if ok else "DOES NOT MATCH the frozen protocol file"),
                  ("frozen from git", f"{protocol.git.commit or fmt.DASH}{' (dirty)' if protocol.git.dirty else ''}"),
-                 ("plan file", f"{protocol.source_path or fmt.DASH} (sha256 {fmt.short_hash(protocol.source_sha256)})")]
+                 ("plan file", f"{protocol.source_path or fmt.DASH} (sha256 {fmt.short_hash(protocol.source_sha256)})"),
+                 ("packages at freeze", ", ".join(f"{k} {v}" for k, v in sorted(protocol.packages.items())) or fmt.DASH)]
     else:
         items.append("The frozen protocol file was not given to the report (--protocol), so the plan's text is not "
                      "shown and its hash was not re-checked here; the hash above is the one the analysis used.")
