@@ -181,6 +181,7 @@ def test_bad_arguments_are_refused() -> None:
         generate(split="train", repos=0, tasks_per_repo=1, seed=0)
 
 
+@pytest.mark.slow
 def test_self_check_on_a_sample(tmp_path: Path) -> None:
     """F2P fail on base and pass with gold, P2P pass on both, visible tests reproduce the issue (host python)."""
     make_mini(tmp_path / "train", split="train", repos=3, tasks_per_repo=1, seed=2)

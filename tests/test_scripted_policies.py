@@ -51,6 +51,7 @@ def _episodes(ts: TaskSet, policy, n: int, feedback=None) -> list[tuple[Trajecto
     return out
 
 
+@pytest.mark.slow
 def test_expert_resolves_heldout_without_markdown(heldout: TaskSet) -> None:
     tiers = {i.template_tier for i in heldout.instances}
     assert tiers == {"seen_templates", "unseen_templates"}
@@ -65,6 +66,7 @@ def test_expert_resolves_heldout_without_markdown(heldout: TaskSet) -> None:
         assert traj.finished and "<think>" in traj.messages[2].content
 
 
+@pytest.mark.slow
 def test_expert_writes_markdown_when_the_hint_asks(heldout: TaskSet) -> None:
     fb = ReminderFeedback("correct", placement="before_finish")
     res = _episodes(heldout, ScriptedExpert(), 6, feedback=fb)
@@ -73,11 +75,13 @@ def test_expert_writes_markdown_when_the_hint_asks(heldout: TaskSet) -> None:
     assert all(t.hint_turns for t, _, _ in res)
 
 
+@pytest.mark.slow
 def test_oracle_resolves_every_instance_and_null_none(heldout: TaskSet) -> None:
-    oracle = _episodes(heldout, OraclePolicy(heldout), 6)
+    oracle = _episodes(heldout, OraclePolicy(heldout), 10)
+    assert {i.template_tier for i in heldout.instances[:10]} == {"seen_templates", "unseen_templates"}
     assert all(r for _, r, _ in oracle)
     assert all(b["markdown@v1"] and b["tool_protocol@v1"] for _, _, b in oracle)
-    null = _episodes(heldout, NullPolicy(), 3)
+    null = _episodes(heldout, NullPolicy(), 2)
     assert not any(r for _, r, _ in null)
     assert all(len([m for m in t.messages if m.role == "assistant"]) == 1 for t, _, _ in null)
 
