@@ -97,6 +97,9 @@ def parse_record(obj: Any, *, where: str) -> TaskInstance:
                     f"{where} (instance {ident!r}): field {key!r} is a string but not JSON ({exc}); "
                     "fix: write a JSON list of pytest node ids"
                 ) from exc
+    if not isinstance(rec.get("extra") or {}, dict):
+        raise TaskSetError(f"{where} (instance {ident!r}): field 'extra' must be a JSON object; fix: use {{}} or "
+                           "an object of your own keys")
     extra = dict(rec.get("extra") or {})
     for key in SWE_BENCH_EXTRA_FIELDS:
         if key in rec:
