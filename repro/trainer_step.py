@@ -232,6 +232,7 @@ class LossRoot(nn.Module):
         self.gr = cfg.grpo
         self.chunk = cfg.guidance.chunk_size
         self.collective_teacher = False  # set True when wrapped by FSDP/DDP (see forward)
+        self.temperature = cfg.rollout.temperature  # PG log-probs use logits / T, like TRL; the KL stays at T = 1
 
     def _hidden(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return self.lm.model(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
@@ -255,12 +256,13 @@ class LossRoot(nn.Module):
         teacher_s = time.perf_counter() - t0
         h = self._hidden(mb.s_ids, mb.s_mask)
         hr = h[mb.rb, mb.rt - 1]
-        logp, ent = chunked_token_logprobs(hr, weight, mb.y, chunk_size=max(self.chunk, 1024))
+        hr_pg = hr if self.temperature == 1.0 else hr / self.temperature
+        logp, ent = chunked_token_logprobs(hr_pg, weight, mb.y, chunk_size=max(self.chunk, 1024))
         adv = mb.adv.clone()
         stats: dict[str, Any] = {"entropy_sum": float(ent.sum()), "entropy_n": int(ent.numel()), "teacher_s": teacher_s}
         if need_teacher and g.estimator == "sampled_token":
             with torch.no_grad():
-                lt, _ = chunked_token_logprobs(ht, weight, mb.y[mb.kl_idx], chunk_size=self.chunk)
+                lt, _ = chunked_token_logprobs(ht / self.temperature, weight, mb.y[mb.kl_idx], chunk_size=self.chunk)
                 gap = logp.detach()[mb.kl_idx] - lt
             adv.index_add_(0, mb.kl_idx, -g.lam * g.sampled_token_coef * gap)
             stats.update(gap_sum=float(gap.sum()), gap_n=int(gap.numel()))

@@ -125,3 +125,19 @@ def test_real_harness_rl_step_in_docker(tmp_path: Path, base_image: str) -> None
     train_rl(cfg, tmp_path / "run")
     row = F.metrics(tmp_path / "run")[0]
     assert row["rollout/infra_dropped_groups"] == 0 and row["rollout/turns"] == 1
+
+
+def test_ratio_is_one_on_policy_at_any_temperature() -> None:
+    """Behaviour log-probs are those of the sampled (tempered) distribution; the trainer divides logits by T too,
+    so on-policy ρ = π/μ = 1 (TRL does the same); the KL term stays at T = 1."""
+    from repro.trainer_step import LossRoot, build_batch, collate
+
+    s, samples = _group(RolloutSettings(group_size=3, max_turns=2, max_new_tokens=8, max_context_tokens=4096,
+                                        temperature=0.7))
+    cfg = F.config("grpo", "rollout.temperature=0.7")
+    for i, x in enumerate(samples):
+        x.reward = float(i)
+    plan = build_batch([samples], cfg, lambda smp, k: [])
+    _, stats = LossRoot(s.model, cfg)(collate(plan.trajs, 0), plan.n_pg, plan.n_kl)
+    assert stats["ratio_max"] == pytest.approx(1.0, abs=1e-3)
+    assert stats["ratio_sum"] / stats["pg_n"] == pytest.approx(1.0, abs=1e-4)
