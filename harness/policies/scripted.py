@@ -222,6 +222,7 @@ class _Target:
     function: str | None
     test_file: str
     failing: tuple[str, ...]
+    error_lines: tuple[int, ...] = ()
 
 
 def _locate(statement: str, first_run: str, files: list[str]) -> _Target | None:
@@ -243,7 +244,9 @@ def _locate(statement: str, first_run: str, files: list[str]) -> _Target | None:
     if not module_name or not test_file:
         return None
     failing = tuple(sorted({name for f, name in failed if f == test_file and name}))
-    return _Target(module_name.replace(".", "/") + ".py", module_name, function, test_file, failing)
+    path = module_name.replace(".", "/") + ".py"
+    lines = tuple(sorted({int(n) for n in re.findall(rf"^{re.escape(path)}:(\d+): ", first_run, re.MULTILINE)}))
+    return _Target(path, module_name, function, test_file, failing, lines)
 
 
 def _ranked_fixes(module_src: str, test_src: str, target: _Target) -> list[repair.Edit]:
@@ -260,10 +263,14 @@ def _ranked_fixes(module_src: str, test_src: str, target: _Target) -> list[repai
     total = len([n for n in ast.parse(test_src).body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")])
     keep = total if best >= total else best
     passing = [e for e, s in zip(candidates, scores, strict=True) if s == keep and s > 0]
-    # Most plausible first: repairs that undo a known bug family; then, when a failing case is an edge input
-    # (empty, zero, None), a guard clause; then the simplest resulting code (shortest line).
+    # Most plausible first: repairs that undo a known bug family; then repairs of a line the traceback names;
+    # then, when a failing case is an edge input (empty, zero, None), a guard clause; then the simplest code.
     edge = any(repair.is_edge_input(a) for c in cases for a in c.args)
-    return sorted(passing, key=lambda e: (not repair.is_plant_inverse(module_src, e),
+
+    def at_error(e: repair.Edit) -> bool:
+        return any(e.start <= n <= e.end for n in target.error_lines) and e.family != "missing_edge_case"
+
+    return sorted(passing, key=lambda e: (not repair.is_plant_inverse(module_src, e), not at_error(e),
                                           not (edge and e.family == "missing_edge_case"),
                                           0 if e.family == "missing_edge_case" else len(e.new) - len(e.old)))
 
