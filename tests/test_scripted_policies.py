@@ -118,3 +118,21 @@ def test_expert_is_stateless_and_deterministic(heldout: TaskSet) -> None:
     a = ScriptedExpert(think=True).act(msgs, tools=[], rng=random.Random(3))
     b = ScriptedExpert(think=True).act(list(msgs), tools=[], rng=random.Random(3))
     assert a.text == b.text and '"list_files"' in a.text
+
+
+def test_repair_reasoning_on_observed_code() -> None:
+    from harness.minirepos import repair
+    from harness.policies.scripted import _ranked_fixes, _Target
+
+    module = 'def mean(values):\n    """Average."""\n    return sum(values) / len(values)\n'
+    tests = ("from pkg.stats import mean\n\n\ndef test_mean_case1():\n    assert mean([2, 4]) == 3.0\n\n\n"
+             "def test_mean_case2():\n    assert mean([]) == 0.0\n")
+    cases = repair.failing_asserts(tests, ["test_mean_case2"])
+    assert cases == [repair.AssertCase("test_mean_case2", "mean", ("[]",), "0.0")]
+    target = _Target("pkg/stats.py", "pkg.stats", "mean", "tests/test_stats.py", ("test_mean_case2",), (3,))
+    best = _ranked_fixes(module, tests, target)[0]
+    assert best.family == "missing_edge_case" and best.new.startswith("    if not values:\n        return 0.0\n")
+    text = "x = 1\ny = 2\nx = 1\nz = 3\n"
+    edit = repair.Edit("wrong_constant", None, 3, 3, "x = 1\n", "x = 2\n", "")
+    old, new = repair.unique_replacement(text, edit)
+    assert text.count(old) == 1 and text.replace(old, new) == "x = 1\ny = 2\nx = 2\nz = 3\n"
