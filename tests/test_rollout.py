@@ -141,3 +141,22 @@ def test_ratio_is_one_on_policy_at_any_temperature() -> None:
     _, stats = LossRoot(s.model, cfg)(collate(plan.trajs, 0), plan.n_pg, plan.n_kl)
     assert stats["ratio_max"] == pytest.approx(1.0, abs=1e-3)
     assert stats["ratio_sum"] / stats["pg_n"] == pytest.approx(1.0, abs=1e-4)
+
+
+def test_hint_source_kinds_and_mixture() -> None:
+    import random as _random
+
+    from harness.behaviour import hint_text
+    from harness.feedback import IRRELEVANT_HINTS, WRONG_HINTS
+    from repro.wiring import hint_source
+
+    inst = F.tasks(1)[0]
+    rng = _random.Random(0)
+    assert hint_source(load_config())(inst, 0, rng) == hint_text("markdown@v1")
+    assert hint_source(load_config(sets=["guidance.feedback=wrong"]))(inst, 0, rng) == WRONG_HINTS["markdown@v1"]
+    assert hint_source(load_config(sets=["guidance.feedback=irrelevant"]))(inst, 0, rng) in IRRELEVANT_HINTS
+    mix = hint_source(load_config(sets=["guidance.feedback=mixture",
+                                        "guidance.feedback_mix={correct = 0.5, wrong = 0.5}"]))
+    draws = [mix(inst, k, _random.Random(k)) for k in range(40)]
+    assert {hint_text("markdown@v1"), WRONG_HINTS["markdown@v1"]} == set(draws)
+    assert draws == [mix(inst, k, _random.Random(k)) for k in range(40)]  # seeded
