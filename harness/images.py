@@ -5,8 +5,8 @@ already name (read at run time from ``/etc/apt/sources.list`` and ``/etc/apt/sou
 is written into the repository). The recipe:
 
 1. ``debootstrap --variant=minbase --include=<BASE_PACKAGES> <suite> <tmp>/rootfs <mirror>`` into a temp dir;
-2. add a non-root user ``agent`` (uid/gid 1000, home ``/home/agent``) and a ``/work`` directory it owns; drop apt
-   caches;
+2. add a non-root user ``agent`` (uid/gid 1000, home ``/home/agent``) and ``/work``, ``/work/repo`` directories
+   it owns; drop apt caches;
 3. ``docker import`` under a temporary tag with labels recording the package manifest (``dpkg-query -W``);
 4. verify in a throw-away container (python3 imports pytest, git and patch run, user is uid 1000, /work writable);
 5. only then tag it ``tgsuite/base:<suite>-<hash>`` and point the alias ``tgsuite/base:latest`` at it.
@@ -38,7 +38,7 @@ from harness.sandbox import SandboxUnavailable
 
 log = logging.getLogger(__name__)
 
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2  # 2: /work/repo ships in the image (PREMADE_DIRS)
 DEFAULT_SUITE = "bookworm"
 # Small on purpose: CI builds it from scratch each run. ``patch`` is needed by graders (apply fallback chain).
 BASE_PACKAGES: tuple[str, ...] = ("python3", "python3-pytest", "git", "patch")
@@ -47,6 +47,8 @@ ALIAS_TAG = f"{REPOSITORY}:latest"
 AGENT_USER = "agent"
 AGENT_UID = 1000
 MIN_BUILD_FREE_BYTES = 2 << 30
+# Directories the image ships owned by uid 1000 (recipe 2+): sandboxes with these work dirs skip creating them.
+PREMADE_DIRS: tuple[str, ...] = ("/work", "/work/repo")
 API_VERSION = "1.41"
 LABEL_KEY = "tgsuite.content_key"
 LABEL_MANIFEST = "tgsuite.manifest"
@@ -335,7 +337,7 @@ def _customise_rootfs(rootfs: Path) -> None:
     if (rootfs / "etc/shadow").exists():
         with open(rootfs / "etc/shadow", "a") as fh:
             fh.write(f"{AGENT_USER}:!:19000:0:99999:7:::\n")
-    for d in (rootfs / "home" / AGENT_USER, rootfs / "work"):
+    for d in (rootfs / "home" / AGENT_USER, *(rootfs / p.lstrip("/") for p in PREMADE_DIRS)):
         d.mkdir(parents=True, exist_ok=True)
         os.chown(d, uid, uid)
         d.chmod(0o755)
@@ -356,7 +358,7 @@ def _dpkg_manifest(rootfs: Path) -> dict[str, str]:
 _VERIFY_SCRIPT = (
     "set -e; test \"$(id -u)\" = 1000; python3 -c 'import pytest, sys; assert sys.version_info >= (3, 9)'; "
     "git --version >/dev/null; patch --version >/dev/null; timeout --version >/dev/null; "
-    "touch /work/.w && rm /work/.w; echo tgsuite-verify-ok"
+    "touch /work/.w /work/repo/.w && rm /work/.w /work/repo/.w; echo tgsuite-verify-ok"
 )
 
 

@@ -71,6 +71,7 @@ from harness.sandbox_docker_io import (  # noqa: F401  (re-exported: the public 
     _install_cleanup_handlers,
     _parse_oom_count,
     _pump,
+    _tar_dirs,
     _tar_one,
     _translate,
     cleanup_orphans,
@@ -324,6 +325,24 @@ class DockerSandbox(Sandbox):
             self._api.remove_container(self.id, force=True, v=True)
 
 
+def _make_dirs(api: Any, cid: str, path: str) -> None:
+    """Create ``path`` and its missing parents owned by uid 1000, via the engine (the engine's own ``WorkingDir``
+    would make them root's). Existing ancestors are left as they are (their owner and mode are not touched)."""
+    import docker
+
+    parts = [p for p in path.strip("/").split("/") if p]
+    for cut in range(len(parts) - 1, -1, -1):  # try the parent, then the grandparent, ...
+        anchor = "/" + "/".join(parts[:cut])
+        below = parts[cut:]
+        archive = _tar_dirs(["/".join(below[: i + 1]) for i in range(len(below))])
+        try:
+            api.put_archive(cid, anchor, archive)
+            return
+        except docker.errors.NotFound as exc:
+            if "No such container" in str(exc):
+                raise
+
+
 # --- the provider ------------------------------------------------------------------------------------------
 
 
@@ -334,6 +353,7 @@ class DockerSandboxProvider:
         self._client = client
         self._timeout = client_timeout
         self.run_id = run_id or f"adhoc-{uuid.uuid4().hex[:8]}"
+        self._premade_cache: dict[tuple[str, str], bool] = {}
 
     @property
     def client(self) -> Any:
@@ -397,15 +417,22 @@ class DockerSandboxProvider:
         try:
             with _translate(f"start sandbox {name}", kind="CONTAINER_START"):
                 api.start(cid)
-                parent, base = posixpath.split(spec.workdir.rstrip("/"))
-                try:
-                    api.put_archive(cid, parent, _tar_one(base, None, 0o755))
-                except docker.errors.NotFound:
-                    box._mkdir(spec.workdir)
+                if not self._premade(tag, spec.workdir):
+                    _make_dirs(api, cid, spec.workdir)
         except BaseException:
             box.close()
             raise
         return box
+
+    def _premade(self, tag: str, workdir: str) -> bool:
+        """Does the image ship ``workdir`` owned by uid 1000? (base recipe >= 2, or an image built FROM it)."""
+        key = (tag, workdir.rstrip("/"))
+        if key not in self._premade_cache:
+            with _translate(f"inspect image {tag}"):
+                labels = self.client.api.inspect_image(tag)["Config"].get("Labels") or {}
+            recipe = labels.get(images.LABEL_RECIPE, "0")
+            self._premade_cache[key] = recipe.isdigit() and int(recipe) >= 2 and key[1] in images.PREMADE_DIRS
+        return self._premade_cache[key]
 
     def cleanup_run(self) -> int:
         return cleanup_run(self.run_id, self.client)

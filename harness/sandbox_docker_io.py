@@ -199,6 +199,17 @@ def _tar_one(name: str, data: bytes | None, mode: int) -> bytes:
     return buf.getvalue()
 
 
+def _tar_dirs(names: list[str]) -> bytes:
+    """A tar of empty directories (parents first), owned by uid 1000, mode 0755."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name in names:
+            info = _as_agent(tarfile.TarInfo(name))
+            info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, int(time.time())
+            tar.addfile(info)
+    return buf.getvalue()
+
+
 def _as_agent(info: tarfile.TarInfo) -> tarfile.TarInfo:
     info.uid = info.gid = _UID
     info.uname = info.gname = images.AGENT_USER

@@ -337,3 +337,13 @@ def test_docker_tests_fail_in_ci_and_skip_elsewhere_without_an_engine(tmp_path: 
         assert proc.returncode == 1 and "CI=true but Docker is not usable" in proc.stdout, proc.stdout[-2000:]
     else:
         assert proc.returncode == 0 and "1 skipped" in proc.stdout and "Docker not usable" in proc.stdout
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("workdir", ["/work/repo", "/opt/testbed/repo"])
+def test_work_dir_is_owned_by_the_agent(docker_provider: DockerSandboxProvider, workdir: str) -> None:
+    """The default work dir ships in the image; any other one is created for uid 1000 at start."""
+    spec = SandboxSpec(mem_bytes=128 << 20, pids=32, workdir=workdir)
+    with docker_provider.create(spec, instance_id="wd") as box:
+        res = box.exec("pwd && touch made && stat -c %u .", timeout=10)
+        assert res.returncode == 0 and res.stdout.split() == [workdir, "1000"], res

@@ -20,7 +20,7 @@ example:
   ok   gpu            none (CPU only: gpu tests skip, training runs on CPU)
   ok   disk           78.1 GiB free in /home/you/tgsuite
   ok   docker         engine 20.10.24+dfsg1, API 1.41
-  ok   base image     tgsuite/base:bookworm-cebba323dd6d (sha256:e554fd1b4d8c)
+  ok   base image     tgsuite/base:bookworm-e65e8dbe3f3e (sha256:48ca5097239f)
   ok   debootstrap    /usr/sbin/debootstrap
   ok   local sandbox  process cap via a pids cgroup (root; not isolated: isolated=False)
 
