@@ -26,9 +26,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.grading import GRADER_VERSION, GraderError, grade_patch
-from harness.infra import atomic_write_text
-from harness.sandbox import SandboxUnavailable
+from harness.grading import GRADER_VERSION, grade_patch
+from harness.infra import atomic_write_text, classify_exception
 from harness.schema import Grade, TaskInstance, TaskSet, TestStatus
 
 log = logging.getLogger(__name__)
@@ -117,6 +116,12 @@ def decide_instance(instance: TaskInstance, gold: Sequence[Grade], empty: Sequen
 # ------------------------------------------------------------------------------------------------ running
 
 
+class _ValidationInfra(RuntimeError):
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
 def _grade_runs(instance: TaskInstance, patch: str, runs: int, factory: object, *, timeout_s: float,
                 infra_retries: int, label: str) -> list[Grade]:
     grades: list[Grade] = []
@@ -127,10 +132,11 @@ def _grade_runs(instance: TaskInstance, patch: str, runs: int, factory: object, 
                 with sb:
                     grades.append(grade_patch(instance, patch, sb, timeout_s=timeout_s))
                 break
-            except (SandboxUnavailable, GraderError) as exc:
+            except Exception as exc:  # noqa: BLE001 - any harness/engine failure here is infrastructure
                 log.warning("%s %s run %d attempt %d: infra: %s", instance.instance_id, label, k, attempt, exc)
                 if attempt == infra_retries:
-                    raise
+                    raise _ValidationInfra(classify_exception(exc, phase="grade").infra_kind or "INFRA",
+                                           f"{type(exc).__name__}: {exc}") from exc
     return grades
 
 
@@ -142,10 +148,9 @@ def validate_instance(instance: TaskInstance, factory: object, *, runs: int = 3,
                            infra_retries=infra_retries, label="gold")
         empty = _grade_runs(instance, "", runs, factory, timeout_s=timeout_s, infra_retries=infra_retries,
                             label="empty")
-    except (SandboxUnavailable, GraderError) as exc:
-        kind = getattr(exc, "kind", "INFRA")
+    except _ValidationInfra as exc:
         return InstanceValidation(instance_id=instance.instance_id, valid=False,
-                                  reason=f"could not be validated: infrastructure error {kind}: {exc}",
+                                  reason=f"could not be validated: infrastructure error {exc.kind}: {exc}",
                                   image_digest=image_digest)
     return decide_instance(instance, gold, empty).model_copy(update={"image_digest": image_digest})
 

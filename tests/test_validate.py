@@ -76,3 +76,13 @@ def test_generated_heldout_instances_validate_in_docker(tmp_path: Path) -> None:
     assert rep.isolated and rep.runs == 3
     assert not rep.rejected, [(r.instance_id, r.reason) for r in rep.rejected]
     assert all(len(i.gold) == 3 and len(i.empty) == 3 for i in rep.instances)
+
+
+def test_engine_failure_rejects_with_reason_after_retries(tmp_path: Path) -> None:
+    good, repo = make_calc_task(tmp_path / "repos", "calc-good")
+    ts = TaskSet(name="calc", path=str(tmp_path), sha256="a" * 64, instances=[good])
+    factory = FakeFactory({"calc-good": repo}, fail_agent_attempts={0, 1, 2}, fail_after=0)
+    factory.open = (lambda inst, *, role, attempt, _o=factory.open: _o(inst, role="agent", attempt=attempt))  # type: ignore[method-assign]
+    rep = validate_task_set(tmp_path, runs=1, sandbox_factory=factory, task_set=ts)
+    assert not rep.instances[0].valid
+    assert rep.instances[0].reason.startswith("could not be validated: infrastructure error EXEC_TRANSPORT")
