@@ -258,10 +258,13 @@ def _build(
     log.info("building %s from %s (%s) in %s; this takes a few minutes", tag, mirror, suite, tmp)
     try:
         rootfs = tmp / "rootfs"
+        log.info("1/4 debootstrap --variant=minbase %s (+ %s)", suite, ", ".join(sorted(set(packages))))
         _debootstrap(rootfs, suite=suite, packages=packages, mirror=mirror, log_path=tmp / "debootstrap.log")
+        log.info("2/4 add user %s (uid %d) and %s", AGENT_USER, AGENT_UID, ", ".join(PREMADE_DIRS))
         _customise_rootfs(rootfs)
         manifest = _dpkg_manifest(rootfs)
         tarball = tmp / "rootfs.tar"
+        log.info("3/4 docker import (%d packages recorded in the labels)", len(manifest))
         _run(["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(tarball), "."], what="tar the rootfs")
         shutil.rmtree(rootfs, ignore_errors=True)
         labels = {
@@ -275,6 +278,7 @@ def _build(
         changes += ["ENV LANG=C.UTF-8", "ENV HOME=/home/agent", f"USER {AGENT_UID}:{AGENT_UID}", "WORKDIR /work"]
         repo, _, ttag = temp_tag.partition(":")
         client.api.import_image(src=str(tarball), repository=repo, tag=ttag, changes=changes)
+        log.info("4/4 verify in a throw-away container")
         _verify(client, temp_tag)
         image = client.images.get(temp_tag)
         image.tag(*tag.split(":", 1))
