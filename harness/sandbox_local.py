@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.sandbox import (
@@ -161,7 +162,7 @@ class LocalSandbox(Sandbox):
         }
         return {**base, **self.spec.env, **(env or {}), MARKER: self.id}
 
-    def _preexec(self, timeout: float) -> object:
+    def _preexec(self, timeout: float) -> Callable[[], None]:
         cpu = math.ceil(timeout) + 2
         mem = self.spec.mem_bytes
         uid = os.geteuid()

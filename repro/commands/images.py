@@ -77,12 +77,13 @@ def _show(args: argparse.Namespace) -> int:
     tag = images.base_image_tag()
     if not images.image_present(client, tag):
         raise CLIError(f"base image {tag} is not built on this engine. Fix: run `tgsuite images build`.")
-    info = {"tag": tag, "id": images.image_digest(client, tag), "packages": images.image_manifest(client, tag)}
+    packages = images.image_manifest(client, tag)
+    info = {"tag": tag, "id": images.image_digest(client, tag), "packages": packages}
     if args.json:
         print(json.dumps(info, indent=2, sort_keys=True))
     else:
-        print(f"{info['tag']}  {info['id']}  ({len(info['packages'])} Debian packages)")
-        for name, version in sorted(info["packages"].items()):
+        print(f"{tag}  {info['id']}  ({len(packages)} Debian packages)")
+        for name, version in sorted(packages.items()):
             print(f"  {name} {version}")
     return 0
 
