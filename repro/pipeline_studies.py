@@ -182,8 +182,8 @@ def study_frame(run_dir: Path, models: dict[str, StudyModel]) -> pd.DataFrame:
             continue
         rows.append({"runner_arm": r.arm, "label": m.label, "seed": m.seed, "instance_id": r.instance_id,
                      "repo": r.cluster or r.repo, "episode_seed": r.seed, "behaviour_ok": r.behaviour_ok,
-                     "code_ok": r.resolved, "joint_ok": r.joint_ok})
-    cols = ["runner_arm", "label", "seed", "instance_id", "repo", "episode_seed", *ENDPOINTS]
+                     "code_ok": r.resolved, "joint_ok": r.joint_ok, "hinted": r.feedback_kind is not None})
+    cols = ["runner_arm", "label", "seed", "instance_id", "repo", "episode_seed", *ENDPOINTS, "hinted"]
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -198,6 +198,21 @@ def can_do_rows(plain: pd.DataFrame, corrective: pd.DataFrame) -> list[Any]:
                      plain_code_ok=bool(r["code_ok_p"]), corrective_behaviour_ok=bool(r["behaviour_ok_c"]),
                      corrective_code_ok=bool(r["code_ok_c"]))
             for r in both.to_dict("records")]
+
+
+def can_do_result(plain: pd.DataFrame, corrective: pd.DataFrame, spec: str) -> list[Any]:
+    """``can_do_study`` on the paired states, each arm noting in how many states the corrective hint was given
+    (a ``before_finish`` hint reaches only episodes whose model tries to finish)."""
+    from evalsuite.studies import can_do_study
+
+    res = can_do_study(can_do_rows(plain, corrective))
+    out = []
+    for r in res:
+        sub = corrective[corrective["label"] == r.arm]
+        note = (f"corrective prompt {spec!r} was delivered in {int(sub['hinted'].sum())} of {len(sub)} corrective "
+                "episodes; where it was not, both answers had the same prompt")
+        out.append(r.model_copy(update={"notes": [*r.notes, note]}))
+    return out
 
 
 def checkpoint_eval(model: StudyModel, frame: pd.DataFrame, arm: str, tuning_trials: int) -> Any:
@@ -399,7 +414,6 @@ def run_studies(runner: StageRunner, ctx: StudyContext, studies: set[str]) -> An
     ablation rates, the reason a study's analysis could not run)."""
     from evalsuite.rates import StatsInputError
     from evalsuite.schema import Exploratory
-    from evalsuite.studies import can_do_study
 
     unknown = sorted(set(studies) - set(STUDIES))
     if unknown:
@@ -420,8 +434,8 @@ def run_studies(runner: StageRunner, ctx: StudyContext, studies: set[str]) -> An
     analyses = {
         "noisy_feedback": lambda: noisy_result(frame, sizes.noisy_mixes),
         "equal_compute": lambda: equal_compute_result(frame, models, eqc_steps or 0, sizes.tuning_trials),
-        "can_do": lambda: can_do_study(can_do_rows(frame[frame["label"].isin(sizes.can_do_labels)],
-                                                   study_frame(dirs["corrective"], models))),
+        "can_do": lambda: can_do_result(frame[frame["label"].isin(sizes.can_do_labels)],
+                                        study_frame(dirs["corrective"], models), sizes.corrective),
     }
     for name, fn in analyses.items():
         if name in studies:

@@ -57,7 +57,7 @@ def _write_run(run_dir: Path, arms: dict[str, str], corrective: bool) -> dict[st
             res = EpisodeResult(run_id=run_dir.name, instance_id=iid, repo=f"r{i % 2}", cluster=f"r{i % 2}", arm=arm,
                                 policy=arm, seed=0, status="ok" if code else "tests_failed",
                                 failure_class="none" if code else "agent", resolved=code, behaviour_ok=beh,
-                                joint_ok=beh and code)
+                                joint_ok=beh and code, feedback_kind="correct" if corrective else None)
             p = run_dir / "episodes" / arm / iid / "s0" / "a0" / "result.json"
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_text(res.model_dump_json())
@@ -140,7 +140,7 @@ def test_noisy_frame_separates_mixes_with_equal_scores() -> None:
 
 
 def test_can_do_rows_pair_only_matching_states() -> None:
-    cols = dict(label="tg", seed=0, repo="r", code_ok=False, joint_ok=False)
+    cols = dict(label="tg", seed=0, repo="r", code_ok=False, joint_ok=False, hinted=True)
     plain = pd.DataFrame([{**cols, "runner_arm": "tg_s0", "instance_id": i, "episode_seed": 0, "behaviour_ok": False}
                           for i in ("a", "b")])
     corr = pd.DataFrame([{**cols, "runner_arm": "tg_s0", "instance_id": i, "episode_seed": 0, "behaviour_ok": True}
@@ -176,6 +176,7 @@ def test_run_studies_end_to_end_and_resume(tmp_path: Path, fakes: dict[str, list
     cd = {c.arm: c for c in ex.can_do_vs_does_do}
     base_b = next(ch for ch in cd["base"].changes if ch.endpoint == "behaviour_ok")
     assert (cd["base"].n_states, base_b.b, base_b.c, base_b.estimate) == (N_INST, N_INST, 0, 1.0)
+    assert "delivered in 6 of 6 corrective episodes" in cd["base"].notes[-1]
     code = next(ch for ch in cd["tg"].changes if ch.endpoint == "code_ok")
     assert code.b == code.c == 0
     rec = json.loads((tmp_path / "studies" / "studies.json").read_text())
@@ -217,7 +218,6 @@ def test_can_do_with_the_real_runner_and_scripted_expert(tmp_path: Path, monkeyp
     the plain answers, _stage_eval_feedback for the corrective ones, then the real pairing and can_do_study."""
     import repro.pipeline as pipeline
     from evalsuite.outcomes import load_run
-    from evalsuite.studies import can_do_study
     from harness.minirepos import make_mini
     from harness.policies import make_policy
 
@@ -239,6 +239,7 @@ def test_can_do_with_the_real_runner_and_scripted_expert(tmp_path: Path, monkeyp
     plain, corr = ps.study_frame(plain_dir, models), ps.study_frame(corr_dir, models)
     assert list(corr["runner_arm"]) == ["base"] and "correct" in {r.feedback_kind for r in load_run(corr_dir).results}
     assert len(plain) == len(corr) == 1 and bool(plain["code_ok"].iloc[0]) and bool(corr["code_ok"].iloc[0])
-    (res,) = can_do_study(ps.can_do_rows(plain, corr))
+    (res,) = ps.can_do_result(plain, corr, "correct@before_finish")
+    assert "delivered in 1 of 1" in res.notes[-1]
     beh = next(c for c in res.changes if c.endpoint == "behaviour_ok")
     assert (beh.a, beh.b, beh.c, beh.d) == (0, 1, 0, 0)
