@@ -400,6 +400,8 @@ def equal_compute_result(frame: pd.DataFrame, models: dict[str, StudyModel], ste
     res = equal_compute_study(evals, treatment="tg", baseline="grpo_eqc", budget=budget)
     notes = [f"grpo_eqc = GRPO trained for {steps} steps, chosen from the runs' ledgers so that its estimated FLOPs "
              "match TG's (rollout + teacher forward + trainer); grpo = the main GRPO arm, shown for reference",
+             f"achieved FLOPs ratio tg / grpo_eqc = {res.ratios.get('flops', float('nan')):.3f} (whole steps, "
+             "rounded up: GRPO gets at least TG's estimated FLOPs)",
              "FLOPs are estimates: 2·N per forward token, 6·N per trained token, attention term excluded",
              f"tuning trials: {trials} per arm; no arm's hyperparameters were tuned in this pipeline",
              "wall time = the sum of the ledger's phases; peak memory = the training process's peak (CUDA allocated "

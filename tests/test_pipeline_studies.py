@@ -168,6 +168,7 @@ def test_run_studies_end_to_end_and_resume(tmp_path: Path, fakes: dict[str, list
     # equal compute: tg (2 x 150) vs grpo_eqc (3 x 100) at 300 FLOPs; grpo listed for reference
     ec = ex.equal_compute
     assert {r.arm for r in ec.compute} == {"tg", "grpo", "grpo_eqc"}
+    assert any("achieved FLOPs ratio tg / grpo_eqc = 1.000" in n for n in ec.notes)
     assert ec.ratios["flops"] == pytest.approx(1.0) and ec.totals["tg"]["teacher_forward_tokens"] == 10
     joint = next(c for c in ec.comparisons if c.endpoint == "behaviour_ok")
     assert joint.budget == 300.0 and joint.treatment_rate == pytest.approx(3 / 6)
