@@ -180,6 +180,12 @@ def test_run_studies_end_to_end_and_resume(tmp_path: Path, fakes: dict[str, list
     assert "delivered in 6 of 6 corrective episodes" in cd["base"].notes[-1]
     code = next(ch for ch in cd["tg"].changes if ch.endpoint == "code_ok")
     assert code.b == code.c == 0
+    # the report's study sections render it (tables and figures)
+    from evalsuite.schema import AnalysisResult
+    from reports.studies import can_do_section, equal_compute_section, noisy_section
+
+    a = AnalysisResult.model_construct(exploratory=ex, arms={"treatment": "tg", "baseline": "grpo"})
+    assert [len(s.tables) for s in (noisy_section(a), equal_compute_section(a), can_do_section(a))] == [2, 3, 1]
     rec = json.loads((tmp_path / "studies" / "studies.json").read_text())
     assert rec["ablations"]["tg_no_fmt_reward"]["behaviour_ok"]["successes"] == 2 and rec["errors"] == {}
     # re-run: every stage is up to date, nothing trains or evaluates again, same result
