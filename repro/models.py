@@ -5,7 +5,10 @@ Presets (``build_model(preset, vocab_size, seed=...)``):
 - ``nano``: for tests. 2 layers, d=64, 4 query / 2 KV heads (head_dim 16), MLP 128; < 1M parameters at
   vocab <= 4k. A forward+backward over 512 tokens takes milliseconds on one CPU core.
 - ``mini``: the CPU reproduction. 4 layers, d=256, 8 query / 4 KV heads (head_dim 32), MLP 768, tied embeddings;
-  ≈ 4.2 M parameters at vocab 4,096. See ``benchmarks/sampler_bench.py`` and the SFT report for measured tokens/s.
+  ≈ 4.2 M parameters at vocab 4,096. Measured on the 2-core CPU machine: forward+backward ≈ 745 tokens/s on a
+  1,024-token sequence (2 threads, lightly loaded); ≈ 170–190 tokens/s during SFT on ~2.5k-token trajectories
+  when the machine was shared with other jobs (1 thread). One SFT epoch over 120 expert trajectories (≈ 300k
+  tokens) is therefore ≈ 7 min unloaded, ≈ 27 min loaded. Sampling: ``benchmarks/sampler_bench.py``.
 
 Everything is a ``transformers.Qwen3Config`` → ``Qwen3ForCausalLM`` (RMSNorm, q/k-norm, RoPE, GQA, SwiGLU), so
 checkpoints load anywhere transformers runs and the paper-scale path only changes the config.
