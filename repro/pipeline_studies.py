@@ -30,7 +30,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -38,6 +38,16 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from repro.pipeline import _eval_policy, _stage_eval, _stage_train
 from repro.pipeline_presets import Preset
 from repro.stages import StageRunner, atomic_write_json, canonical_hash
+
+if TYPE_CHECKING:
+    from evalsuite.schema import (
+        CanDoResult,
+        CanDoRow,
+        CheckpointEval,
+        EqualComputeResult,
+        Exploratory,
+        NoisyFeedbackResult,
+    )
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +197,7 @@ def study_frame(run_dir: Path, models: dict[str, StudyModel]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
-def can_do_rows(plain: pd.DataFrame, corrective: pd.DataFrame) -> list[Any]:
+def can_do_rows(plain: pd.DataFrame, corrective: pd.DataFrame) -> list[CanDoRow]:
     """Pair plain and corrective answers on the same (model, instance, episode seed); unpaired states are dropped."""
     from evalsuite.schema import CanDoRow
 
@@ -200,7 +210,7 @@ def can_do_rows(plain: pd.DataFrame, corrective: pd.DataFrame) -> list[Any]:
             for r in both.to_dict("records")]
 
 
-def can_do_result(plain: pd.DataFrame, corrective: pd.DataFrame, spec: str) -> list[Any]:
+def can_do_result(plain: pd.DataFrame, corrective: pd.DataFrame, spec: str) -> list[CanDoResult]:
     """``can_do_study`` on the paired states, each arm noting in how many states the corrective hint was given
     (a ``before_finish`` hint reaches only episodes whose model tries to finish)."""
     from evalsuite.studies import can_do_study
@@ -215,7 +225,7 @@ def can_do_result(plain: pd.DataFrame, corrective: pd.DataFrame, spec: str) -> l
     return out
 
 
-def checkpoint_eval(model: StudyModel, frame: pd.DataFrame, arm: str, tuning_trials: int) -> Any:
+def checkpoint_eval(model: StudyModel, frame: pd.DataFrame, arm: str, tuning_trials: int) -> CheckpointEval:
     """A ``CheckpointEval`` row: the run's compute ledger (checkpoint.json) and its held-out successes."""
     from evalsuite.schema import CheckpointEval
     from repro.checkpoint import read_info
@@ -376,7 +386,7 @@ def _eval(runner: StageRunner, ctx: StudyContext, name: str, models: dict[str, S
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def noisy_result(frame: pd.DataFrame, mixes: dict[str, dict[str, float]]) -> Any:
+def noisy_result(frame: pd.DataFrame, mixes: dict[str, dict[str, float]]) -> NoisyFeedbackResult:
     """``noisy_feedback_study`` over the mix series, with the kinds relabelled as the training mixes they are."""
     from evalsuite.studies import noisy_feedback_study
 
@@ -390,7 +400,8 @@ def noisy_result(frame: pd.DataFrame, mixes: dict[str, dict[str, float]]) -> Any
     return res.model_copy(update={"rows": rows, "notes": [*res.notes, *notes]})
 
 
-def equal_compute_result(frame: pd.DataFrame, models: dict[str, StudyModel], steps: int, trials: int) -> Any:
+def equal_compute_result(frame: pd.DataFrame, models: dict[str, StudyModel], steps: int,
+                         trials: int) -> EqualComputeResult:
     """TG vs GRPO-with-matched-steps at the larger of their final FLOPs (every seed's final checkpoint enters)."""
     from evalsuite.studies import equal_compute_study
 
@@ -409,7 +420,7 @@ def equal_compute_result(frame: pd.DataFrame, models: dict[str, StudyModel], ste
     return res.model_copy(update={"notes": [*res.notes, *notes]})
 
 
-def run_studies(runner: StageRunner, ctx: StudyContext, studies: set[str]) -> Any:
+def run_studies(runner: StageRunner, ctx: StudyContext, studies: set[str]) -> Exploratory:
     """Train, evaluate and analyse the selected ``studies``; returns the ``evalsuite.schema.Exploratory`` that
     ``evalsuite.analyze.analyze(..., exploratory=...)`` takes. Call after the main eval stage; every train and eval
     step is a resumable stage of ``runner``. Also writes ``<out>/studies/studies.json`` (models, run directories,
