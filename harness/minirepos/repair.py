@@ -76,6 +76,15 @@ def is_edge_input(arg: str) -> bool:
     return arg.strip() in ("[]", "{}", "()", "''", '""', "0", "0.0", "None", "set()")
 
 
+def _plain_default(expected: str) -> bool:
+    """A value a guard clause may return: a scalar literal (number, string, bool, None) or an empty container."""
+    try:
+        value = ast.literal_eval(expected)
+    except (ValueError, SyntaxError):
+        return False
+    return value is None or isinstance(value, (int, float, str, bool)) or value in ([], {}, (), "")
+
+
 def guard_candidates(source: str, cases: list[AssertCase]) -> list[Edit]:
     """Guard clauses for edge-case arguments of failing asserts, inserted after the function's docstring."""
     tree = ast.parse(source)
@@ -90,6 +99,8 @@ def guard_candidates(source: str, cases: list[AssertCase]) -> list[Edit]:
         body = node.body[1:] if isinstance(node.body[0], ast.Expr) and len(node.body) > 1 else node.body
         first = body[0]
         indent = lines[first.lineno - 1][: first.col_offset]
+        if not _plain_default(case.expected):
+            continue  # a guard returning e.g. ['q'] would hard-code the test's answer, not handle the edge case
         for param, arg in zip(params, case.args, strict=False):
             if not is_edge_input(arg):
                 continue
