@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 RECIPE_VERSION = 2  # 2: /work/repo ships in the image (PREMADE_DIRS)
 DEFAULT_SUITE = "bookworm"
 # Small on purpose: CI builds it from scratch each run. ``patch`` is needed by graders (apply fallback chain).
-BASE_PACKAGES: tuple[str, ...] = ("python3", "python3-pytest", "git", "patch")
+BASE_PACKAGES: tuple[str, ...] = ("python3", "python-is-python3", "python3-pytest", "git", "patch")
 REPOSITORY = "tgsuite/base"
 ALIAS_TAG = f"{REPOSITORY}:latest"
 AGENT_USER = "agent"

@@ -106,9 +106,10 @@ def _stage_train(run_dir: Path, paths: dict[str, Path], preset: Preset, arm: str
 
 
 def _eval_policy(model_dir: str, name: str, preset: Preset) -> Any:
+    from transformers import AutoModelForCausalLM
+
     from repro.sampler import KVSampler, SamplerPolicy
     from repro.tokenizer import load_tokenizer
-    from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     tok = load_tokenizer(model_dir)
@@ -137,16 +138,18 @@ def _stage_eval(run_dir: Path, heldout: Path, arms: dict[str, str], preset: Pres
                            metrics_for=metrics_for(ts),
                            argv=["tgsuite", "reproduce", "--preset", preset.name])
     scored = [r for r in results if r.scored]
-    return {"paths": {"manifest": str(run_dir / "manifest.json")}, "n": len(results), "scored": len(scored),
+    return {"paths": {"manifest": str(run_dir / "manifest.json")}, "finished_at": _now(), "n": len(results),
+            "scored": len(scored),
             "resolved": sum(r.resolved for r in scored), "behaviour_ok": sum(r.behaviour_ok for r in scored)}
 
 
-def _stage_analyze(paths: dict[str, Path], run_dirs: list[Path]) -> dict[str, Any]:
+def _stage_analyze(paths: dict[str, Path], run_dirs: list[Path], exploratory: Any = None) -> dict[str, Any]:
     from evalsuite.analyze import analyze
 
-    result = analyze(paths["frozen"], [str(d) for d in run_dirs])
+    result = analyze(paths["frozen"], [str(d) for d in run_dirs], exploratory=exploratory)
     atomic_write_json(paths["analysis"], json.loads(result.model_dump_json()))
-    return {"paths": {"analysis": str(paths["analysis"])}, "decision": result.decision}
+    return {"paths": {"analysis": str(paths["analysis"])}, "decision": result.decision.verdict,
+            "reasons": list(result.decision.reasons)}
 
 
 def _stage_report(paths: dict[str, Path], run_dirs: list[Path], training: dict[str, dict[str, str]]) -> dict[str, Any]:
@@ -159,8 +162,11 @@ def _stage_report(paths: dict[str, Path], run_dirs: list[Path], training: dict[s
 
 
 def reproduce(preset: Preset, out_dir: str | Path, *, force: frozenset[str] = frozenset(),
-              echo: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run (or resume) the whole reproduction into ``out_dir``; returns the pipeline record."""
+              studies: frozenset[str] = frozenset(), echo: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run (or resume) the whole reproduction into ``out_dir``; returns the pipeline record.
+
+    ``studies`` selects the exploratory studies of ``repro.pipeline_studies`` (noisy feedback, can-do vs does-do,
+    equal compute, ablations); they run after the main evaluation and are reported, never part of the decision."""
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     paths = _paths(out)
@@ -182,6 +188,7 @@ def reproduce(preset: Preset, out_dir: str | Path, *, force: frozenset[str] = fr
     frozen = runner.run("protocol", {"plan": plan_sha, "tasks": held_ts["sha256"]},
                         lambda: _stage_freeze(paths, preset, held_ts))
     ckpts: dict[str, str] = {"base": sft["paths"]["model"]}
+    ckpt_records: dict[str, Any] = {"base": sft}
     training: dict[str, dict[str, str]] = {}
     for arm in preset.arms:
         for seed in preset.seeds:
@@ -191,27 +198,45 @@ def reproduce(preset: Preset, out_dir: str | Path, *, force: frozenset[str] = fr
                               "rl": preset.rl, "arm": arm, "seed": seed, "protocol": frozen["sha256"]},
                              lambda a=arm, s=seed, d=run_dir: _stage_train(d, paths, preset, a, s))
             ckpts[f"{arm}@s{seed}"] = rec["paths"]["checkpoint"]
+            ckpt_records[f"{arm}@s{seed}"] = rec
             training.setdefault(arm, {})[str(seed)] = str(run_dir)
-    eval_inputs = {"ckpts": {k: canonical_hash(v) for k, v in sorted(ckpts.items())},
+    eval_inputs = {"ckpts": {k: canonical_hash(v) for k, v in sorted(ckpt_records.items())},
                    "tasks": held_ts["sha256"], "protocol": frozen["sha256"],
                    "eval": {k: p[k] for k in p if k.startswith("eval_")}}
     excluded = _excluded_tests(paths["heldout_tasks"])
     base_dir = paths["eval"] / "base"
     arms_dir = paths["eval"] / "arms"
-    runner.run("eval_base", {**eval_inputs, "which": "base"},
+    ev_base = runner.run("eval_base", {**eval_inputs, "which": "base"},
                lambda: _stage_eval(base_dir, paths["heldout_tasks"], {"base": ckpts["base"]}, preset,
                                    frozen["sha256"], excluded))
-    runner.run("eval_arms", {**eval_inputs, "which": "arms"},
+    ev_arms = runner.run("eval_arms", {**eval_inputs, "which": "arms"},
                lambda: _stage_eval(arms_dir, paths["heldout_tasks"], {k: v for k, v in ckpts.items() if k != "base"},
                                    preset, frozen["sha256"], excluded))
-    analysis = runner.run("analyze", {**eval_inputs, "code": "analyze@1"},
-                          lambda: _stage_analyze(paths, [arms_dir]))
-    runner.run("report", {**eval_inputs, "analysis": analysis["decision"], "code": "report@1"},
+    exploratory = None
+    if studies:
+        from repro.pipeline_studies import StudyContext, run_studies
+
+        ctx = StudyContext(preset=preset, paths=paths, protocol_sha256=frozen["sha256"],
+                           heldout_sha256=held_ts["sha256"], sft_report=sft["report"], ckpts=ckpts, excluded=excluded)
+        exploratory = run_studies(runner, ctx, set(studies))
+    ex_hash = canonical_hash(exploratory.model_dump(mode="json")) if exploratory is not None else None
+    analysis = runner.run("analyze", {"eval": canonical_hash(ev_arms), "protocol": frozen["sha256"],
+                                      "code": "analyze@2", "exploratory": ex_hash},
+                          lambda: _stage_analyze(paths, [arms_dir], exploratory))
+    runner.run("report", {"analysis": canonical_hash(analysis), "eval": canonical_hash([ev_arms, ev_base]),
+                          "training": canonical_hash(ckpt_records), "code": "report@1"},
                lambda: _stage_report(paths, [arms_dir, base_dir], training))
-    record = {"preset": p, "out": str(out), "decision": analysis["decision"], "stages": runner.timings(),
+    record = {"preset": p, "out": str(out), "decision": analysis["decision"], "studies": sorted(studies),
+              "stages": runner.timings(),
               "report": str(paths["report"] / "index.html"), "protocol_sha256": frozen["sha256"]}
     atomic_write_json(out / "pipeline.json", record)
     return record
+
+
+def _now() -> str:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _excluded_tests(task_dir: Path) -> dict[str, list[str]]:

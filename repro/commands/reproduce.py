@@ -13,6 +13,8 @@ examples:
   tgsuite reproduce --preset smoke --out runs/smoke     # every stage, tiny sizes, a few minutes
   tgsuite reproduce --preset mini --out runs/mini       # the reproduction (arms grpo and tg, 3 seeds each)
   tgsuite reproduce --preset mini --out runs/mini --force eval_arms   # re-run one stage (and what depends on it)
+  tgsuite reproduce --preset mini --out runs/mini --studies all       # add noisy-feedback, can-do, equal-compute
+                                                                      # and ablation studies to the report
 
 Re-running the same command resumes: stages whose inputs are unchanged are skipped. The verdict and the path of
 the HTML report are printed at the end; per-stage times are in OUT/pipeline.json.
@@ -26,6 +28,9 @@ def register(sub: Any) -> None:
     p.add_argument("--out", required=True, help="output directory (created; re-use it to resume)")
     p.add_argument("--force", action="append", default=[], metavar="STAGE",
                    help="re-run this stage even if it is up to date (repeatable; 'all' for every stage)")
+    p.add_argument("--studies", default="none", metavar="LIST",
+                   help="exploratory studies to add: 'none' (default), 'all', or a comma list of "
+                        "noisy_feedback,can_do,equal_compute,ablations (they add training runs and evaluations)")
     p.set_defaults(func=run)
 
 
@@ -36,7 +41,13 @@ def run(args: argparse.Namespace) -> int:
     preset = PRESETS.get(args.preset)
     if preset is None:
         raise CLIError(f"unknown preset {args.preset!r}; choose one of {sorted(PRESETS)}")
-    record = reproduce(preset, args.out, force=frozenset(args.force))
+    from repro.pipeline_studies import parse_studies
+
+    try:
+        studies = frozenset(parse_studies(args.studies))
+    except ValueError as exc:
+        raise CLIError(f"--studies {args.studies!r}: {exc}") from exc
+    record = reproduce(preset, args.out, force=frozenset(args.force), studies=studies)
     print(json.dumps({"decision": record["decision"], "report": record["report"],
                       "stages_s": {k: v["wall_s"] for k, v in record["stages"].items()}}, indent=2))
     print(f"\nVerdict: {record['decision']}. Open the report: {record['report']}")
