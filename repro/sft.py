@@ -47,6 +47,8 @@ class SFTConfig(BaseModel):
     train_tasks: str = Field(description="task-set directory of the TRAIN split (tgsuite tasks make-mini)")
     heldout_tasks: str | None = Field(None, description="held-out task-set directory; None skips the evaluation")
     preset: Literal["nano", "mini"] = "mini"
+    init: str | None = Field(None, description="continue from this model directory (HF layout + tokenizer) instead "
+                             "of training a tokenizer and building a fresh model")
     vocab_size: int = 4096
     episodes: int = 120
     hint_share: float = Field(0.3, ge=0.0, le=1.0)
@@ -207,6 +209,23 @@ def _load_or_collect(cfg: SFTConfig, out: Path) -> list:
     return trajs
 
 
+def _model_and_tokenizer(cfg: SFTConfig, trajs: list, tools: list) -> tuple:
+    """A fresh tokenizer (trained on the rendered expert conversations) and model, or both from ``cfg.init``."""
+    if cfg.init is not None:
+        from transformers import Qwen3ForCausalLM
+
+        from repro.tokenizer import load_tokenizer
+
+        return Qwen3ForCausalLM.from_pretrained(cfg.init), load_tokenizer(cfg.init)
+    probe = train_tokenizer([json.dumps(tools)], vocab_size=300, min_frequency=1)  # template text for the corpus
+    corpus = [probe.apply_chat_template([m.model_dump() for m in tr.messages], tools=tools, tokenize=False)
+              for tr in trajs]
+    tok = train_tokenizer(corpus, vocab_size=cfg.vocab_size)
+    model = build_model(cfg.preset, len(tok), seed=cfg.seed, pad_token_id=tok.pad_token_id,
+                        eos_token_id=tok.eos_token_id)
+    return model, tok
+
+
 def run_sft(cfg: SFTConfig, out_dir: str | Path) -> SFTReport:
     """The whole SFT stage (see module docstring). Deterministic given the config, up to thread scheduling."""
     from harness.tools import tool_schemas
@@ -224,10 +243,7 @@ def run_sft(cfg: SFTConfig, out_dir: str | Path) -> SFTReport:
                            "`tgsuite tasks validate`.")
     tools = tool_schemas()
     t = time.perf_counter()
-    probe = train_tokenizer([json.dumps(tools)], vocab_size=300, min_frequency=1)  # template text for the corpus
-    corpus = [probe.apply_chat_template([m.model_dump() for m in tr.messages], tools=tools, tokenize=False)
-              for tr in trajs]
-    tok = train_tokenizer(corpus, vocab_size=cfg.vocab_size)
+    model, tok = _model_and_tokenizer(cfg, trajs, tools)
     enc = ChatEncoder(tok)
     examples = []
     for tr in trajs:
@@ -237,8 +253,6 @@ def run_sft(cfg: SFTConfig, out_dir: str | Path) -> SFTReport:
             continue
         examples.append((e.ids, e.act))
     wall["tokenize"] = time.perf_counter() - t
-    model = build_model(cfg.preset, len(tok), seed=cfg.seed, pad_token_id=tok.pad_token_id,
-                        eos_token_id=tok.eos_token_id)
     t = time.perf_counter()
     stats = sft_train(model, examples, cfg, out / "metrics.jsonl")
     wall["train"] = time.perf_counter() - t
