@@ -93,3 +93,8 @@ def test_run_sft_end_to_end_on_a_tiny_task_set(tmp_path: Path) -> None:
     from repro.tokenizer import load_tokenizer
 
     assert len(load_tokenizer(tmp_path / "out" / "model")) == rep.vocab
+    # continuing from the saved model reuses its tokenizer and the cached expert data
+    cont = run_sft(cfg.model_copy(update={"init": str(tmp_path / "out" / "model"), "heldout_tasks": None}),
+                   tmp_path / "out")
+    assert cont.vocab == rep.vocab and cont.n_trajectories == 2 and cont.eval == []
+    assert cont.wall_s["expert"] < rep.wall_s["expert"]
