@@ -2,10 +2,11 @@
 
 Shape (METHOD §5–6.13, SCALE §5): the trainer publishes its weights as version ``v`` after every optimizer step
 (:class:`WeightStore`); a producer thread keeps its own copy of the model, loads the newest published version before
-each group, generates the group (one task × n rollouts), and puts it in a bounded queue. The trainer pops groups and
-computes the staleness ``version_now − group.version``; groups with staleness > ``max_staleness`` are **dropped and
-counted** (``async/dropped_groups``), the rest are trained on with the importance ratio taken against the behaviour
-log-probs recorded at sampling time.
+each work item, generates it, and puts it in a bounded queue. In the RL loop a work item is one step's batch (all
+``groups`` groups sampled in lock-step, one sampling call per turn for the whole batch). The trainer pops items and
+computes the staleness ``version_now − item.version``; items with staleness > ``max_staleness`` are **dropped and
+counted** (``async/dropped_groups``, in groups), the rest are trained on with the importance ratio taken against the
+behaviour log-probs recorded at sampling time.
 
 Two knobs, as in prime-rl (async level vs ``max_off_policy_steps``):
 
@@ -92,11 +93,13 @@ class StalenessStats:
     dropped: int = 0
     hist: Counter = field(default_factory=Counter)
 
-    def as_metrics(self) -> dict[str, Any]:
+    def as_metrics(self, groups_per_unit: int = 1) -> dict[str, Any]:
+        """Counts in groups (a produced unit may hold several groups: the trainer produces one step's batch)."""
+        k = groups_per_unit
         return {
-            "async/consumed_groups": self.consumed,
-            "async/dropped_groups": self.dropped,
-            "async/staleness_hist": {str(k): v for k, v in sorted(self.hist.items())},
+            "async/consumed_groups": self.consumed * k,
+            "async/dropped_groups": self.dropped * k,
+            "async/staleness_hist": {str(s): v * k for s, v in sorted(self.hist.items())},
         }
 
 

@@ -82,7 +82,7 @@ class TurnSampler(Protocol):
         self,
         contexts: Sequence[Sequence[int]],
         *,
-        max_new_tokens: int,
+        max_new_tokens: int | Sequence[int],
         temperature: float,
         top_p: float,
         stop_id: int,
@@ -192,6 +192,9 @@ class _Live:
     env: RolloutEnv
     ctx: list[int]
     messages: list[Message]
+    instance: TaskInstance
+    item: int
+    index: int
     texts: list[str] = field(default_factory=list)
     truncated: list[bool] = field(default_factory=list)
     hint_turns: list[int] = field(default_factory=list)
@@ -222,10 +225,15 @@ def _observation_ids(encoder: Any, observations: list[Message]) -> list[int]:
     return ids
 
 
-def run_group(
+def run_group(*, instance: TaskInstance, item: int, **kw: Any) -> list[RolloutSample]:
+    """Run ``group_size`` episodes of ``instance`` in lock-step (one group); see :func:`run_groups`."""
+    return run_groups(instances=[instance], items=[item], **kw)[0]
+
+
+def run_groups(
     *,
-    instance: TaskInstance,
-    item: int,
+    instances: Sequence[TaskInstance],
+    items: Sequence[int],
     version: int,
     make_env: EnvFactory,
     sampler: TurnSampler,
@@ -239,53 +247,57 @@ def run_group(
     hint_source: HintSource | None = None,
     ledger: ComputeLedger | None = None,
     flop_params: int = 0,
-) -> list[RolloutSample]:
-    """Run ``group_size`` episodes of ``instance`` in lock-step; return scored :class:`RolloutSample` objects."""
+) -> list[list[RolloutSample]]:
+    """Run ``group_size`` episodes of each instance, all groups in lock-step, so that each assistant turn of the
+    whole batch is ONE sampling call; return one list of scored :class:`RolloutSample` per group. The sampling
+    generator is seeded from (run seed, first item), so the same batch of items gives the same samples."""
     ledger = ledger or ComputeLedger()
     n = settings.group_size
     live: list[_Live] = []
     with ledger.phase("environment"):
-        for j in range(n):
-            env = make_env(instance, group_seed(run_seed, item, j))
-            opening = env.reset()
-            live.append(_Live(env=env, ctx=_opening(encoder, opening, tools), messages=list(opening)))
-    gen = torch.Generator().manual_seed(group_seed(run_seed, item, 0))
-    hint_rng = random.Random(group_seed(run_seed, item, n + 1))
+        for inst, item in zip(instances, items, strict=True):
+            for j in range(n):
+                env = make_env(inst, group_seed(run_seed, item, j))
+                opening = env.reset()
+                live.append(_Live(env=env, ctx=_opening(encoder, opening, tools), messages=list(opening),
+                                  instance=inst, item=item, index=j))
+    gen = torch.Generator().manual_seed(group_seed(run_seed, items[0], 0))
+    hint_rng = random.Random(group_seed(run_seed, items[0], n + 1))
     for turn in range(settings.max_turns):
         active = [lv for lv in live if not lv.done]
-        if not active:
-            break
         if settings.hint_in_rollout and hint_source is not None:
-            _insert_hints(active, instance, turn, hint_source, hint_rng, encoder)
-        active, budget = _within_budget(active, settings, encoder, instance.instance_id, turn)
+            _insert_hints(active, turn, hint_source, hint_rng, encoder)
+        active, budget = _within_budget(active, settings, encoder, turn)
         if not active:
             break
-        max_new = min(settings.max_new_tokens, min(budget))
         contexts = [lv.ctx + encoder.assistant_header for lv in active]
         with ledger.phase("rollout"):
-            outs = sampler.sample(contexts, max_new_tokens=max_new, temperature=settings.temperature,
-                                  top_p=settings.top_p, stop_id=encoder.im_end, generator=gen)
-        ledger.add("rollout", tokens=sum(len(o[0]) for o in outs),
-                   flops=forward_flops(flop_params, sum(len(o[0]) for o in outs)))
+            outs = sampler.sample(contexts, max_new_tokens=[min(settings.max_new_tokens, b) for b in budget],
+                                  temperature=settings.temperature, top_p=settings.top_p, stop_id=encoder.im_end,
+                                  generator=gen)
+        n_new = sum(len(o[0]) for o in outs)
+        ledger.add("rollout", tokens=n_new, flops=forward_flops(flop_params, n_new))
         for lv, (ids, lps) in zip(active, outs, strict=True):
             _advance(lv, ids, lps, turn, encoder, tokenizer, ledger)
-    samples = []
-    for j, lv in enumerate(live):
-        samples.append(_finish(lv, instance, item, j, version, encoder, tools, checker, reward_weights, ledger))
-    return samples
+    groups: list[list[RolloutSample]] = [[] for _ in instances]
+    for lv in live:
+        gi = items.index(lv.item)
+        groups[gi].append(_finish(lv, lv.instance, lv.item, lv.index, version, encoder, tools, checker,
+                                  reward_weights, ledger))
+    return groups
 
 
-def _insert_hints(active: list[_Live], instance: TaskInstance, turn: int, hint_source: HintSource,
-                  rng: random.Random, encoder: Any) -> None:
+def _insert_hints(active: list[_Live], turn: int, hint_source: HintSource, rng: random.Random,
+                  encoder: Any) -> None:
     for lv in active:
-        text = hint_source(instance, turn, rng)
+        text = hint_source(lv.instance, turn, rng)
         if text:
             lv.messages.append(Message(role="user", content=text, turn=turn, is_hint=True))
             lv.ctx += encoder.hint_ids(text)
             lv.hint_turns.append(turn)
 
 
-def _within_budget(active: list[_Live], settings: RolloutSettings, encoder: Any, instance_id: str,
+def _within_budget(active: list[_Live], settings: RolloutSettings, encoder: Any,
                    turn: int) -> tuple[list[_Live], list[int]]:
     """Episodes that still have room for at least one new token (others end here) and their token budgets."""
     keep, budgets = [], []
@@ -298,7 +310,7 @@ def _within_budget(active: list[_Live], settings: RolloutSettings, encoder: Any,
         lv.done = True
         if turn == 0:
             logger.warning("%s: the opening prompt (%d tokens) fills rollout.max_context_tokens; no turn was "
-                           "sampled — raise max_context_tokens", instance_id, len(lv.ctx))
+                           "sampled — raise max_context_tokens", lv.instance.instance_id, len(lv.ctx))
     return keep, budgets
 
 
@@ -362,9 +374,10 @@ class HFTurnSampler:
         self.pad_id = pad_id
 
     @torch.no_grad()
-    def sample(self, contexts: Sequence[Sequence[int]], *, max_new_tokens: int, temperature: float, top_p: float,
-               stop_id: int, generator: torch.Generator) -> list[tuple[list[int], list[float]]]:
+    def sample(self, contexts: Sequence[Sequence[int]], *, max_new_tokens: int | Sequence[int], temperature: float,
+               top_p: float, stop_id: int, generator: torch.Generator) -> list[tuple[list[int], list[float]]]:
         b, width = len(contexts), max(len(c) for c in contexts)
+        limits = [max_new_tokens] * b if isinstance(max_new_tokens, int) else list(max_new_tokens)
         ids = torch.full((b, width), self.pad_id, dtype=torch.long)
         att = torch.zeros((b, width), dtype=torch.long)
         for i, c in enumerate(contexts):
@@ -378,7 +391,7 @@ class HFTurnSampler:
         done = torch.zeros(b, dtype=torch.bool, device=dev)
         toks: list[list[int]] = [[] for _ in range(b)]
         lps: list[list[float]] = [[] for _ in range(b)]
-        for _ in range(max_new_tokens):
+        for _ in range(max(limits)):
             logp = torch.log_softmax(logits.float() / temperature, dim=-1)
             if top_p < 1.0:
                 logp = _top_p_logp(logp, top_p)
@@ -388,6 +401,8 @@ class HFTurnSampler:
                 if not done[i]:
                     toks[i].append(int(tok[i]))
                     lps[i].append(float(chosen[i]))
+                    if len(toks[i]) >= limits[i]:
+                        done[i] = True
             done |= tok == stop_id
             if bool(done.all()):
                 break

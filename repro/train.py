@@ -40,7 +40,7 @@ from repro.rollout import (
     TurnChecker,
     TurnSampler,
     group_seed,
-    run_group,
+    run_groups,
 )
 from repro.tokenizer import ChatEncoder
 from repro.track import MetricsWriter, progress, read_metrics
@@ -168,41 +168,43 @@ class _Sources:
             twin = clone_for_producer(setup.model)
             loaded = {"v": None}
 
-            def produce(item: int, version: int, state: dict[str, torch.Tensor]) -> list[RolloutSample]:
+            def produce(batch: int, version: int, state: dict[str, torch.Tensor]) -> list[list[RolloutSample]]:
                 if loaded["v"] != version:
                     twin.load_state_dict(state)
                     loaded["v"] = version
-                return self._group(twin, item, version)
+                return self._batch(twin, batch * cfg.rollout.groups, version)
 
-            qsize = cfg.async_.queue_groups or cfg.rollout.groups * (lead + 1)
-            self.producer = AsyncProducer(produce, self.store, items_per_step=cfg.rollout.groups,
-                                          start_item=start_item, start_step=start_step, max_lead=lead,
-                                          queue_size=qsize).start()
+            # one work item = one step's batch of `groups` groups, sampled in one lock-step batch
+            qsize = cfg.async_.queue_groups or (lead + 1)
+            self.producer = AsyncProducer(produce, self.store, items_per_step=1,
+                                          start_item=start_item // cfg.rollout.groups, start_step=start_step,
+                                          max_lead=lead, queue_size=qsize).start()
 
-    def _group(self, model: torch.nn.Module, item: int, version: int) -> list[RolloutSample]:
-        s = self.setup
+    def _batch(self, model: torch.nn.Module, first_item: int, version: int) -> list[list[RolloutSample]]:
+        s, g = self.setup, self.cfg.rollout.groups
         sampler = s.sampler_factory(model, s.tokenizer.pad_token_id)
-        hint_rng_src = (lambda inst, turn, rng: s.hint_text(inst, turn, rng)) if self.settings.hint_in_rollout else None
-        return run_group(instance=self.stream[item], item=item, version=version, make_env=s.make_env,
-                         sampler=sampler, encoder=self.encoder, tokenizer=s.tokenizer, tools=s.tools,
-                         checker=s.checker, settings=self.settings, run_seed=self.cfg.run.seed,
-                         reward_weights=self.cfg.reward, hint_source=hint_rng_src, ledger=self.ledger,
-                         flop_params=self.flop_params)
+        items = list(range(first_item, first_item + g))
+        hint_src = (lambda inst, turn, rng: s.hint_text(inst, turn, rng)) if self.settings.hint_in_rollout else None
+        return run_groups(instances=[self.stream[i] for i in items], items=items, version=version,
+                          make_env=s.make_env, sampler=sampler, encoder=self.encoder, tokenizer=s.tokenizer,
+                          tools=s.tools, checker=s.checker, settings=self.settings, run_seed=self.cfg.run.seed,
+                          reward_weights=self.cfg.reward, hint_source=hint_src, ledger=self.ledger,
+                          flop_params=self.flop_params)
 
     def take(self, step: int) -> list[list[RolloutSample]]:
         g = self.cfg.rollout.groups
         if self.producer is None:
             was_training = self.setup.model.training
             self.setup.model.eval()
-            groups = [self._group(self.setup.model, self.next_item + i, step) for i in range(g)]
+            groups = self._batch(self.setup.model, self.next_item, step)
             self.setup.model.train(was_training)
             self.next_item += g
-            self.stats.consumed += g
-            self.stats.hist[0] += g
+            self.stats.consumed += 1
+            self.stats.hist[0] += 1
             return groups
-        got = take_fresh(self.producer, g, step, self.cfg.async_.max_staleness, self.stats)
-        self.next_item = max(self.next_item, max(p.item for p in got) + 1)
-        return [p.payload for p in got]
+        got = take_fresh(self.producer, 1, step, self.cfg.async_.max_staleness, self.stats)[0]
+        self.next_item = (got.item + 1) * g
+        return got.payload
 
     def published(self, version: int) -> None:
         if self.store is not None:
@@ -335,7 +337,7 @@ def train_rl(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = N
             sources.published(step + 1)
             metrics.update(_rollout_metrics(groups))
             metrics.update(plan.stats)
-            metrics.update(sources.stats.as_metrics())
+            metrics.update(sources.stats.as_metrics(cfg.rollout.groups))
             metrics["optim/lr"] = sched.get_last_lr()[0]
             metrics["time/step_s"] = time.perf_counter() - t_step
             metrics["policy/version"] = step + 1

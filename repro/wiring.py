@@ -116,11 +116,12 @@ class KVTurnSampler:
 
         self.engine = KVSampler(model)
 
-    def sample(self, contexts: Sequence[Sequence[int]], *, max_new_tokens: int, temperature: float, top_p: float,
-               stop_id: int, generator: torch.Generator) -> list[tuple[list[int], list[float]]]:
+    def sample(self, contexts: Sequence[Sequence[int]], *, max_new_tokens: int | Sequence[int], temperature: float,
+               top_p: float, stop_id: int, generator: torch.Generator) -> list[tuple[list[int], list[float]]]:
         from repro.sampler import TokenRequest
 
-        reqs = [TokenRequest(list(c), max_new_tokens, (stop_id,), temperature, top_p) for c in contexts]
+        limits = [max_new_tokens] * len(contexts) if isinstance(max_new_tokens, int) else list(max_new_tokens)
+        reqs = [TokenRequest(list(c), m, (stop_id,), temperature, top_p) for c, m in zip(contexts, limits, strict=True)]
         return [(list(r.ids), list(r.logprobs)) for r in self.engine.generate(reqs, generator=generator)]
 
 
