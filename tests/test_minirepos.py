@@ -191,3 +191,21 @@ def test_self_check_on_a_sample(tmp_path: Path) -> None:
         for inst in ts.instances:
             res = check_instance(ts.path, inst)
             assert res.ok, (inst.instance_id, res.problems)
+
+
+def test_generation_does_not_depend_on_hash_randomisation(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys; from harness.minirepos.generator import generate; import hashlib\n"
+            "insts, snaps = generate(split='heldout', repos=3, tasks_per_repo=2, seed=4)\n"
+            "h = hashlib.sha256()\n"
+            "for i in insts:\n"
+            "    h.update(i.model_dump_json().encode())\n"
+            "    for k in sorted(snaps[i.instance_id]): h.update(k.encode() + snaps[i.instance_id][k])\n"
+            "print(h.hexdigest())")
+    root = str(Path(__file__).resolve().parents[1])
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root,
+                           env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in (1, 2)}
+    assert len(outs) == 1 and len(outs.pop().strip()) == 64
