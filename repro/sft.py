@@ -303,3 +303,44 @@ def evaluate_sft(model, tok, cfg: SFTConfig, out_dir: Path) -> list[EvalSummary]
             infra_errors=len(res) - len(scored)))
         log.info("eval %s: %s", cond, out[-1])
     return out
+
+
+class ProbeSummary(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    condition: Literal["unprompted", "hinted"]
+    n: int
+    finish_rate: float        # share of sampled turns that call finish
+    compliance: float         # PASS / (PASS + FAIL) of markdown@v1 on the sampled turn; NaN if none applicable
+    n_applicable: int
+
+
+def summary_probe(model, tok, trajs: list, *, temperature: float = 1.0, max_new_tokens: int = 320,
+                  seed: int = 0) -> list[ProbeSummary]:
+    """Can-do vs does-do of the FORMAT alone, independent of coding ability: for each (expert) trajectory, cut the
+    context just before its final assistant turn (dropping any hint), then sample that turn from ``model`` without
+    and with the Markdown reminder inserted, and judge it with ``markdown@v1``. A diagnostic, not the held-out
+    episode metric (which needs the model to reach the summary turn by itself)."""
+    from harness.behaviour import get_checker, hint_text
+    from harness.schema import Message
+    from harness.tools import parse_tool_calls, tool_schemas
+    from repro.sampler import KVSampler, SamplerPolicy
+
+    checker = get_checker("markdown@v1")
+    policy = SamplerPolicy(KVSampler(model), tok, max_new_tokens=max_new_tokens, temperature=temperature)
+    out = []
+    for cond in ("unprompted", "hinted"):
+        verdicts, finishes = [], 0
+        for i, tr in enumerate(trajs):
+            last = max(j for j, m in enumerate(tr.messages) if m.role == "assistant")
+            ctx = [m for m in tr.messages[:last] if not m.is_hint]
+            if cond == "hinted":
+                ctx.append(Message(role="user", content=hint_text("markdown@v1"), is_hint=True))
+            res = policy.act(ctx, tools=tool_schemas(), rng=random.Random(f"probe:{seed}:{i}:{cond}"))
+            calls = parse_tool_calls(res.text)
+            finishes += any(c.name == "finish" for c in calls)
+            verdicts.append(checker.verify_turn(Message(role="assistant", content=res.text, tool_calls=calls)))
+        appl = [v for v in verdicts if v != "NA"]
+        out.append(ProbeSummary(condition=cond, n=len(trajs), finish_rate=finishes / max(1, len(trajs)),
+                                compliance=sum(v == "PASS" for v in appl) / len(appl) if appl else math.nan,
+                                n_applicable=len(appl)))
+    return out

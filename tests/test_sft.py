@@ -98,3 +98,20 @@ def test_run_sft_end_to_end_on_a_tiny_task_set(tmp_path: Path) -> None:
                    tmp_path / "out")
     assert cont.vocab == rep.vocab and cont.n_trajectories == 2 and cont.eval == []
     assert cont.wall_s["expert"] < rep.wall_s["expert"]
+
+
+def test_summary_probe_reports_both_conditions() -> None:
+    from harness.schema import Message, Trajectory
+    from repro.sft import summary_probe
+
+    tok, _ = _data()
+    model = build_model("nano", len(tok), seed=2)
+    msgs = [Message(role="system", content="agent"), Message(role="user", content="Fix mod1.py"),
+            Message(role="assistant", content=CONVS[1][1]["content"]), Message(role="tool", content="ok"),
+            Message(role="user", content="Reminder: Markdown", is_hint=True),
+            Message(role="assistant", content='<tool_call>\n{"name": "finish", "arguments": {"message": "done"}}'
+                                              "\n</tool_call>")]
+    trajs = [Trajectory(instance_id=f"i{i}", policy="expert", seed=i, messages=msgs) for i in range(2)]
+    res = summary_probe(model, tok, trajs, max_new_tokens=8)
+    assert [r.condition for r in res] == ["unprompted", "hinted"] and all(r.n == 2 for r in res)
+    assert all(0.0 <= r.finish_rate <= 1.0 for r in res)
