@@ -43,7 +43,7 @@ SMOKE = Preset(
     heldout_repos=4,
     heldout_tasks_per_repo=3,
     validate_runs=3,
-    sft={"preset": "nano", "vocab_size": 1024, "episodes": 24, "epochs": 1, "think": False, "max_len": 4096,
+    sft={"preset": "nano", "vocab_size": 1024, "episodes": 16, "epochs": 1, "think": False, "max_len": 4096,
          "batch_tokens": 4096},
     seeds=(0, 1),
     rl={"run.steps": 2, "rollout.groups": 1, "rollout.group_size": 2, "rollout.max_turns": 3,
