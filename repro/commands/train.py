@@ -1,4 +1,4 @@
-"""``tgsuite train sft|rl|distill|loop|arms``: the training stages from the command line."""
+"""tgsuite train sft|rl|distill|loop|arms: train the model (SFT, RL with GRPO or targeted guidance, self-distillation)."""
 
 from __future__ import annotations
 
