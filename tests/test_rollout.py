@@ -160,3 +160,31 @@ def test_hint_source_kinds_and_mixture() -> None:
     draws = [mix(inst, k, _random.Random(k)) for k in range(40)]
     assert {hint_text("markdown@v1"), WRONG_HINTS["markdown@v1"]} == set(draws)
     assert draws == [mix(inst, k, _random.Random(k)) for k in range(40)]  # seeded
+
+
+def test_harness_env_rewards_a_real_fix(tmp_path: Path) -> None:
+    """HarnessEnv end to end with the oracle's turns: the gold fix is graded resolved by the hidden tests."""
+    import random as _random
+
+    from harness.interfaces import EpisodeLimits
+    from harness.minirepos import make_mini
+    from harness.policies.scripted import OraclePolicy
+    from harness.runner_sandbox import TaskSandboxFactory
+    from harness.tasks import load_task_set
+    from harness.tools import tool_schemas
+    from repro.wiring import HarnessEnv
+
+    make_mini(tmp_path / "tasks", split="train", repos=1, tasks_per_repo=1, seed=0)
+    ts = load_task_set(tmp_path / "tasks")
+    with TaskSandboxFactory(ts, kind="local", run_id="pytest-train") as factory:
+        env = HarnessEnv(factory, ts.instances[0], EpisodeLimits(max_turns=12), seed=0)
+        msgs = env.reset()
+        oracle, done, rng = OraclePolicy(ts), False, _random.Random(0)
+        while not done:
+            text = oracle.act(msgs, tools=tool_schemas(), rng=rng).text
+            out = env.step(text)
+            msgs = msgs + [Message(role="assistant", content=text)] + out.observations
+            done = out.done
+        outcome = env.outcome()
+        env.close()
+    assert outcome.resolved and outcome.infra_error is None and outcome.edits >= 1
