@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,8 @@ def _stage_train(run_dir: Path, paths: dict[str, Path], preset: Preset, arm: str
     sets += [f"run.seed={seed}", f"model.init=\"{paths['sft'] / 'model'}\"",
              f"tasks.path=\"{paths['train_tasks']}\""]
     cfg = load_config(arm=arm, sets=sets)
+    if run_dir.exists():  # the stage re-runs because its inputs changed or it never finished: start clean
+        shutil.rmtree(run_dir)
     info = train_rl(cfg, run_dir, argv=["tgsuite", "reproduce", "--preset", preset.name])
     return {"paths": {"checkpoint": info.path}, "checkpoint": info.model_dump(mode="json")}
 
