@@ -75,6 +75,7 @@ class TrainManifest(BaseModel):
     checkpoints: list[str] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
     summary: dict[str, Any] = Field(default_factory=dict)
+    protocol_hash: str | None = Field(None, description="sha256 of the frozen protocol this run was trained under")
 
 
 def now_iso() -> str:

@@ -94,7 +94,8 @@ def _stage_freeze(paths: dict[str, Path], preset: Preset, heldout: dict[str, Any
     return {"paths": {"frozen": str(paths["frozen"])}, "sha256": rec.sha256, "frozen_at": rec.frozen_at}
 
 
-def _stage_train(run_dir: Path, paths: dict[str, Path], preset: Preset, arm: str, seed: int) -> dict[str, Any]:
+def _stage_train(run_dir: Path, paths: dict[str, Path], preset: Preset, arm: str, seed: int,
+                 protocol_hash: str | None = None) -> dict[str, Any]:
     from repro.config import load_config
     from repro.train import train_rl
 
@@ -104,7 +105,7 @@ def _stage_train(run_dir: Path, paths: dict[str, Path], preset: Preset, arm: str
     cfg = load_config(arm=arm, sets=sets)
     if run_dir.exists():  # the stage re-runs because its inputs changed or it never finished: start clean
         shutil.rmtree(run_dir)
-    info = train_rl(cfg, run_dir, argv=["tgsuite", "reproduce", "--preset", preset.name])
+    info = train_rl(cfg, run_dir, argv=["tgsuite", "reproduce", "--preset", preset.name], protocol_hash=protocol_hash)
     return {"paths": {"checkpoint": info.path}, "checkpoint": info.model_dump(mode="json")}
 
 
@@ -199,7 +200,7 @@ def reproduce(preset: Preset, out_dir: str | Path, *, force: frozenset[str] = fr
             rec = runner.run(f"train_{arm}_s{seed}",
                              {"sft": sft["report"]["model_dir"], "sft_inputs": canonical_hash(sft["report"]),
                               "rl": preset.rl, "arm": arm, "seed": seed, "protocol": frozen["sha256"]},
-                             lambda a=arm, s=seed, d=run_dir: _stage_train(d, paths, preset, a, s))
+                             lambda a=arm, s=seed, d=run_dir: _stage_train(d, paths, preset, a, s, frozen["sha256"]))
             ckpts[f"{arm}@s{seed}"] = rec["paths"]["checkpoint"]
             ckpt_records[f"{arm}@s{seed}"] = rec
             training.setdefault(arm, {})[str(seed)] = str(run_dir)

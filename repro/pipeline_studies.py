@@ -294,7 +294,7 @@ def _train(runner: StageRunner, ctx: StudyContext, label: str, arm: str, seed: i
     inputs = {"sft": ctx.sft_report.get("model_dir"), "sft_inputs": canonical_hash(ctx.sft_report),
               "rl": preset.rl, "arm": arm, "seed": seed, "protocol": ctx.protocol_sha256, "label": label}
     rec = runner.run(f"study_train_{label}_s{seed}", inputs,
-                     lambda: _stage_train(run_dir, ctx.paths, preset, arm, seed))
+                     lambda: _stage_train(run_dir, ctx.paths, preset, arm, seed, ctx.protocol_sha256))
     return StudyModel(f"{label}_s{seed}", label, seed, rec["paths"]["checkpoint"])
 
 

@@ -271,7 +271,7 @@ def _backward_split(root: LossRoot, terms: dict[str, torch.Tensor], acc: dict[st
 
 
 def train_rl(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = None, resume: bool = False,
-             argv: list[str] | None = None) -> ck.CheckpointInfo:
+             argv: list[str] | None = None, protocol_hash: str | None = None) -> ck.CheckpointInfo:
     """Run (or resume) RL training; returns the final checkpoint's :class:`repro.checkpoint.CheckpointInfo`."""
     if cfg.rollout.engine != "hf_sampler":
         raise ConfigError(f"rollout.engine = {cfg.rollout.engine!r} is designed (SCALE.md §3.3) but not implemented "
@@ -314,7 +314,7 @@ def train_rl(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = N
         kind="rl", run_dir=str(out), created_at=created, updated_at=created, argv=list(argv or []),
         git_commit=git_commit, git_dirty=git_dirty, packages=ck.package_versions(),
         host={"threads": torch.get_num_threads()}, arm=cfg.run.arm, seed=cfg.run.seed, config=cfg.to_dict(),
-        config_sha256=cfg.sha256(), model_params=params, steps_done=step0,
+        config_sha256=cfg.sha256(), model_params=params, steps_done=step0, protocol_hash=protocol_hash,
         notes=["exact resume holds for synchronous runs (async.enabled = false or async.max_lead = 0)",
                "FLOPs are 2N/6N estimates per token; attention's quadratic term is excluded"],
     )

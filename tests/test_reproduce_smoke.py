@@ -34,6 +34,10 @@ def test_smoke_reproduction_end_to_end_and_resume(tmp_path: Path) -> None:
     frozen = load_frozen(out / "protocol" / "frozen.json")
     stage_times = {p.stem: json.loads(p.read_text())["started_at"] for p in (out / "stages").glob("*.json")}
     assert all(stage_times["protocol"] <= t for k, t in stage_times.items() if k.startswith("train_"))
+    for arm in SMOKE.arms:
+        for seed in SMOKE.seeds:
+            train_manifest = json.loads((out / "train" / arm / f"s{seed}" / "manifest.json").read_text())
+            assert train_manifest["protocol_hash"] == frozen.sha256
     manifest = RunManifest.model_validate_json((out / "eval" / "arms" / "manifest.json").read_text())
     assert manifest.protocol_hash == frozen.sha256
     assert manifest.sandbox == "docker" and manifest.isolated
