@@ -68,7 +68,8 @@ def _write_run(run_dir: Path, arms: dict[str, str], corrective: bool) -> dict[st
 def fakes(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
     calls: dict[str, list[Any]] = {"train": [], "eval": [], "eval_fb": []}
 
-    def fake_train(run_dir: Path, paths: dict[str, Path], preset: Any, arm: str, seed: int) -> dict[str, Any]:
+    def fake_train(run_dir: Path, paths: dict[str, Path], preset: Any, arm: str, seed: int,
+                   protocol_hash: str | None = None) -> dict[str, Any]:
         calls["train"].append((run_dir, arm, seed, dict(preset.rl)))
         return {"paths": {"checkpoint": _write_ckpt(run_dir, arm, seed, int(preset.rl["run.steps"]), run_dir.parent.name)}}
 
