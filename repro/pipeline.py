@@ -55,8 +55,7 @@ def _stage_tasks(out: Path, split: str, repos: int, per_repo: int, seed: int) ->
     summary = make_mini(out, split=split, repos=repos, tasks_per_repo=per_repo, seed=seed,  # type: ignore[arg-type]
                         overwrite=True)
     ts = load_task_set(out)
-    return {"paths": {"tasks": str(out / "tasks.jsonl")}, "sha256": ts.sha256, "name": ts.name,
-            "n": summary.n_instances if hasattr(summary, "n_instances") else len(ts.instances)}
+    return {"paths": {"tasks": str(out / "tasks.jsonl")}, "sha256": ts.sha256, "name": ts.name, "n": summary.tasks}
 
 
 def _stage_validate(task_dir: Path, preset: Preset, sha256: str) -> dict[str, Any]:
@@ -124,7 +123,10 @@ def _eval_policy(model_dir: str, name: str, preset: Preset) -> Any:
 
 
 def _stage_eval(run_dir: Path, heldout: Path, arms: dict[str, str], preset: Preset, protocol_hash: str | None,
-                excluded: dict[str, list[str]]) -> dict[str, Any]:
+                excluded: dict[str, list[str]], feedback: str | None = None) -> dict[str, Any]:
+    """Evaluate checkpoints ``arms`` (runner arm -> model dir) on the held-out set; ``feedback`` is a
+    ``harness.feedback.parse_feedback`` spec given to every arm (None = no hints)."""
+    from harness.feedback import parse_feedback
     from harness.interfaces import EpisodeLimits
     from harness.metrics import metrics_for
     from harness.runner import run_eval
@@ -140,6 +142,7 @@ def _stage_eval(run_dir: Path, heldout: Path, arms: dict[str, str], preset: Pres
                            workers=preset.workers, limits=limits, run_seed=preset.task_seed,
                            protocol_hash=protocol_hash, excluded_tests=excluded, progress=True,
                            metrics_for=metrics_for(ts),
+                           feedback={n: parse_feedback(feedback) for n in arms} if feedback else None,
                            argv=["tgsuite", "reproduce", "--preset", preset.name])
     scored = [r for r in results if r.scored]
     return {"paths": {"manifest": str(run_dir / "manifest.json")}, "finished_at": _now(), "n": len(results),
@@ -161,8 +164,7 @@ def _stage_report(paths: dict[str, Path], run_dirs: list[Path], training: dict[s
 
     summary = build_report(paths["analysis"], out_dir=paths["report"], protocol=paths["frozen"],
                            run_dirs=[str(d) for d in run_dirs], training_metrics=training)
-    return {"paths": {"index": str(paths["report"] / "index.html")},
-            "summary": json.loads(summary.model_dump_json()) if hasattr(summary, "model_dump_json") else {}}
+    return {"paths": {"index": str(paths["report"] / "index.html")}, "summary": json.loads(summary.model_dump_json())}
 
 
 def reproduce(preset: Preset, out_dir: str | Path, *, force: frozenset[str] = frozenset(),

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from repro.pipeline import _eval_policy, _stage_eval, _stage_train
+from repro.pipeline import _stage_eval, _stage_train
 from repro.pipeline_presets import Preset
 from repro.stages import StageRunner, atomic_write_json, canonical_hash
 
@@ -336,30 +336,6 @@ def _model_key(path: str) -> str:
         return path
 
 
-def _stage_eval_feedback(run_dir: Path, ctx: StudyContext, arms: dict[str, str], spec: str) -> dict[str, Any]:
-    """``repro.pipeline._stage_eval`` with the same hint provider (``spec``) for every arm."""
-    from harness.feedback import parse_feedback
-    from harness.interfaces import EpisodeLimits
-    from harness.runner import run_eval
-    from harness.runner_sandbox import TaskSandboxFactory
-    from harness.tasks import load_task_set
-
-    preset = ctx.preset
-    ts = load_task_set(ctx.paths["heldout_tasks"])
-    policies = {name: _eval_policy(d, name, preset) for name, d in arms.items()}
-    feedback = {name: parse_feedback(spec) for name in arms}
-    with TaskSandboxFactory(ts, kind=preset.eval_sandbox, run_id=run_dir.name) as fac:
-        fac.preflight()
-        results = run_eval(ts, policies, list(range(preset.eval_episodes)), run_dir, sandbox_factory=fac,
-                           workers=preset.workers, limits=EpisodeLimits(max_turns=preset.eval_max_turns),
-                           run_seed=preset.task_seed, feedback=feedback, protocol_hash=ctx.protocol_sha256,
-                           excluded_tests=ctx.excluded, progress=True,
-                           argv=["tgsuite", "reproduce", "--preset", preset.name, "--studies", "can_do"])
-    scored = [r for r in results if r.scored]
-    return {"paths": {"manifest": str(run_dir / "manifest.json")}, "n": len(results), "scored": len(scored),
-            "resolved": sum(r.resolved for r in scored), "behaviour_ok": sum(r.behaviour_ok for r in scored)}
-
-
 def _eval(runner: StageRunner, ctx: StudyContext, name: str, models: dict[str, StudyModel],
           feedback: str | None) -> Path:
     """Evaluate ``models`` on the held-out set as stage ``name``; returns the run directory.
@@ -373,11 +349,8 @@ def _eval(runner: StageRunner, ctx: StudyContext, name: str, models: dict[str, S
               "protocol": ctx.protocol_sha256, "eval": {k: v for k, v in p.items() if k.startswith("eval_")},
               "feedback": feedback}
     run_dir = ctx.paths["eval"] / "studies" / f"{name}-{canonical_hash(inputs)[:12]}"
-    if feedback is None:
-        runner.run(name, inputs, lambda: _stage_eval(run_dir, ctx.paths["heldout_tasks"], arms, ctx.preset,
-                                                     ctx.protocol_sha256, ctx.excluded))
-    else:
-        runner.run(name, inputs, lambda: _stage_eval_feedback(run_dir, ctx, arms, feedback))
+    runner.run(name, inputs, lambda: _stage_eval(run_dir, ctx.paths["heldout_tasks"], arms, ctx.preset,
+                                                 ctx.protocol_sha256, ctx.excluded, feedback))
     return run_dir
 
 

@@ -73,17 +73,16 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
         calls["train"].append((run_dir, arm, seed, dict(preset.rl)))
         return {"paths": {"checkpoint": _write_ckpt(run_dir, arm, seed, int(preset.rl["run.steps"]), run_dir.parent.name)}}
 
-    def fake_eval(run_dir: Path, heldout: Path, arms: dict[str, str], *a: Any) -> dict[str, Any]:
-        calls["eval"].append(sorted(arms))
-        return _write_run(run_dir, arms, corrective=False)
-
-    def fake_eval_fb(run_dir: Path, ctx: Any, arms: dict[str, str], spec: str) -> dict[str, Any]:
-        calls["eval_fb"].append((sorted(arms), spec))
-        return _write_run(run_dir, arms, corrective=True)
+    def fake_eval(run_dir: Path, heldout: Path, arms: dict[str, str], preset: Any, protocol_hash: Any,
+                  excluded: Any, feedback: str | None = None) -> dict[str, Any]:
+        if feedback is None:
+            calls["eval"].append(sorted(arms))
+        else:
+            calls["eval_fb"].append((sorted(arms), feedback))
+        return _write_run(run_dir, arms, corrective=feedback is not None)
 
     monkeypatch.setattr(ps, "_stage_train", fake_train)
     monkeypatch.setattr(ps, "_stage_eval", fake_eval)
-    monkeypatch.setattr(ps, "_stage_eval_feedback", fake_eval_fb)
     return calls
 
 
@@ -223,7 +222,7 @@ def test_missing_main_checkpoint_names_the_fix(tmp_path: Path, fakes: dict[str, 
 def test_can_do_with_the_real_runner_and_scripted_expert(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Integration (local sandbox, no model): the scripted expert's plain summary fails markdown@v1; with the
     corrective hint before finish it passes. Both evals go through the real runner: repro.pipeline._stage_eval for
-    the plain answers, _stage_eval_feedback for the corrective ones, then the real pairing and can_do_study."""
+    the plain answers and (with the corrective hint) for the corrective ones, then the real pairing and can_do_study."""
     import repro.pipeline as pipeline
     from evalsuite.outcomes import load_run
     from harness.minirepos import make_mini
@@ -233,7 +232,6 @@ def test_can_do_with_the_real_runner_and_scripted_expert(tmp_path: Path, monkeyp
         return make_policy("expert")
 
     monkeypatch.setattr(pipeline, "_eval_policy", expert)
-    monkeypatch.setattr(ps, "_eval_policy", expert)
     paths = _paths(tmp_path)
     make_mini(paths["heldout_tasks"], split="heldout", repos=1, tasks_per_repo=1, seed=0)
     preset = SMOKE.model_copy(update={"eval_sandbox": "local", "workers": 1, "eval_max_turns": 8})
