@@ -54,6 +54,7 @@ TOOL_PROTOCOL_HINT = (
 class Checker(Protocol):
     id: str
     hint_text: str
+    hint_placement: str  # where the corrective reminder belongs (a harness.feedback Placement)
 
     def verify_turn(self, message: Message) -> Verdict: ...
 
@@ -185,6 +186,7 @@ def reply_pieces(message: Message) -> list[tuple[str, str]]:
 class MarkdownV1:
     id: str = "markdown@v1"
     hint_text: str = MARKDOWN_HINT
+    hint_placement: str = "before_finish"  # the summary is the judged turn
 
     def turn_violations(self, message: Message) -> list[str] | None:
         """None if no piece of the turn is applicable, else all violations (each prefixed by its piece)."""
@@ -235,6 +237,7 @@ def _protocol_turn(message: Message, after_finish: bool) -> tuple[Verdict, list[
 class ToolProtocolV1:
     id: str = "tool_protocol@v1"
     hint_text: str = TOOL_PROTOCOL_HINT
+    hint_placement: str = "before_failing_turn"
 
     def verify_turn(self, message: Message) -> Verdict:
         return _protocol_turn(message, after_finish=False)[0]

@@ -183,6 +183,14 @@ class MixtureFeedback:
         return self._redraw(self._base.review_draft(instance, messages, draft, turn, rng), rng)
 
 
+def corrective_feedback(checker_id: str, kind: FeedbackKind = "correct") -> ReminderFeedback:
+    """The reminder for one requirement at the placement its checker declares (``Checker.hint_placement``:
+    ``before_finish`` for Markdown, where the summary is written; ``first_turn`` for requirements that must hold
+    from the start)."""
+    placement = get_checker(checker_id).hint_placement
+    return ReminderFeedback(kind, placement, checkers=(checker_id,))  # type: ignore[arg-type]
+
+
 def parse_feedback(spec: str, *, checkers: tuple[str, ...] = ("markdown@v1",)) -> FeedbackProvider | None:
     """Build a provider from a command-line spec ``KIND[@PLACEMENT]``.
 

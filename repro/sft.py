@@ -52,6 +52,9 @@ class SFTConfig(BaseModel):
     vocab_size: int = 4096
     episodes: int = 120
     hint_share: float = Field(0.3, ge=0.0, le=1.0)
+    hint_checkers: tuple[str, ...] = Field(("markdown@v1",), min_length=1, description="requirements whose reminder "
+                                           "a hinted episode carries (one drawn uniformly per hinted episode), each "
+                                           "at its checker's hint_placement")
     think: bool = True
     epochs: int = 2
     lr: float = 2e-3
@@ -97,11 +100,12 @@ class SFTReport(BaseModel):
 
 
 def collect_expert_trajectories(task_dir: str | Path, *, episodes: int, hint_share: float, think: bool, seed: int,
-                                workers: int = 2) -> list:
-    """Run ``ScriptedExpert`` on the train split; episode i uses instance i mod n and gets the hint with
-    probability ``hint_share`` (its own seeded draw). Returns finished trajectories only (others are logged)."""
+                                workers: int = 2, hint_checkers: tuple[str, ...] = ("markdown@v1",)) -> list:
+    """Run ``ScriptedExpert`` on the train split; episode i uses instance i mod n and gets a hint with
+    probability ``hint_share`` (its own seeded draw): the reminder of one of ``hint_checkers`` (drawn uniformly), at
+    that checker's placement. Returns finished trajectories only (others are logged)."""
     from harness.agent import run_episode
-    from harness.feedback import parse_feedback
+    from harness.feedback import corrective_feedback
     from harness.interfaces import EpisodeLimits
     from harness.policies.scripted import ScriptedExpert
     from harness.runner_sandbox import TaskSandboxFactory
@@ -110,13 +114,15 @@ def collect_expert_trajectories(task_dir: str | Path, *, episodes: int, hint_sha
     ts = load_task_set(task_dir)
     if not ts.instances:
         raise ValueError(f"{task_dir}/tasks.jsonl has no instances; generate them with `tgsuite tasks make-mini`.")
-    fb = parse_feedback("correct@before_finish")
+    fbs = [corrective_feedback(c) for c in hint_checkers]
     expert = ScriptedExpert(think=think)
     fac = TaskSandboxFactory(ts, kind="local", run_id="sft-expert")
 
     def one(i: int):
         inst = ts.instances[i % len(ts.instances)]
-        hinted = random.Random(f"sft-hint:{seed}:{i}").random() < hint_share
+        draw = random.Random(f"sft-hint:{seed}:{i}")
+        hinted = draw.random() < hint_share
+        fb = fbs[0] if len(fbs) == 1 else fbs[draw.randrange(len(fbs))]
         sb, _ = fac.open(inst, role="agent", attempt=0)
         try:
             return run_episode(inst, expert, sb, EpisodeLimits(), feedback=fb if hinted else None, seed=seed * 100_003 + i)
@@ -198,13 +204,16 @@ def _load_or_collect(cfg: SFTConfig, out: Path) -> list:
     from harness.schema import Trajectory
 
     cache, key = out / "expert.jsonl", json.dumps(
-        {k: getattr(cfg, k) for k in ("train_tasks", "episodes", "hint_share", "think", "seed")}, sort_keys=True)
+        {k: getattr(cfg, k) for k in ("train_tasks", "episodes", "hint_share", "think", "seed")}
+        | ({"hint_checkers": list(cfg.hint_checkers)} if cfg.hint_checkers != ("markdown@v1",) else {}),
+        sort_keys=True)
     if cache.is_file():
         lines = cache.read_text().splitlines()
         if lines and lines[0] == key:
             return [Trajectory.model_validate_json(x) for x in lines[1:]]
     trajs = collect_expert_trajectories(cfg.train_tasks, episodes=cfg.episodes, hint_share=cfg.hint_share,
-                                        think=cfg.think, seed=cfg.seed, workers=cfg.workers)
+                                        think=cfg.think, seed=cfg.seed, workers=cfg.workers,
+                                        hint_checkers=cfg.hint_checkers)
     cache.write_text("\n".join([key] + [t.model_dump_json() for t in trajs]) + "\n")
     return trajs
 
