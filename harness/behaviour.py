@@ -36,6 +36,7 @@ import re
 from dataclasses import dataclass
 from typing import Protocol
 
+from harness.behaviour_tiers import TIER_CHECKERS
 from harness.schema import BehaviourResult, Message, Trajectory, Verdict
 from harness.tools import visible_text
 
@@ -261,7 +262,8 @@ class ToolProtocolV1:
 # Registry
 # ----------------------------------------------------------------------------------------------------------------
 
-CHECKERS: dict[str, Checker] = {c.id: c for c in (MarkdownV1(), ToolProtocolV1())}
+# tool_args@v1 and ask_first@v1 live in harness.behaviour_tiers (which imports nothing from here: no cycle)
+CHECKERS: dict[str, Checker] = {c.id: c for c in (MarkdownV1(), ToolProtocolV1(), *TIER_CHECKERS)}
 
 
 def get_checker(checker_id: str) -> Checker:
@@ -278,6 +280,14 @@ def get_checker(checker_id: str) -> Checker:
 def hint_text(checker_id: str) -> str:
     """The fixed hint (reminder) text for a checker's requirement (METHOD §6.8)."""
     return get_checker(checker_id).hint_text
+
+
+def turn_verdicts(checker: Checker, messages: list[Message]) -> list[Verdict]:
+    """Verdicts of the assistant turns among ``messages``, judged in order WITH the context of earlier turns (what
+    ``check`` gives; ``verify_turn`` judges one turn alone, which differs for ``ask_first@v1``: an edit after an
+    earlier ask passes). What training's per-turn gating and the ``before_failing_turn`` placement should use."""
+    turns = [m for m in messages if m.role == "assistant"]
+    return checker.check(Trajectory(instance_id="-", policy="-", seed=0, messages=turns)).turn_verdicts
 
 
 def check_behaviour(trajectory: Trajectory, checker_ids: list[str]) -> list[BehaviourResult]:

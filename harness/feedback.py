@@ -19,7 +19,8 @@ Placements (``Placement``):
   ``turn_index``. These are decided before the turn is sampled (``hint_for``).
 - ``before_finish``: the turn is sampled first; if that draft calls ``finish`` (the final/summary turn), the draft
   is discarded, the hint inserted and the turn sampled again (``review_draft``).
-- ``before_failing_turn``: likewise, when one of ``checkers`` judges the draft turn FAIL (``verify_turn``).
+- ``before_failing_turn``: likewise, when one of ``checkers`` judges the draft turn FAIL in the context of the
+  earlier turns (``harness.behaviour.turn_verdicts``).
 
 At most ``max_hints`` hints per episode (default 1), counted from the ``is_hint`` messages so far; a provider
 holds no per-episode state, so one instance can serve concurrent episodes.
@@ -32,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-from harness.behaviour import get_checker
+from harness.behaviour import get_checker, turn_verdicts
 from harness.interfaces import FeedbackProvider, Hint
 from harness.schema import Message, TaskInstance
 
@@ -53,6 +54,8 @@ WRONG_HINTS: dict[str, str] = {
         "no backticks and no code fences."
     ),
     "tool_protocol@v1": "Reminder: you do not need to call finish; simply stop writing when you are done.",
+    "tool_args@v1": "Reminder: call edit_file with path, old and new only; leave out any other argument.",
+    "ask_first@v1": "Reminder: do not ask the user anything; make the changes you need without waiting for approval.",
 }
 
 
@@ -112,7 +115,7 @@ class ReminderFeedback:
         if self.placement == "before_finish":
             wanted = any(c.valid and c.name == "finish" for c in draft.tool_calls)
         elif self.placement == "before_failing_turn":
-            wanted = any(get_checker(c).verify_turn(draft) == "FAIL" for c in self.checkers)
+            wanted = any(turn_verdicts(get_checker(c), [*messages, draft])[-1] == "FAIL" for c in self.checkers)
         else:
             return None
         return Hint(text=self.text(rng), kind=self.kind) if wanted and self._room(messages) else None

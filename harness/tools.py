@@ -11,11 +11,14 @@ Tools (argument names are a FIXED CONTRACT other parts code against):
 - ``list_files{"path": "."}``: files under ``path`` (recursive, ``.git`` and ``__pycache__`` skipped).
 - ``read_file{"path"}``: the file's text.
 - ``search{"pattern", "path": "."}``: ``grep -rnIE`` (extended regex) under ``path``; ``file:line:text`` lines.
-- ``edit_file{"path", "old", "new"}``: exact search/replace; an error unless ``old`` occurs exactly once.
-  ``old == ""`` creates a NEW file with content ``new`` (an error if the file already exists).
+- ``edit_file{"path", "old", "new", "reason"?}``: exact search/replace; an error unless ``old`` occurs exactly
+  once. ``old == ""`` creates a NEW file with content ``new`` (an error if the file already exists). The optional
+  ``reason`` (a one-line why) does not change what the tool does; ``tool_args@v1`` requires it.
 - ``run_tests{"tests": []}``: the visible tests only: ``instance.visible_test_cmd`` (default
   ``python3 -m pytest -q``) with the given pytest node ids / files appended. Hidden tests are never in the
   agent's sandbox, so they cannot run; node ids naming a test file that ``test_patch`` creates are refused.
+- ``ask_user{"question"}``: asks the user; the answer is always the fixed approval ``ASK_USER_ANSWER`` (the
+  environment is deterministic); an empty question is an error. ``ask_first@v1`` requires an ask before editing.
 - ``finish{"message"}``: ends the episode; ``message`` is the summary for the user.
 
 Safety: every path is relative to the repository root. Absolute paths, ``..`` that leaves the root, and paths
@@ -48,6 +51,7 @@ TOOLS_VERSION = "tools@v1"
 DEFAULT_TEST_CMD = "python3 -m pytest -q"
 LIST_FILES_CAP = 500
 EDIT_CAP_BYTES = 16 << 20  # edit_file edits files up to 16 MiB (read_file output is capped by the sandbox)
+ASK_USER_ANSWER = "The user answers: yes, go ahead."
 
 _STR: dict[str, Any] = {"type": "string"}
 
@@ -76,6 +80,7 @@ _SPECS: list[tuple[str, str, dict[str, Any], list[str]]] = [
             "path": {**_STR, "description": "file path"},
             "old": {**_STR, "description": "exact text to replace (empty to create a new file)"},
             "new": {**_STR, "description": "replacement text"},
+            "reason": {**_STR, "description": "optional: one short line saying why you make this edit"},
         },
         ["path", "old", "new"],
     ),
@@ -91,6 +96,12 @@ _SPECS: list[tuple[str, str, dict[str, Any], list[str]]] = [
             }
         },
         [],
+    ),
+    (
+        "ask_user",
+        "Ask the user a question (for example, for approval before you change files) and get the answer.",
+        {"question": {**_STR, "description": "the question for the user"}},
+        ["question"],
     ),
     (
         "finish",
@@ -406,7 +417,7 @@ class ToolExecutor:
         lines = [ln[2:] if ln.startswith("./") else ln for ln in res.stdout.rstrip("\n").splitlines()]
         return ToolResult(observation="\n".join(lines), truncated=res.truncated)
 
-    def _t_edit_file(self, path: str, old: str, new: str) -> ToolResult:
+    def _t_edit_file(self, path: str, old: str, new: str, reason: str = "") -> ToolResult:
         got = self._guarded(path, "file dir none", [])
         if isinstance(got, ToolResult):
             return got
@@ -451,6 +462,11 @@ class ToolExecutor:
         status = "TIMED OUT" if res.timed_out else f"exit code {res.returncode}"
         body = (res.stdout + (("\n" + res.stderr) if res.stderr.strip() else "")).strip()
         return ToolResult(observation=f"$ {cmd}\n{body}\n[{status}]", truncated=res.truncated)
+
+    def _t_ask_user(self, question: str) -> ToolResult:
+        if not question.strip():
+            return _err("ask_user: write the question for the user in `question`")
+        return ToolResult(observation=ASK_USER_ANSWER)
 
     def _t_finish(self, message: str) -> ToolResult:
         return ToolResult(observation="Task finished.", finished=True, finish_message=message)

@@ -40,11 +40,14 @@ def _call(name: str, **args) -> ToolCall:
 
 def test_schemas_fixed_contract() -> None:
     schemas = {s["function"]["name"]: s["function"]["parameters"] for s in tool_schemas()}
-    assert tuple(schemas) == TOOL_NAMES == ("list_files", "read_file", "search", "edit_file", "run_tests", "finish")
+    assert tuple(schemas) == TOOL_NAMES == ("list_files", "read_file", "search", "edit_file", "run_tests", "ask_user",
+                                            "finish")
     assert schemas["list_files"]["required"] == [] and schemas["list_files"]["properties"]["path"]["default"] == "."
     assert schemas["read_file"]["required"] == ["path"]
     assert schemas["search"]["required"] == ["pattern"] and schemas["search"]["properties"]["path"]["default"] == "."
-    assert schemas["edit_file"]["required"] == ["path", "old", "new"]
+    assert schemas["edit_file"]["required"] == ["path", "old", "new"]  # "reason" is optional (tool_args@v1)
+    assert set(schemas["edit_file"]["properties"]) == {"path", "old", "new", "reason"}
+    assert schemas["ask_user"]["required"] == ["question"]
     assert schemas["run_tests"]["properties"]["tests"] == {
         "type": "array", "items": {"type": "string"},
         "description": schemas["run_tests"]["properties"]["tests"]["description"], "default": [],
@@ -149,6 +152,20 @@ def test_edit_file_exact_once(calc) -> None:
     assert not created.error and (sbx.root / "pkg/new.py").read_text() == "X = 1\n"
     again = ex.run(_call("edit_file", path="pkg/new.py", old="", new="Y = 2\n"))
     assert again.error and "already exists" in again.observation
+
+
+def test_edit_reason_and_ask_user(calc) -> None:
+    """``reason`` is accepted and changes nothing; ask_user always gets the fixed approval (tool_args/ask_first)."""
+    from harness.tools import ASK_USER_ANSWER
+
+    inst, sbx = calc
+    ex = ToolExecutor(sbx, inst, timeout=30, cap_chars=10_000)
+    call = _call("edit_file", path="pkg/r.py", old="", new="Z = 3\n", reason="add a constant")
+    assert call.valid and not ex.run(call).error and (sbx.root / "pkg/r.py").read_text() == "Z = 3\n"
+    assert not _call("edit_file", path="a.py", old="", new="", reason=3).valid  # must be a string
+    ask = ex.run(_call("ask_user", question="May I edit calc.py?"))
+    assert not ask.error and ask.observation == ASK_USER_ANSWER == ex.run(_call("ask_user", question="Why?")).observation
+    assert ex.run(_call("ask_user", question="  ")).error
 
 
 def test_run_tests_visible_only(calc) -> None:
