@@ -196,7 +196,7 @@ def load_tasks(cfg: TrainConfig) -> Any:
 def default_setup(cfg: TrainConfig, *, init_override: Path | None = None) -> Any:
     """Everything the RL loop needs, from the configuration and the harness."""
     from harness.agent import system_prompt  # noqa: F401 - imported to fail early if the harness is incomplete
-    from harness.behaviour import get_checker
+    from harness.behaviour import get_checker, turn_verdicts
     from harness.runner_sandbox import TaskSandboxFactory
     from harness.tools import tool_schemas
     from repro.train import RLSetup
@@ -215,7 +215,8 @@ def default_setup(cfg: TrainConfig, *, init_override: Path | None = None) -> Any
         return HarnessEnv(factory, instance, limits, seed)
 
     def check(messages: list[Message]) -> list[str]:
-        return [checker.verify_turn(m) for m in messages]
+        # each turn judged in the context of the earlier ones (ask_first@v1: an edit after an earlier ask passes)
+        return list(turn_verdicts(checker, messages))
 
     return RLSetup(tokenizer=tok, model=model, tasks=list(task_set.instances), make_env=make_env, checker=check,
                    hint_text=hint_source(cfg), tools=tool_schemas(), sampler_factory=default_sampler)
