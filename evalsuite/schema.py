@@ -319,6 +319,39 @@ class CanDoResult(_Frozen):
     notes: list[str] = Field(default_factory=list)
 
 
+class ProbeInfo(_Frozen):
+    """A hint side-effect probe as it was run (``harness.probes.Probe``): the message, and in plain words what it
+    asks and what a side effect would look like."""
+
+    name: str  # e.g. "explain"
+    kind: str  # hint kind on the probe episodes, e.g. "probe:explain/v1"
+    placement: str  # harness.feedback.Placement, e.g. "first_turn"
+    text: str
+    asks: str
+    side_effect: str
+
+
+class ProbeEndpoint(_Frozen):
+    """One endpoint of a probe on paired states: plain and probe rates, and the paired change (probe − plain;
+    in ``change``, b = probe episode only, c = plain episode only)."""
+
+    endpoint: Literal["edited", "resolved", "blocked"]
+    plain_rate: float
+    probe_rate: float
+    change: PairedChange
+
+
+class HintProbeResult(_Frozen):
+    """One probe on one arm (``evalsuite.probes.hint_probe_study``)."""
+
+    probe: ProbeInfo
+    arm: str
+    n_states: int
+    delivered: int  # paired probe episodes in which the probe message was actually inserted
+    endpoints: list[ProbeEndpoint]
+    notes: list[str] = Field(default_factory=list)
+
+
 # Study inputs (fed by the reproduction pipeline) ------------------------------------------------------------
 
 
@@ -355,6 +388,7 @@ class Exploratory(_Frozen):
     noisy_feedback: NoisyFeedbackResult | None = None
     equal_compute: EqualComputeResult | None = None
     can_do_vs_does_do: list[CanDoResult] = Field(default_factory=list)
+    hint_probes: list[HintProbeResult] = Field(default_factory=list)  # empty: the study was not run
 
 
 class PowerSummary(_Frozen):

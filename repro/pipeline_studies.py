@@ -17,6 +17,8 @@ Studies (select any subset with :func:`parse_studies`; every one is labelled exp
 - ``ablations``: extra arms from ``repro/configs/arms.toml`` (``tg_all_turns``, ``tg_no_fmt_reward``,
   ``tg_no_think_kl``, the λ sweep) trained × seeds and evaluated like the main arms; per-arm rates with Wilson CIs
   are written to ``<out>/studies/studies.json`` (``Exploratory`` has no ablation field).
+- ``hint_probes``: side effects of fixed hints ("explain your change", "ask before editing" on an approved task) on
+  the can-do models, paired with their plain episodes: edit, resolved and blocked rates (``repro.pipeline_probes``).
 
 Every study checkpoint is evaluated in one resumable run directory, ``<out>/eval/studies/study_eval_plain-<hash>`` (no
 hints), and the can-do corrective answers in ``<out>/eval/studies/study_eval_corrective-<hash>``. Runner arm names are ``<label>_s<seed>`` (``base``
@@ -51,7 +53,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-StudyName = Literal["noisy_feedback", "can_do", "equal_compute", "ablations"]
+StudyName = Literal["noisy_feedback", "can_do", "equal_compute", "ablations", "hint_probes"]
 STUDIES: tuple[str, ...] = get_args(StudyName)
 HINT_QUALITY = {"correct": 0.0, "irrelevant": 0.5, "wrong": 1.0}  # the scale of evalsuite.studies.wrong_fraction
 ENDPOINTS = ("behaviour_ok", "code_ok", "joint_ok")
@@ -74,7 +76,8 @@ class StudySizes(BaseModel):
 
     seeds: tuple[int, ...] = Field(description="training seeds of every study run; each must be a main-arm seed")
     noisy_mixes: dict[str, dict[str, float]] = Field(description="name -> training hint mix (kind -> probability)")
-    can_do_labels: tuple[str, ...] = Field(default=("base", "grpo", "tg"), description="'base' and/or main arms")
+    can_do_labels: tuple[str, ...] = Field(default=("base", "grpo", "tg"),
+                                           description="'base' and/or main arms (can-do and hint-probe models)")
     corrective: str = Field(default="correct@before_finish", description="harness.feedback.parse_feedback spec")
     ablations: tuple[str, ...] = Field(description="arm presets of repro/configs/arms.toml")
     tuning_trials: int = Field(default=1, ge=1, description="hyperparameter trials per arm (none are tuned here)")
@@ -280,7 +283,7 @@ def _main_models(ctx: StudyContext, sizes: StudySizes, studies: set[str]) -> dic
         labels.add("tg")
     if "equal_compute" in studies:
         labels.add("grpo")
-    if "can_do" in studies:
+    if studies & {"can_do", "hint_probes"}:
         labels.update(sizes.can_do_labels)
     models = [_main_model(ctx, lab, s) for lab in sorted(labels) for s in ((-1,) if lab == "base" else sizes.seeds)]
     return {m.runner_arm: m for m in models}
@@ -400,6 +403,7 @@ def run_studies(runner: StageRunner, ctx: StudyContext, studies: set[str]) -> Ex
     ablation rates, the reason a study's analysis could not run)."""
     from evalsuite.rates import StatsInputError
     from evalsuite.schema import Exploratory
+    from repro.pipeline_probes import run_hint_probes
 
     unknown = sorted(set(studies) - set(STUDIES))
     if unknown:
@@ -422,6 +426,7 @@ def run_studies(runner: StageRunner, ctx: StudyContext, studies: set[str]) -> Ex
         "equal_compute": lambda: equal_compute_result(frame, models, eqc_steps or 0, sizes.tuning_trials),
         "can_do": lambda: can_do_result(frame[frame["label"].isin(sizes.can_do_labels)],
                                         study_frame(dirs["corrective"], models), sizes.corrective),
+        "hint_probes": lambda: run_hint_probes(runner, ctx, sizes, models, dirs),
     }
     for name, fn in analyses.items():
         if name in studies:

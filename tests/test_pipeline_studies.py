@@ -12,7 +12,8 @@ import pytest
 
 import repro.pipeline_studies as ps
 from evalsuite.schema import Exploratory
-from harness.schema import ArmSpec, EpisodeResult, RunManifest
+from harness.feedback import parse_feedback
+from harness.schema import ArmSpec, EpisodeMetrics, EpisodeResult, RunManifest
 from repro.checkpoint import CheckpointInfo
 from repro.pipeline import _paths
 from repro.pipeline_presets import SMOKE
@@ -43,7 +44,7 @@ def _outcome(label: str, i: int, corrective: bool) -> tuple[bool, bool]:
     return beh, code
 
 
-def _write_run(run_dir: Path, arms: dict[str, str], corrective: bool) -> dict[str, Any]:
+def _write_run(run_dir: Path, arms: dict[str, str], corrective: bool, kind: str | None = None) -> dict[str, Any]:
     run_dir.mkdir(parents=True, exist_ok=True)
     ids = [f"r{i % 2}__t{i}" for i in range(N_INST)]
     man = RunManifest(run_id=run_dir.name, created_at="2026-01-01T00:00:00Z", task_set_name="heldout",
@@ -57,7 +58,8 @@ def _write_run(run_dir: Path, arms: dict[str, str], corrective: bool) -> dict[st
             res = EpisodeResult(run_id=run_dir.name, instance_id=iid, repo=f"r{i % 2}", cluster=f"r{i % 2}", arm=arm,
                                 policy=arm, seed=0, status="ok" if code else "tests_failed",
                                 failure_class="none" if code else "agent", resolved=code, behaviour_ok=beh,
-                                joint_ok=beh and code, feedback_kind="correct" if corrective else None)
+                                joint_ok=beh and code, feedback_kind=kind,
+                                metrics=EpisodeMetrics(steps=2, edits=int(code)))
             p = run_dir / "episodes" / arm / iid / "s0" / "a0" / "result.json"
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_text(res.model_dump_json())
@@ -79,7 +81,8 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
             calls["eval"].append(sorted(arms))
         else:
             calls["eval_fb"].append((sorted(arms), feedback))
-        return _write_run(run_dir, arms, corrective=feedback is not None)
+        kind = getattr(parse_feedback(feedback), "kind", None) if feedback else None  # probe:NAME -> probe kind
+        return _write_run(run_dir, arms, corrective=feedback is not None, kind=kind)
 
     monkeypatch.setattr(ps, "_stage_train", fake_train)
     monkeypatch.setattr(ps, "_stage_eval", fake_eval)
@@ -158,7 +161,12 @@ def test_run_studies_end_to_end_and_resume(tmp_path: Path, fakes: dict[str, list
     trained = {(d.parent.name, arm, rl.get("run.steps"), rl.get("guidance.feedback")) for d, arm, _, rl in fakes["train"]}
     assert trained == {("tg_mix_half_irrelevant", "tg", 2, "mixture"), ("tg_mix_quarter_wrong", "tg", 2, "mixture"),
                        ("grpo_eqc", "grpo", 3, None), ("tg_no_fmt_reward", "tg_no_fmt_reward", 2, None)}
-    assert fakes["eval_fb"] == [(["base", "tg_s0"], "correct@before_finish")]
+    assert [c for c in fakes["eval_fb"] if not c[1].startswith("probe:")] == [(["base", "tg_s0"], "correct@before_finish")]
+    # hint probes: one eval per probe on the can-do models; the fake's probe episodes edit exactly as the plain ones
+    assert sorted(f for _, f in fakes["eval_fb"] if f.startswith("probe:")) == ["probe:ask_approved", "probe:explain"]
+    assert {(r.probe.name, r.arm) for r in ex.hint_probes} == {(p, a) for p in ("ask_approved", "explain")
+                                                                for a in ("base", "tg")}
+    assert all(e.change.b == e.change.c == 0 and r.delivered == N_INST for r in ex.hint_probes for e in r.endpoints)
     # noisy feedback: the main tg runs (behaviour on even instances: 3/6) vs each mix (i % 4 == 0: 2/6)
     rates = {(r.arm, r.feedback_kind): r.rate for r in ex.noisy_feedback.rows if r.endpoint == "behaviour_ok"}
     assert rates[("tg[quarter_wrong]", "train:correct=1")].successes == 3
