@@ -8,7 +8,10 @@ Randomness comes only from the ``rng`` argument (phrasing and reading order).
 Behaviour gap on purpose (what Targeted Guidance must close): ``ScriptedExpert`` writes a plain-text summary in
 ``finish`` (it fails ``markdown@v1``: unquoted identifiers and paths) unless a user message in the conversation
 asks for Markdown, in which case it writes a Markdown summary (heading, bullets, identifiers in backticks).
-Visible text outside tool calls is kept empty so that only the summary is judged.
+Visible text outside tool calls is kept empty so that only the summary is judged. Likewise for the other tiers
+(``harness.behaviour_tiers``): it gives each ``edit_file`` call a one-line ``reason`` only when a hint asks for a
+"reason" argument (``tool_args@v1``), and asks the user with ``ask_user`` before its first edit only when a hint
+asks it to ask the user for approval (``ask_first@v1``). Without such hints its output is unchanged.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.behaviour_tiers import MAX_REASON_CHARS
 from harness.interfaces import PolicyOutput
 from harness.minirepos import repair
 from harness.schema import Message, TaskInstance, TaskSet
@@ -69,6 +73,21 @@ def wants_markdown(messages: list[Message]) -> bool:
         if "markdown" in text and not re.search(r"no markdown|plain text", text):
             return True
     return False
+
+
+def _later_user_texts(messages: list[Message]) -> list[str]:
+    """The user messages after the problem statement (hints, nudges), lower-cased."""
+    return [m.content.lower() for m in [m for m in messages if m.role == "user"][1:]]
+
+
+def wants_reason(messages: list[Message]) -> bool:
+    """True when a user message after the problem statement asks for a "reason" argument (tool_args@v1's hint)."""
+    return any('"reason" argument' in t for t in _later_user_texts(messages))
+
+
+def wants_approval(messages: list[Message]) -> bool:
+    """True when a user message after the problem statement says to ask the user for approval (ask_first@v1's hint)."""
+    return any("ask the user for approval" in t for t in _later_user_texts(messages))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -331,15 +350,30 @@ class ScriptedExpert:
             if run_passed(last.result):
                 return self._finish(messages, rng, (fix, target, last.result or ""), "")
             old, new = applied[-1]
-            return self._out(rng, "That did not work; undo it.", "edit_file",
-                             {"path": target.module_path, "old": new, "new": old})
+            return self._edit(messages, steps, rng, "That did not work; undo it.",
+                              {"path": target.module_path, "old": new, "new": old},
+                              "undo my last edit: the visible tests still fail")
         tried = {(s.arguments.get("old"), s.arguments.get("new")) for s in steps if s.name == "edit_file"}
         for fix, (old, new) in zip(fixes, pairs, strict=True):
             if (old, new) not in tried:
-                plan = f"{fix.function or 'a module constant'} {_PHRASES.get(fix.family, 'is wrong')}; fix line {fix.start}."
-                return self._out(rng, plan, "edit_file", {"path": target.module_path, "old": old, "new": new})
+                what = f"{fix.function or 'a module constant'} {_PHRASES.get(fix.family, 'is wrong')}"
+                return self._edit(messages, steps, rng, f"{what}; fix line {fix.start}.",
+                                  {"path": target.module_path, "old": old, "new": new},
+                                  f"fix line {fix.start}: {what}")
         return self._finish(messages, rng, None, f"could not find a change to {target.module_path} that makes the "
                             "visible tests pass, so I left the code unchanged")
+
+    def _edit(self, messages: list[Message], steps: list[Step], rng: random.Random, plan: str,
+              arguments: dict[str, Any], reason: str) -> PolicyOutput:
+        """The ``edit_file`` call; first an ``ask_user`` call if a hint asks for approval and nothing was asked yet
+        (ask_first@v1); with a one-line ``reason`` if a hint asks for one (tool_args@v1). No such hint: unchanged."""
+        if wants_approval(messages) and not any(s.name == "ask_user" for s in steps):
+            question = f"May I edit {arguments['path']}? I would {reason}."
+            return self._out(rng, "Ask the user for approval before changing any file.", "ask_user",
+                             {"question": question})
+        if wants_reason(messages):
+            arguments = {**arguments, "reason": " ".join(reason.split())[:MAX_REASON_CHARS]}
+        return self._out(rng, plan, "edit_file", arguments)
 
     def _finish(self, messages: list[Message], rng: random.Random, done: tuple[repair.Edit, _Target, str] | None,
                 failure: str) -> PolicyOutput:
