@@ -2,8 +2,10 @@
 
 A checkpoint directory ``checkpoints/step_<n>/`` holds the model in the HF ``save_pretrained`` layout (config.json,
 model.safetensors), the tokenizer (``save_pretrained``), ``trainer_state.pt`` (optimizer, LR scheduler, torch and
-Python RNG states, step, task-stream cursor, async counters, compute ledger) and ``checkpoint.json``
-(:class:`CheckpointInfo`, readable without torch). The directory is written under a temporary name and renamed, so
+Python RNG states, step, task-stream cursor, async counters, compute ledger), ``checkpoint.json``
+(:class:`CheckpointInfo`, readable without torch) and, for the ``ema`` / ``fixed`` teachers (``repro.teacher``),
+``teacher.safetensors`` (the teacher copy's parameters, same names as the student's; not loaded by
+``from_pretrained``, which reads ``model.safetensors`` only). The directory is written under a temporary name and renamed, so
 a crash never leaves a half-written ``step_<n>``.
 
 Exact resume: weights are stored in their training dtype, optimizer moments and RNG states exactly; rollout sampling
@@ -33,6 +35,7 @@ logger = logging.getLogger(__name__)
 
 STATE_FILE = "trainer_state.pt"
 INFO_FILE = "checkpoint.json"
+TEACHER_FILE = "teacher.safetensors"
 
 
 class CheckpointInfo(BaseModel):
@@ -159,8 +162,10 @@ def save_checkpoint(
     seed: int,
     compute: dict[str, Any],
     keep: int = 0,
+    teacher: torch.nn.Module | None = None,
 ) -> CheckpointInfo:
-    """Write ``checkpoints/step_<step>/`` atomically and return its :class:`CheckpointInfo`."""
+    """Write ``checkpoints/step_<step>/`` atomically and return its :class:`CheckpointInfo` (``teacher``: the EMA /
+    fixed teacher copy, written to ``teacher.safetensors``)."""
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step}"
@@ -170,6 +175,10 @@ def save_checkpoint(
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
     torch.save(trainer_state, tmp / STATE_FILE)
+    if teacher is not None:
+        from safetensors.torch import save_model
+
+        save_model(teacher, str(tmp / TEACHER_FILE))
     info = CheckpointInfo(path=str(final), step=step, sha256=file_sha256(tmp / "model.safetensors"),
                           config_sha256=config_sha256, arm=arm, seed=seed, compute=compute, created_at=now_iso())
     (tmp / INFO_FILE).write_text(info.model_dump_json(indent=2))
@@ -205,6 +214,21 @@ def read_info(ckpt_dir: Path) -> CheckpointInfo:
 
 def load_trainer_state(ckpt_dir: Path) -> dict[str, Any]:
     return torch.load(Path(ckpt_dir) / STATE_FILE, weights_only=False)
+
+
+def load_teacher(ckpt_dir: Path, teacher: torch.nn.Module) -> None:
+    """Load ``teacher.safetensors`` into the teacher copy (exact resume of the ema / fixed teacher)."""
+    from safetensors.torch import load_model
+
+    path = Path(ckpt_dir) / TEACHER_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: the run uses an ema/fixed teacher (guidance.teacher) but this "
+                                "checkpoint has no teacher copy; resume from a checkpoint written with the same config")
+    device = next(teacher.parameters()).device
+    missing, unexpected = load_model(teacher, str(path), strict=False, device=str(device))
+    if missing or unexpected:
+        raise RuntimeError(f"{path} does not match the teacher: missing {list(missing)[:5]}, unexpected "
+                           f"{list(unexpected)[:5]}; resume with the same model preset")
 
 
 def json_default(obj: Any) -> Any:

@@ -6,7 +6,9 @@ dense-transformer estimate (2·N per token forward, 6·N forward+backward, N = a
 the lm_head), not a profiler measurement; attention's quadratic term is left out and said so in the manifest.
 
 ``plan`` is pure arithmetic for ``tgsuite train rl --dry-run``: parameter counts, bytes per GPU for full fine-tuning
-with fp32 master weights, gradients and AdamW moments (16 B/param, sharded), KV cache per token, FLOPs per step.
+with fp32 master weights, gradients and AdamW moments (16 B/param, sharded), plus 4 B/param for the frozen teacher
+copy of the ``ema`` / ``fixed`` teachers (``repro.teacher``; no gradient, no optimizer state, same FLOPs: still one
+teacher forward), KV cache per token, FLOPs per step.
 """
 
 from __future__ import annotations
@@ -132,8 +134,12 @@ def plan(
     failing_fraction: float = 0.5,
     steps: int = 1,
     kv_dtype_bytes: int = 2,
+    teacher_copy_bytes_per_param: float = 0.0,
 ) -> dict[str, float]:
-    """Memory and compute plan for full fine-tuning (see the module docstring). All outputs are estimates."""
+    """Memory and compute plan for full fine-tuning (see the module docstring). All outputs are estimates.
+
+    ``teacher_copy_bytes_per_param``: 0 for the live teacher, 4 for an fp32 ema/fixed teacher copy (sharded like
+    the weights); it adds memory only, the FLOPs do not depend on it."""
     h, hd = shape.hidden, shape.head_dim
     attn = h * shape.heads * hd + 2 * h * shape.kv_heads * hd + shape.heads * hd * h
     if shape.experts:
@@ -155,6 +161,7 @@ def plan(
         "params_per_layer": float(per_layer),
         "params_active_flop": float(active_flop),
         "train_state_bytes_per_gpu": 16.0 * total / trainer_gpus,
+        "teacher_copy_bytes_per_gpu": teacher_copy_bytes_per_param * total / trainer_gpus,
         "bf16_weights_bytes": 2.0 * total,
         "kv_bytes_per_token": float(shape.layers * 2 * shape.kv_heads * hd * kv_dtype_bytes),
         "tokens_per_step": float(tokens),

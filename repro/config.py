@@ -103,7 +103,10 @@ class GuidanceCfg(_Section):
     sampled_token_coef: float = Field(1.0, ge=0)
     per_turn_ctx: bool = False
     kl_is_clip: float | None = Field(None, gt=0, description="tg_kl_is: weight KL tokens by min(π/μ, clip)")
-    teacher: Literal["live"] = "live"
+    teacher: Literal["live", "ema", "fixed"] = Field(
+        "live", description="teacher weights (METHOD §9 item 4): live = the current θ_k (no copy); fixed = θ_0 frozen; "
+        "ema = θ_T ← (1−r)·θ_T + r·θ after each optimizer step. ema/fixed hold one more parameter copy, same FLOPs")
+    teacher_ema_rate: float = Field(0.05, gt=0, le=1, description="r of the ema teacher (SDPO / TRL default 0.05)")
     chunk_size: int = Field(256, ge=1, description="KL rows per checkpointed chunk")
     feedback: Literal["correct", "irrelevant", "wrong", "mixture"] = "correct"
     feedback_mix: dict[str, float] = Field(default_factory=dict, description="kind -> probability, for mixture")

@@ -154,10 +154,12 @@ class _ChunkedKL(torch.autograd.Function):
     """Σ_t w_t·min(D_t, κ) with gradients computed chunk by chunk during the forward (closed form)."""
 
     @staticmethod
-    def forward(ctx, hs, ht, weight, token_weights, direction, beta, kappa, chunk_size, want_grad):  # type: ignore[override]
+    def forward(ctx, hs, ht, weight, token_weights, direction, beta, kappa, chunk_size, want_grad,  # type: ignore[override]
+                teacher_weight=None):
         n = hs.shape[0]
         cd = torch.promote_types(hs.dtype, torch.float32)  # fp32 math (fp64 if the inputs are fp64)
         w32 = weight.to(cd)
+        wt32 = w32 if teacher_weight is None else teacher_weight.detach().to(cd)
         per_token = torch.empty(n, dtype=cd, device=hs.device)
         g_hs = torch.zeros(hs.shape, dtype=cd, device=hs.device) if want_grad else None
         g_w = torch.zeros(weight.shape, dtype=cd, device=hs.device) if want_grad else None
@@ -165,7 +167,7 @@ class _ChunkedKL(torch.autograd.Function):
             e = min(s + chunk_size, n)
             h_s = hs[s:e].to(cd)
             zs = h_s @ w32.T
-            zt = ht[s:e].to(cd) @ w32.T
+            zt = ht[s:e].to(cd) @ wt32.T
             d, grad = _chunk_div_and_grad(zs, zt, direction, beta, want_grad)
             per_token[s:e] = d
             if want_grad:
@@ -188,7 +190,7 @@ class _ChunkedKL(torch.autograd.Function):
                                "off); call it with grad enabled on the student hidden states to backpropagate.")
         hs_grad = (g_hs * grad_loss).to(ctx.dtypes[0]) if ctx.needs_input_grad[0] else None
         w_grad = (g_w * grad_loss).to(ctx.dtypes[1]) if ctx.needs_input_grad[2] else None
-        return hs_grad, None, w_grad, None, None, None, None, None, None
+        return hs_grad, None, w_grad, None, None, None, None, None, None, None
 
 
 @dataclass(frozen=True)
@@ -200,9 +202,11 @@ class KLResult:
 
 def chunked_kl_loss(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor, weight: torch.Tensor,
                     token_weights: torch.Tensor, *, direction: KLDirection = "reverse", beta: float = 0.5,
-                    kappa: float = 20.0, chunk_size: int = 256) -> KLResult:
+                    kappa: float = 20.0, chunk_size: int = 256,
+                    teacher_weight: torch.Tensor | None = None) -> KLResult:
     """Full-vocabulary KL from hidden states [N, d] (rows already aligned: teacher row t = map(t)) and lm_head
-    weight [V, d], in chunks of ``chunk_size`` tokens.
+    weight [V, d], in chunks of ``chunk_size`` tokens. ``teacher_weight`` [V, d]: the teacher's own lm_head when the
+    teacher holds other weights (EMA / fixed teacher, ``repro.teacher``); ``None`` = the student's ``weight``.
 
     ``token_weights`` [N]: the per-token weight, typically m_kl / N_kl_global (× an IS weight for ``tg_kl_is``);
     it is treated as a constant. Peak extra memory ≈ 3·chunk_size·V·4 bytes plus [N, d] and [V, d] fp32 gradient
@@ -218,11 +222,13 @@ def chunked_kl_loss(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor, 
         raise ValueError(f"token_weights must be [N]={student_hidden.shape[0]}, got {tuple(token_weights.shape)}.")
     if chunk_size < 1 or kappa <= 0:
         raise ValueError(f"chunk_size={chunk_size} must be >= 1 and kappa={kappa} > 0 (use math.inf for no clamp).")
+    if teacher_weight is not None and teacher_weight.shape != weight.shape:
+        raise ValueError(f"teacher_weight {tuple(teacher_weight.shape)} must match weight {tuple(weight.shape)}.")
     if direction == "jsd":
         _check_beta(beta)
     want_grad = torch.is_grad_enabled() and (student_hidden.requires_grad or weight.requires_grad)
     loss, per_token = _ChunkedKL.apply(student_hidden, teacher_hidden, weight, token_weights.detach(), direction,
-                                       float(beta), float(kappa), int(chunk_size), want_grad)
+                                       float(beta), float(kappa), int(chunk_size), want_grad, teacher_weight)
     active = token_weights.detach() > 0
     n_active = int(active.sum())
     clamped = float(((per_token >= kappa) & active).sum()) / n_active if n_active else 0.0

@@ -3,7 +3,8 @@
 Per step (METHOD §6.13): take ``groups`` groups of ``group_size`` rollouts (synchronously, or from the async
 producer with bounded staleness), score them, build masks / advantages / hint-spliced teacher views
 (``repro.trainer_step.build_batch``), run the micro-batches through :class:`repro.trainer_step.LossRoot` (teacher
-forward under no_grad, student forward, chunked log-probs and KL), clip, AdamW step, publish the new weights
+forward under no_grad, student forward, chunked log-probs and KL), clip, AdamW step, update an EMA teacher
+(``guidance.teacher``, :mod:`repro.teacher`), publish the new weights
 (version += 1), log one metrics line, checkpoint when due.
 
 Run directory (ARCHITECTURE §4): ``config.toml`` (resolved), ``manifest.json``, ``metrics.jsonl``,
@@ -249,6 +250,7 @@ def _optimizer_step(root: LossRoot, cfg: TrainConfig, plan: Any, opt: torch.opti
     params = [p for p in root.parameters() if p.grad is not None]
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip)) if params else 0.0
     opt.step()
+    root.after_optimizer_step()  # EMA teacher: θ_T ← (1−r)·θ_T + r·θ (repro.teacher); nothing for live / fixed
     teacher_s = sum(p["teacher_s"] for p in parts)
     ledger.add("trainer", tokens=n_tok, flops=train_flops(flop_params, n_tok))
     ledger.add("teacher", wall_s=teacher_s, tokens=n_teacher, flops=forward_flops(flop_params, n_teacher))
@@ -290,7 +292,9 @@ def train_rl(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = N
         _load_weights(model, latest)
     model.train()
     (out / "config.toml").write_text(to_toml(cfg))
-    root = LossRoot(model, cfg)
+    root = LossRoot(model, cfg)  # after the resume load: a fresh ema/fixed teacher copy is replaced just below
+    if latest is not None and root.teacher_lm is not None:
+        ck.load_teacher(latest, root.teacher_lm)
     o = cfg.optim
     opt = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg))
@@ -304,6 +308,8 @@ def train_rl(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = N
         ledger.load(state["compute"])
         step0, next_item, dropped0 = state["step"], state["next_item"], state.get("dropped", 0)
     params = count_params(model)
+    if root.teacher_lm is not None:
+        params["teacher_copy"] = count_params(root.teacher_lm)["total"]  # ema/fixed: memory only, FLOPs unchanged
     encoder = ChatEncoder(setup.tokenizer)
     stream = TaskStream(setup.tasks, cfg.run.seed, cfg.tasks.shuffle, cfg.tasks.epochs)
     writer = MetricsWriter(out / "metrics.jsonl", resume_from_step=step0 if latest is not None else None)
@@ -316,7 +322,9 @@ def train_rl(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = N
         host={"threads": torch.get_num_threads()}, arm=cfg.run.arm, seed=cfg.run.seed, config=cfg.to_dict(),
         config_sha256=cfg.sha256(), model_params=params, steps_done=step0, protocol_hash=protocol_hash,
         notes=["exact resume holds for synchronous runs (async.enabled = false or async.max_lead = 0)",
-               "FLOPs are 2N/6N estimates per token; attention's quadratic term is excluded"],
+               "FLOPs are 2N/6N estimates per token; attention's quadratic term is excluded"]
+        + ([f"teacher = {cfg.guidance.teacher}: one frozen parameter copy (model_params.teacher_copy) in memory, saved "
+            "as teacher.safetensors per checkpoint; teacher FLOPs unchanged"] if root.teacher_lm is not None else []),
     )
     ck.write_manifest(out, manifest)
     sources = _Sources(cfg, setup, stream, ledger, params["flop_params"], next_item, step0)
@@ -348,7 +356,7 @@ def train_rl(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = N
             last = step + 1 == cfg.run.steps
             if last or (cfg.run.checkpoint_every and (step + 1) % cfg.run.checkpoint_every == 0):
                 with ledger.phase("checkpoint"):
-                    info = _save(out, step + 1, model, setup, opt, sched, sources, ledger, cfg)
+                    info = _save(out, step + 1, root, setup, opt, sched, sources, ledger, cfg)
     finally:
         bar.close()
         sources.close()
@@ -409,7 +417,7 @@ def _load_weights(model: torch.nn.Module, ckpt_dir: Path) -> None:
         model.tie_weights()
 
 
-def _save(out: Path, step: int, model: torch.nn.Module, setup: RLSetup, opt: torch.optim.Optimizer,
+def _save(out: Path, step: int, root: LossRoot, setup: RLSetup, opt: torch.optim.Optimizer,
           sched: Any, sources: _Sources, ledger: ComputeLedger, cfg: TrainConfig) -> ck.CheckpointInfo:
     state = {
         "optimizer": opt.state_dict(),
@@ -420,6 +428,6 @@ def _save(out: Path, step: int, model: torch.nn.Module, setup: RLSetup, opt: tor
         "next_item": sources.next_item,
         "dropped": sources.stats.dropped,
     }
-    return ck.save_checkpoint(out, step, model=model, tokenizer=setup.tokenizer, trainer_state=state,
+    return ck.save_checkpoint(out, step, model=root.lm, tokenizer=setup.tokenizer, trainer_state=state,
                               config_sha256=cfg.sha256(), arm=cfg.run.arm, seed=cfg.run.seed,
-                              compute=ledger.snapshot(), keep=cfg.run.keep_checkpoints)
+                              compute=ledger.snapshot(), keep=cfg.run.keep_checkpoints, teacher=root.teacher_lm)

@@ -25,6 +25,7 @@ from torch import nn
 from repro.guidance import plan_guidance
 from repro.losses import chunked_kl_loss, chunked_token_logprobs, clipped_surrogate, group_advantages
 from repro.rollout import RolloutSample
+from repro.teacher import build_teacher, update_teacher_
 from repro.tokenizer import EncodedConversation
 
 
@@ -223,11 +224,17 @@ class LossRoot(nn.Module):
     so summing the micro-batch losses gives the batch token-means. Under FSDP2/DDP each rank passes the all-reduced
     counts, multiplies the loss by the world size (to cancel the gradient averaging) and sets
     ``collective_teacher = True`` (tests/test_train_fsdp.py runs this under torchrun with 2 gloo ranks).
+
+    Teacher weights (``guidance.teacher``, :mod:`repro.teacher`): ``"live"`` runs ``lm`` itself under no_grad;
+    ``"fixed"`` / ``"ema"`` hold a frozen copy ``teacher_lm`` (a submodule, ``requires_grad=False``; only when λ > 0)
+    that runs the same hint-spliced teacher views with its own lm_head. Call :meth:`after_optimizer_step` after every
+    optimizer step (the EMA update). Build the optimizer on ``lm.parameters()``, never on this module's.
     """
 
     def __init__(self, lm: nn.Module, cfg: Any) -> None:
         super().__init__()
         self.lm = lm
+        self.teacher_lm = build_teacher(lm, cfg.guidance.teacher) if cfg.guidance.lam > 0 else None
         self.g = cfg.guidance
         self.gr = cfg.grpo
         self.chunk = cfg.guidance.chunk_size
@@ -237,22 +244,32 @@ class LossRoot(nn.Module):
     def _hidden(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return self.lm.model(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
 
+    def _teacher_hidden(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        if self.teacher_lm is None:
+            return self._hidden(ids, mask)
+        return self.teacher_lm.model(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+
+    def after_optimizer_step(self) -> None:
+        """The teacher's per-step update (EMA for ``teacher = "ema"``; nothing for live / fixed)."""
+        update_teacher_(self.teacher_lm, self.lm, self.g.teacher, self.g.teacher_ema_rate)
+
     def forward(self, mb: MicroBatch, n_pg: float, n_kl: float) -> tuple[torch.Tensor, dict[str, Any]]:
         g = self.g
         weight = self.lm.get_output_embeddings().weight
+        t_weight = None if self.teacher_lm is None else self.teacher_lm.get_output_embeddings().weight
         need_teacher = g.lam > 0 and mb.t_ids is not None and mb.kl_idx.numel() > 0
         ht = None
         t0 = time.perf_counter()
         ht_full = None
         if need_teacher:
             with torch.no_grad():
-                ht_full = self._hidden(mb.t_ids, mb.t_mask).detach()
+                ht_full = self._teacher_hidden(mb.t_ids, mb.t_mask).detach()
                 ht = ht_full[mb.vb, mb.vt - 1]
         elif g.lam > 0 and n_kl > 0 and self.collective_teacher:
             # under FSDP every rank must run the same module calls: a rank without KL rows still runs a
             # (one-token) teacher forward so the layers' all-gathers line up across ranks
             with torch.no_grad():
-                self._hidden(mb.s_ids[:1, :1], mb.s_mask[:1, :1])
+                self._teacher_hidden(mb.s_ids[:1, :1], mb.s_mask[:1, :1])
         teacher_s = time.perf_counter() - t0
         h = self._hidden(mb.s_ids, mb.s_mask)
         hr = h[mb.rb, mb.rt - 1]
@@ -262,7 +279,8 @@ class LossRoot(nn.Module):
         stats: dict[str, Any] = {"entropy_sum": float(ent.sum()), "entropy_n": int(ent.numel()), "teacher_s": teacher_s}
         if need_teacher and g.estimator == "sampled_token":
             with torch.no_grad():
-                lt, _ = chunked_token_logprobs(ht / self.temperature, weight, mb.y[mb.kl_idx], chunk_size=self.chunk)
+                lt, _ = chunked_token_logprobs(ht / self.temperature, weight if t_weight is None else t_weight,
+                                               mb.y[mb.kl_idx], chunk_size=self.chunk)
                 gap = logp.detach()[mb.kl_idx] - lt
             adv.index_add_(0, mb.kl_idx, -g.lam * g.sampled_token_coef * gap)
             stats.update(gap_sum=float(gap.sum()), gap_n=int(gap.numel()))
@@ -280,7 +298,7 @@ class LossRoot(nn.Module):
             if g.kl_is_clip is not None:
                 w = w * torch.clamp(torch.exp(logp.detach()[mb.kl_idx] - mb.mu[mb.kl_idx]), max=g.kl_is_clip)
             kl = chunked_kl_loss(hr[mb.kl_idx], ht, weight, w, direction=g.direction, beta=g.jsd_beta,
-                                 kappa=g.kappa, chunk_size=self.chunk)
+                                 kappa=g.kappa, chunk_size=self.chunk, teacher_weight=t_weight)
             loss = loss + g.lam * kl.loss
             stats["_kl_term"] = g.lam * kl.loss
             d = kl.per_token.detach()
@@ -290,7 +308,8 @@ class LossRoot(nn.Module):
             with torch.no_grad():
                 leak = chunked_kl_loss(h[mb.leak_b, mb.leak_t - 1].detach(), ht_full[mb.leak_vb, mb.leak_vt - 1],
                                        weight.detach(), torch.ones(mb.leak_b.numel(), device=h.device),
-                                       direction=g.direction, beta=g.jsd_beta, kappa=math.inf, chunk_size=self.chunk)
+                                       direction=g.direction, beta=g.jsd_beta, kappa=math.inf, chunk_size=self.chunk,
+                                       teacher_weight=t_weight)
             stats.update(leak_sum=float(leak.per_token.sum()), leak_n=int(mb.leak_b.numel()))
         return loss, stats
 

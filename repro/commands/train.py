@@ -160,10 +160,12 @@ def format_plan(cfg: Any) -> str:
     r, c = cfg.rollout, cfg.cluster
     p = plan(shape, trainer_gpus=c.trainer_gpus, trajectories_per_step=r.groups * r.group_size,
              tokens_per_trajectory=c.tokens_per_trajectory, failing_fraction=c.failing_fraction if cfg.guidance.lam
-             else 0.0, steps=cfg.run.steps)
+             else 0.0, steps=cfg.run.steps,
+             teacher_copy_bytes_per_param=4.0 if cfg.guidance.teacher != "live" and cfg.guidance.lam else 0.0)
     gb = 1e9
     kv_cap = (c.gpu_memory_gb * gb * 0.9 - p["bf16_weights_bytes"]) / p["kv_bytes_per_token"]
-    state = p["train_state_bytes_per_gpu"] / gb
+    state = (p["train_state_bytes_per_gpu"] + p["teacher_copy_bytes_per_gpu"]) / gb
+    teacher = (f" + fp32 {cfg.guidance.teacher} teacher copy (4 B/param)" if p["teacher_copy_bytes_per_gpu"] else "")
     lines = [
         f"config OK: arm {cfg.run.arm}, {cfg.run.steps} steps x {r.groups} groups x {r.group_size} rollouts, "
         f"lambda {cfg.guidance.lam}, engine {r.engine}, sandbox {r.sandbox}, async {cfg.async_.enabled} "
@@ -171,7 +173,7 @@ def format_plan(cfg: Any) -> str:
         f"model: {cfg.model.name or cfg.model.preset} ({shape_note})",
         f"parameters: {p['params_total'] / 1e9:.2f} B total, {p['params_per_layer'] / 1e6:.1f} M per layer, "
         f"{p['params_active_flop'] / 1e9:.2f} B active (matmul FLOPs)",
-        f"trainer: {c.trainer_gpus} GPU(s); fp32 master + grad + AdamW (16 B/param) sharded = {state:.1f} GB/GPU of "
+        f"trainer: {c.trainer_gpus} GPU(s); fp32 master + grad + AdamW (16 B/param){teacher} sharded = {state:.1f} GB/GPU of "
         f"{c.gpu_memory_gb:.0f} GB" + ("  <-- does not fit: shard wider or offload the optimizer"
                                       if state > 0.85 * c.gpu_memory_gb else ""),
         f"inference: {c.inference_gpus} GPU(s); bf16 weights {p['bf16_weights_bytes'] / gb:.1f} GB; KV cache "
