@@ -352,6 +352,26 @@ class HintProbeResult(_Frozen):
     notes: list[str] = Field(default_factory=list)
 
 
+class BehaviourTierRow(_Frozen):
+    """One behaviour tier × one arm on the unseen held-out repositories (``repro.pipeline_tiers``): Wilson rates,
+    episodes pooled over training seeds (descriptive)."""
+
+    tier: str  # the checker id, e.g. "ask_first@v1"
+    level: str  # "format" | "style" | "tension"
+    arm: str  # "base" (the SFT base) | "grpo" | "tg", the RL arms trained with reward.checker = tier
+    seeds: list[int] = Field(default_factory=list)  # training seeds pooled ([] for the base)
+    compliance: RateCI  # episodes whose tier checker passes (no FAIL turn) / scored episodes
+    compliance_applicable: RateCI  # the same over episodes with at least one applicable (non-NA) turn
+    resolved: RateCI
+
+
+class BehaviourTiersResult(_Frozen):
+    rows: list[BehaviourTierRow]
+    task_set: str = ""  # name of the unseen-tier task set that was evaluated
+    n_instances: int = 0
+    notes: list[str] = Field(default_factory=list)
+
+
 # Study inputs (fed by the reproduction pipeline) ------------------------------------------------------------
 
 
@@ -389,6 +409,7 @@ class Exploratory(_Frozen):
     equal_compute: EqualComputeResult | None = None
     can_do_vs_does_do: list[CanDoResult] = Field(default_factory=list)
     hint_probes: list[HintProbeResult] = Field(default_factory=list)  # empty: the study was not run
+    behaviour_tiers: BehaviourTiersResult | None = None  # None: the study was not run
 
 
 class PowerSummary(_Frozen):
