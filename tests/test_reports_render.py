@@ -70,7 +70,7 @@ def test_index_has_every_section_and_honest_absence(built: tuple[Path, ReportSum
     out, _ = built
     doc = (out / "index.html").read_text()
     for sid in ("verdict", "criteria", "criteria-table", "outcomes", "joint-tg", "joint-grpo", "variance",
-                "sensitivity", "training", "training-window", "noisy", "compute", "cando", "breakdowns",
+                "sensitivity", "training", "training-window", "noisy", "compute", "cando", "probes", "breakdowns",
                 "breakdown-repo", "missing", "prereg", "deviations", "provenance", "episodes", "episode-table",
                 "episodes-data"):
         assert f'id="{sid}"' in doc, sid
