@@ -142,7 +142,7 @@ class StudyModel:
 
 
 def parse_studies(spec: str) -> set[str]:
-    """``--studies`` value: ``all``, ``none`` or a comma list of ``noisy_feedback,can_do,equal_compute,ablations``."""
+    """``--studies`` value: ``all``, ``none`` or a comma list of names in ``STUDIES`` (e.g. ``can_do,hint_probes``)."""
     spec = spec.strip()
     if spec in ("", "none"):
         return set()
