@@ -19,6 +19,8 @@ Studies (select any subset with :func:`parse_studies`; every one is labelled exp
   are written to ``<out>/studies/studies.json`` (``Exploratory`` has no ablation field).
 - ``hint_probes``: side effects of fixed hints ("explain your change", "ask before editing" on an approved task) on
   the can-do models, paired with their plain episodes: edit, resolved and blocked rates (``repro.pipeline_probes``).
+- ``behaviour_tiers``: format / style / tension tiers (``tool_args@v1``, ``markdown@v1``, ``ask_first@v1``): GRPO
+  and TG per tier from a base taught all three, on the UNSEEN held-out repositories (``repro.pipeline_tiers``).
 
 Every study checkpoint is evaluated in one resumable run directory, ``<out>/eval/studies/study_eval_plain-<hash>`` (no
 hints), and the can-do corrective answers in ``<out>/eval/studies/study_eval_corrective-<hash>``. Runner arm names are ``<label>_s<seed>`` (``base``
@@ -53,7 +55,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-StudyName = Literal["noisy_feedback", "can_do", "equal_compute", "ablations", "hint_probes"]
+StudyName = Literal["noisy_feedback", "can_do", "equal_compute", "ablations", "hint_probes", "behaviour_tiers"]
 STUDIES: tuple[str, ...] = get_args(StudyName)
 HINT_QUALITY = {"correct": 0.0, "irrelevant": 0.5, "wrong": 1.0}  # the scale of evalsuite.studies.wrong_fraction
 ENDPOINTS = ("behaviour_ok", "code_ok", "joint_ok")
@@ -404,6 +406,7 @@ def run_studies(runner: StageRunner, ctx: StudyContext, studies: set[str]) -> Ex
     from evalsuite.rates import StatsInputError
     from evalsuite.schema import Exploratory
     from repro.pipeline_probes import run_hint_probes
+    from repro.pipeline_tiers import run_behaviour_tiers
 
     unknown = sorted(set(studies) - set(STUDIES))
     if unknown:
@@ -414,8 +417,8 @@ def run_studies(runner: StageRunner, ctx: StudyContext, studies: set[str]) -> Ex
     models = _main_models(ctx, sizes, studies)
     trained, eqc_steps = _train_studies(runner, ctx, sizes, studies)
     models.update(trained)
-    dirs = {"plain": _eval(runner, ctx, "study_eval_plain", models, None)}
-    frame = study_frame(dirs["plain"], models)
+    dirs = {"plain": _eval(runner, ctx, "study_eval_plain", models, None)} if models else {}  # none: tiers only
+    frame = study_frame(dirs["plain"], models) if models else pd.DataFrame(columns=["label", *ENDPOINTS])
     out: dict[str, Any] = {"noisy_feedback": None, "equal_compute": None, "can_do_vs_does_do": []}
     errors: dict[str, str] = {}
     if "can_do" in studies:
@@ -427,6 +430,7 @@ def run_studies(runner: StageRunner, ctx: StudyContext, studies: set[str]) -> Ex
         "can_do": lambda: can_do_result(frame[frame["label"].isin(sizes.can_do_labels)],
                                         study_frame(dirs["corrective"], models), sizes.corrective),
         "hint_probes": lambda: run_hint_probes(runner, ctx, sizes, models, dirs),
+        "behaviour_tiers": lambda: run_behaviour_tiers(runner, ctx),
     }
     for name, fn in analyses.items():
         if name in studies:
