@@ -12,7 +12,8 @@ from repro.config import ConfigError, arm_names, load_config, load_saved, parse_
 def test_every_method_arm_is_a_preset() -> None:
     names = set(arm_names())
     wanted = {"grpo", "tg", "tg_all_turns", "tg_no_fmt_reward", "tg_no_think_kl", "tg_fwd_kl", "tg_jsd",
-              "tg_sampled_token", "opd_only", "hint_in_rollout", "tg_per_turn_ctx", "tg_kl_is", "tg_std_norm"}
+              "tg_sampled_token", "opd_only", "hint_in_rollout", "tg_per_turn_ctx", "tg_kl_is", "tg_std_norm",
+              "tg_ema_teacher", "tg_fixed_teacher"}
     assert wanted <= names
     assert {f"tg_lambda_{x}" for x in ("0.01", "0.03", "0.3", "1.0", "3.0")} <= names
 
@@ -31,6 +32,8 @@ def test_every_method_arm_is_a_preset() -> None:
         ("opd_only", ("grpo", "pg_weight"), 0.0),
         ("hint_in_rollout", ("guidance", "hint_in_rollout"), True),
         ("tg_lambda_0.3", ("guidance", "lam"), 0.3),
+        ("tg_ema_teacher", ("guidance", "teacher"), "ema"),
+        ("tg_fixed_teacher", ("guidance", "teacher"), "fixed"),
     ],
 )
 def test_arm_values(arm: str, field: tuple[str, str], value: object) -> None:

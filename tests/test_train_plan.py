@@ -62,3 +62,15 @@ def test_cli_distill_from_missing_best(capsys: pytest.CaptureFixture[str], tmp_p
     rc = main(["train", "distill", "--arm", "tg", "--from-best", str(tmp_path / "nope.jsonl"),
                "--out", str(tmp_path / "d")])
     assert rc == 2 and "best.jsonl" in capsys.readouterr().err
+
+
+def test_dry_run_counts_an_ema_teacher_copy_and_arms_lists_the_teacher_arms(capsys: pytest.CaptureFixture[str],
+                                                                           tmp_path: Path) -> None:
+    assert main(["train", "rl", "--config", str(PAPER), "--set", "guidance.teacher=ema", "--out",
+                 str(tmp_path / "x"), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    # 61.06 GB/GPU of training state + 4 B/param × 30.53 B / 8 GPUs = 15.26 GB/GPU for the frozen teacher copy
+    assert "ema teacher copy" in out and "76.3 GB/GPU" in out
+    assert main(["train", "arms"]) == 0
+    out = capsys.readouterr().out
+    assert 'guidance.teacher="ema"' in out and 'guidance.teacher="fixed"' in out
