@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 from evalsuite.schema import AnalysisResult
 from harness.schema import EpisodeResult, RunManifest
 from protocols.schema import FrozenProtocol
-from reports import details, episodes, pages, probes, provenance, render, sections, studies, training
+from reports import details, episodes, pages, probes, provenance, render, sections, studies, tiers, training
 from reports import format as fmt
 from reports.model import KeyValue, ReportView
 from reports.schema import CriterionSummary, ReportSummary
@@ -98,6 +98,7 @@ def build_view(
         details.sensitivity_section(a), studies.training_section(
             training_runs, arm_order=[a.arms[r] for r in ("treatment", "baseline") if r in a.arms]), studies.noisy_section(a),
         studies.equal_compute_section(a), studies.can_do_section(a), probes.hint_probes_section(a),
+        tiers.behaviour_tiers_section(a),
         details.breakdowns_section(a),
         details.secondary_section(a), details.missing_section(a), provenance.prereg_section(a, protocol, manifests),
         provenance.provenance_section(a, manifests),
