@@ -30,7 +30,8 @@ def register(sub: Any) -> None:
                    help="re-run this stage even if it is up to date (repeatable; 'all' for every stage)")
     p.add_argument("--studies", default="none", metavar="LIST",
                    help="exploratory studies to add: 'none' (default), 'all', or a comma list of "
-                        "noisy_feedback,can_do,equal_compute,ablations,hint_probes (they add training runs and evaluations)")
+                        "noisy_feedback,can_do,equal_compute,ablations,hint_probes,behaviour_tiers (they add training "
+                        "runs and evaluations)")
     p.set_defaults(func=run)
 
 
