@@ -154,3 +154,22 @@ def test_run_studies_dispatches_tiers_alone(tmp_path: Path, fakes: dict[str, lis
     with pytest.raises(ValueError, match="not tiers of this study"):
         pt.run_behaviour_tiers(StageRunner(tmp_path, echo=lambda s: None), _ctx(tmp_path / "x"),
                                pt.TierSizes(seeds=(0,), tiers=("tool_protocol@v1",)))
+
+
+def test_tier_sizes_cover_presets_and_tier_configs_load() -> None:
+    import json
+    import random
+
+    from harness.behaviour import get_checker
+    from repro.config import load_config
+    from repro.pipeline_presets import PRESETS
+    from repro.wiring import hint_source
+
+    assert set(pt.TIER_SIZES) == set(PRESETS)
+    with pytest.raises(ValueError, match="no behaviour-tier sizes"):
+        pt.tier_sizes("huge")
+    for tier in pt.TIERS:
+        for arm in ("grpo", "tg"):
+            cfg = load_config(arm=arm, sets=[f"{k}={json.dumps(v)}" for k, v in {**SMOKE.rl, "reward.checker": tier}.items()])
+            assert cfg.reward.checker == tier
+        assert hint_source(cfg)(None, 0, random.Random(0)) == get_checker(tier).hint_text  # TG's hint is the tier's
