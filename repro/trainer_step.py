@@ -228,7 +228,9 @@ class LossRoot(nn.Module):
     Teacher weights (``guidance.teacher``, :mod:`repro.teacher`): ``"live"`` runs ``lm`` itself under no_grad;
     ``"fixed"`` / ``"ema"`` hold a frozen copy ``teacher_lm`` (a submodule, ``requires_grad=False``; only when λ > 0)
     that runs the same hint-spliced teacher views with its own lm_head. Call :meth:`after_optimizer_step` after every
-    optimizer step (the EMA update). Build the optimizer on ``lm.parameters()``, never on this module's.
+    optimizer step (the EMA update). Build the optimizer on ``lm.parameters()``, never on this module's. Under FSDP2
+    build the root before ``fully_shard`` (the copy is a deepcopy of the unsharded model), then shard the student's
+    and the teacher's layers, then the root (tests/test_train_fsdp.py).
     """
 
     def __init__(self, lm: nn.Module, cfg: Any) -> None:

@@ -36,14 +36,18 @@ enc = ChatEncoder(s.tokenizer)
 cfg = F.config(os.environ["ARM"])
 plan = build_batch(_groups(enc), cfg, _hint(enc))
 ref = LossRoot(copy.deepcopy(s.model), cfg)
+s_init = [p.detach().clone() for p in s.model.parameters()]
 ref_loss = ref(collate(plan.trajs, 0), plan.n_pg, plan.n_kl)[0]
 ref_loss.backward()
 ref_grads = {n: p.grad for n, p in ref.named_parameters() if p.grad is not None}
 mesh = init_device_mesh("cpu", (world,))
+root = LossRoot(s.model, cfg)  # built before sharding: an ema/fixed teacher is a deepcopy of the unsharded model
+root.collective_teacher = True
 for layer in s.model.model.layers:
     fully_shard(layer, mesh=mesh)
-root = LossRoot(s.model, cfg)
-root.collective_teacher = True
+if root.teacher_lm is not None:  # ema/fixed teacher copy: its layers sharded like the student's, inside the root wrap
+    for layer in root.teacher_lm.model.layers:
+        fully_shard(layer, mesh=mesh)
 fully_shard(root, mesh=mesh)
 # uneven split: rank 0 holds every trajectory with KL rows, rank 1 the rest (no KL rows: the dummy-teacher path)
 has_kl = [t for t in plan.trajs if sum(t.m_kl) > 0]
@@ -59,14 +63,31 @@ for n, p in root.named_parameters():
     g = p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
     if n in ref_grads:
         err = max(err, float((g - ref_grads[n]).abs().max() / (ref_grads[n].abs().max() + 1e-12)))
+# one SGD step on the student, then the teacher update (EMA on sharded DTensors) must match the unsharded one
+t_err, t_sharded = 0.0, 0
+if root.teacher_lm is not None:
+    with torch.no_grad():
+        for m in (ref, root):
+            for p in m.lm.parameters():
+                p.sub_(0.5 * p.grad)
+    ref.after_optimizer_step()
+    root.after_optimizer_step()
+    ref_t = dict(ref.teacher_lm.named_parameters())
+    for n, p in root.teacher_lm.named_parameters():
+        assert p.grad is None and not p.requires_grad
+        full = p.full_tensor() if hasattr(p, "full_tensor") else p
+        t_sharded += hasattr(p, "full_tensor")
+        t_err = max(t_err, float((full - ref_t[n]).abs().max()))
+    moved = max(float((a - b).abs().max()) for a, b in zip(ref.teacher_lm.parameters(), s_init, strict=True))
+    assert moved > 0 or cfg.guidance.teacher == "fixed"
 if rank == 0:
-    json.dump({"err": err, "n_params": len(ref_grads)}, open(os.environ["OUT"], "w"))
+    json.dump({"err": err, "n_params": len(ref_grads), "t_err": t_err, "t_sharded": t_sharded}, open(os.environ["OUT"], "w"))
 dist.destroy_process_group()
 '''
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("arm", ["tg"])
+@pytest.mark.parametrize("arm", ["tg", "tg_ema_teacher"])
 def test_loss_root_under_fsdp2_matches_single_process(tmp_path: Path, arm: str) -> None:
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
     if torchrun is None:
@@ -80,4 +101,5 @@ def test_loss_root_under_fsdp2_matches_single_process(tmp_path: Path, arm: str) 
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     res = json.loads(out.read_text())
-    assert res["n_params"] > 0 and res["err"] < 1e-4, res
+    assert res["n_params"] > 0 and res["err"] < 1e-4 and res["t_err"] < 1e-6, res
+    assert res["t_sharded"] > 0 or arm == "tg", res  # the teacher copy's parameters are FSDP-sharded DTensors
