@@ -128,7 +128,8 @@ def _train_tasks_sha(ctx: StudyContext) -> str:
 
 
 def _sft(runner: StageRunner, ctx: StudyContext, sizes: TierSizes, root: Path) -> dict[str, Any]:
-    sft = {**ctx.preset.sft, "hint_checkers": list(sizes.tiers), "hint_share": sizes.sft_hint_share}
+    # the base sees reminders of ALL three tiers, whichever tiers get RL runs: one base, comparable across tiers
+    sft = {**ctx.preset.sft, "hint_checkers": list(TIERS), "hint_share": sizes.sft_hint_share}
     preset = ctx.preset.model_copy(update={"sft": sft})
     paths = {**ctx.paths, "sft": root / "sft"}
     inputs = {"tasks": _train_tasks_sha(ctx), "sft": sft, "seed": ctx.preset.task_seed}

@@ -151,6 +151,7 @@ def test_run_studies_dispatches_tiers_alone(tmp_path: Path, fakes: dict[str, lis
     ex = ps.run_studies(StageRunner(tmp_path, echo=lambda s: None), _ctx(tmp_path), {"behaviour_tiers"})
     assert ex.behaviour_tiers is not None and ex.noisy_feedback is None and not ex.hint_probes
     assert [(r.tier, r.arm) for r in ex.behaviour_tiers.rows] == [("ask_first@v1", a) for a in ("base", "grpo", "tg")]
+    assert fakes["sft"][-1][1]["hint_checkers"] == list(pt.TIERS)  # the base is taught all three tiers regardless
     with pytest.raises(ValueError, match="not tiers of this study"):
         pt.run_behaviour_tiers(StageRunner(tmp_path, echo=lambda s: None), _ctx(tmp_path / "x"),
                                pt.TierSizes(seeds=(0,), tiers=("tool_protocol@v1",)))
