@@ -210,3 +210,36 @@ def test_plan_counts_the_teacher_copy_in_memory_not_flops() -> None:
     assert live["teacher_copy_bytes_per_gpu"] == 0.0
     assert copy_["teacher_copy_bytes_per_gpu"] == 4.0 * live["params_total"] / 2
     assert copy_["flops_per_step"] == live["flops_per_step"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_ema_update_closed_form_and_tied_parameters_once(dtype: torch.dtype) -> None:
+    from repro.teacher import build_teacher, ema_update_
+
+    class Tied(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = torch.nn.Embedding(4, 3)
+            self.head = torch.nn.Linear(3, 4, bias=False)
+            self.head.weight = self.emb.weight
+            self.register_buffer("scale", torch.ones(3))
+
+    g = torch.Generator().manual_seed(0)
+    student = Tied().to(dtype)
+    assert build_teacher(student, "live") is None
+    with pytest.raises(ValueError, match="guidance.teacher"):
+        build_teacher(student, "rollout")  # type: ignore[arg-type]
+    teacher = build_teacher(student, "ema")
+    th0 = student.emb.weight.detach().float().clone()
+    with torch.no_grad():
+        student.emb.weight.copy_(torch.randn(4, 3, generator=g))
+        student.scale.fill_(2.0)
+    ema_update_(teacher, student, 0.25)
+    want = (0.75 * th0 + 0.25 * student.emb.weight.float()).to(dtype)
+    tol = 1e-6 if dtype == torch.float32 else 1e-2  # bf16: one rounding of the fp32 average
+    assert torch.allclose(teacher.emb.weight.float(), want.float(), rtol=tol, atol=tol)
+    assert teacher.head.weight is teacher.emb.weight  # updated once (twice would give 0.5625·θ_0), still tied
+    assert torch.equal(teacher.scale, student.scale)  # buffers are copied
+    assert not teacher.emb.weight.requires_grad
+    with pytest.raises(ValueError, match="teacher_ema_rate"):
+        ema_update_(teacher, student, 0.0)
