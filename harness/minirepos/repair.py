@@ -118,13 +118,23 @@ def guard_candidates(source: str, cases: list[AssertCase]) -> list[Edit]:
     return out
 
 
+def _compiles(source: str) -> bool:
+    try:
+        compile(source, "<mutant>", "exec")
+    except SyntaxError:
+        return False
+    return True
+
+
 def repair_candidates(source: str, function: str, cases: list[AssertCase]) -> list[Edit]:
     """Ranked candidate fixes for a bug reported on ``function`` (see the module docstring)."""
     funcs = implicated_functions(source, function)
     edits = enumerate_edits(source, mode="repair", functions=set(funcs))
     consts = set().union(*(module_constants_used(source, f) for f in funcs)) if funcs else set()
     const_lines = {i + 1 for i, ln in enumerate(source.splitlines()) if ln.split("=")[0].strip() in consts}
-    edits += [e for e in enumerate_edits(source, mode="repair") if e.function is None and e.start in const_lines]
+    for e in enumerate_edits(source, mode="repair", check_compiles=False):  # filter first, compile the few kept
+        if e.function is None and e.start in const_lines and _compiles(e.apply(source)):
+            edits.append(e)
     edits += guard_candidates(source, cases)
     rank_f = {f: i for i, f in enumerate(funcs)}
     rank_fam = {f: i for i, f in enumerate(_FAMILY_ORDER)}

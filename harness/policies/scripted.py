@@ -17,6 +17,7 @@ asks it to ask the user for approval (``ask_first@v1``). Without such hints its 
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import random
 import re
@@ -269,7 +270,14 @@ def _locate(statement: str, first_run: str, files: list[str]) -> _Target | None:
 
 
 def _ranked_fixes(module_src: str, test_src: str, target: _Target) -> list[repair.Edit]:
-    """Candidate fixes that make every test of the visible test file pass, most plausible first."""
+    """Candidate fixes that make every test of the visible test file pass, most plausible first. The policy is
+    stateless and asks again on every later turn of the episode: the answer is a pure function of what was read,
+    so it is memoised."""
+    return list(_ranked_fixes_cached(module_src, test_src, target))
+
+
+@functools.lru_cache(maxsize=256)
+def _ranked_fixes_cached(module_src: str, test_src: str, target: _Target) -> tuple[repair.Edit, ...]:
     cases = repair.failing_asserts(test_src, list(target.failing))
     funcs = list(dict.fromkeys(([target.function] if target.function else []) + [c.function for c in cases]))
     candidates: list[repair.Edit] = []
@@ -277,7 +285,7 @@ def _ranked_fixes(module_src: str, test_src: str, target: _Target) -> list[repai
         candidates += [e for e in repair.repair_candidates(module_src, f, cases) if e not in candidates]
     scores = repair.screen(target.module_name, [e.apply(module_src) for e in candidates], test_src)
     if scores is None:
-        return candidates[:8]
+        return tuple(candidates[:8])
     best = max(scores, default=-1)
     total = len([n for n in ast.parse(test_src).body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")])
     keep = total if best >= total else best
@@ -289,9 +297,9 @@ def _ranked_fixes(module_src: str, test_src: str, target: _Target) -> list[repai
     def at_error(e: repair.Edit) -> bool:
         return any(e.start <= n <= e.end for n in target.error_lines) and e.family != "missing_edge_case"
 
-    return sorted(passing, key=lambda e: (not repair.is_plant_inverse(module_src, e), not at_error(e),
-                                          not (edge and e.family == "missing_edge_case"),
-                                          0 if e.family == "missing_edge_case" else len(e.new) - len(e.old)))
+    return tuple(sorted(passing, key=lambda e: (not repair.is_plant_inverse(module_src, e), not at_error(e),
+                                                not (edge and e.family == "missing_edge_case"),
+                                                0 if e.family == "missing_edge_case" else len(e.new) - len(e.old))))
 
 
 class ScriptedExpert:
