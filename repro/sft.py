@@ -63,6 +63,10 @@ class SFTConfig(BaseModel):
     batch_tokens: int = 4096
     max_len: int = 6144
     grad_clip: float = 1.0
+    context_weight: float = Field(0.0, ge=0.0, description="weight of an auxiliary next-token loss on the "
+                                  "non-assistant tokens (tool observations, prompts): 0 = assistant tokens only. "
+                                  "A from-scratch model has no pretraining; this term teaches it to read code and "
+                                  "copy from context at no extra forward cost (each part is its own token mean)")
     seed: int = 0
     workers: int = 2
     eval_instances: int = 16
@@ -145,25 +149,41 @@ def _lr_at(step: int, total: int, cfg: SFTConfig) -> float:
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
 
 
+def sft_losses(model, ids: list[int], act: list[int], *, context: bool = False
+               ) -> tuple[torch.Tensor, int, torch.Tensor, int]:
+    """(Σ −log π(y_t) over assistant tokens, their count, the same over the other tokens, their count), t ≥ 1.
+    With ``context=False`` only assistant positions reach the LM head and the context part is (0, 0)."""
+    x = torch.tensor([ids])
+    m = torch.tensor(act[1:], dtype=torch.bool)
+    pos = torch.arange(1, len(ids)) if context else torch.arange(1, len(ids))[m]
+    zero = x.new_zeros((), dtype=torch.float32)
+    if len(pos) == 0:
+        return zero, 0, zero, 0
+    h = final_hidden_states(model, x)[0]
+    lp, _ = chunked_token_logprobs(h[pos - 1], lm_head_weight(model), x[0, pos])
+    if not context:
+        return -lp.sum(), len(pos), zero, 0
+    n_act = int(m.sum())
+    return -lp[m].sum(), n_act, -lp[~m].sum(), len(pos) - n_act
+
+
 def sft_loss(model, ids: list[int], act: list[int]) -> tuple[torch.Tensor, int]:
     """Σ −log π(y_t) over tokens with act[t] = 1 (t ≥ 1), and their count; full logits are never formed."""
-    x = torch.tensor([ids])
-    tgt_pos = torch.tensor([t for t in range(1, len(ids)) if act[t]], dtype=torch.long)
-    if len(tgt_pos) == 0:
-        return x.new_zeros((), dtype=torch.float32), 0
-    h = final_hidden_states(model, x)[0]
-    lp, _ = chunked_token_logprobs(h[tgt_pos - 1], lm_head_weight(model), x[0, tgt_pos])
-    return -lp.sum(), len(tgt_pos)
+    nll, n, _, _ = sft_losses(model, ids, act)
+    return nll, n
 
 
 def sft_train(model, examples: list[tuple[list[int], list[int]]], cfg: SFTConfig, metrics_path: Path) -> dict:
     """Assistant-token cross-entropy over ``examples`` = (ids, act mask); returns training statistics."""
     gen = random.Random(f"sft-order:{cfg.seed}")
     per_epoch = sum(sum(a) for _, a in examples)
+    ctx_ratio = max(1.0, sum(len(i) - 1 for i, _ in examples) / max(1, per_epoch) - 1.0)  # ctx tokens per act token
+    w_ctx = cfg.context_weight / ctx_ratio  # so that the context part is ≈ its own token mean
     total_steps = max(1, cfg.epochs * math.ceil(per_epoch / cfg.batch_tokens))
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     model.train()
     step, acc_tokens, acc_loss, n_tok, t0 = 0, 0, 0.0, 0, time.perf_counter()
+    acc_ctx, acc_nctx = 0.0, 0
     last_loss = math.nan
     with metrics_path.open("w") as mf:
         for epoch in range(cfg.epochs):
@@ -171,9 +191,11 @@ def sft_train(model, examples: list[tuple[list[int], list[int]]], cfg: SFTConfig
             gen.shuffle(order)
             for j, idx in enumerate(order):
                 ids, act = examples[idx]
-                nll, n_act = sft_loss(model, ids, act)
-                if n_act:
-                    (nll / cfg.batch_tokens).backward()
+                nll, n_act, ctx_nll, n_ctx = sft_losses(model, ids, act, context=cfg.context_weight > 0)
+                if n_act or n_ctx:
+                    ((nll + w_ctx * ctx_nll) / cfg.batch_tokens).backward()
+                acc_ctx += float(ctx_nll.detach())
+                acc_nctx += n_ctx
                 acc_tokens += n_act
                 acc_loss += float(nll.detach())
                 n_tok += len(ids)
@@ -190,12 +212,14 @@ def sft_train(model, examples: list[tuple[list[int], list[int]]], cfg: SFTConfig
                     opt.zero_grad(set_to_none=True)
                     last_loss = acc_loss / acc_tokens
                     el = time.perf_counter() - t0
-                    mf.write(json.dumps({"step": step, "epoch": epoch, "loss/sft": last_loss, "grad_norm": gnorm,
+                    ctx_loss = acc_ctx / acc_nctx if acc_nctx else None
+                    mf.write(json.dumps({"step": step, "epoch": epoch, "loss/sft": last_loss, "loss/context": ctx_loss,
+                                         "grad_norm": gnorm,
                                          "lr": opt.param_groups[0]["lr"], "tokens": n_tok,
                                          "tokens_per_s": n_tok / el}) + "\n")
                     mf.flush()
                     log.info("sft step %d epoch %d loss %.4f (%.0f tok/s)", step, epoch, last_loss, n_tok / el)
-                    step, acc_tokens, acc_loss = step + 1, 0, 0.0
+                    step, acc_tokens, acc_loss, acc_ctx, acc_nctx = step + 1, 0, 0.0, 0.0, 0
     model.eval()
     return {"steps": step, "final_loss": last_loss, "tokens": n_tok, "tokens_per_s": n_tok / (time.perf_counter() - t0)}
 

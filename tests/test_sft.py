@@ -56,6 +56,46 @@ def test_loss_counts_assistant_tokens_only() -> None:
     assert sft_loss(model, ids, [0] * len(ids))[1] == 0
 
 
+def test_context_losses_split_every_next_token_by_the_assistant_mask() -> None:
+    from repro.sft import sft_losses
+
+    tok, ex = _data()
+    model = build_model("nano", len(tok), seed=0)
+    ids, act = ex[1]
+    a, n_a, c, n_c = sft_losses(model, ids, act, context=True)
+    logits = model(input_ids=torch.tensor([ids])).logits[0]
+    logp = F.log_softmax(logits[:-1].float(), -1).gather(1, torch.tensor(ids[1:])[:, None]).squeeze(1)
+    m = torch.tensor(act[1:], dtype=torch.bool)
+    assert (n_a, n_c) == (int(m.sum()), int((~m).sum())) and n_a > 0 and n_c > n_a
+    torch.testing.assert_close(a, -logp[m].sum(), rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(c, -logp[~m].sum(), rtol=1e-5, atol=1e-4)
+    a0, n0, c0, nc0 = sft_losses(model, ids, act)  # default: assistant tokens only, context part empty
+    torch.testing.assert_close(a0, a)
+    assert (n0, float(c0), nc0) == (n_a, 0.0, 0)
+
+
+def test_context_weight_trains_the_observations_too(tmp_path: Path) -> None:
+    """With context_weight = 0 the non-assistant tokens get no gradient; with 1 their loss falls as well."""
+    from repro.sft import sft_losses
+
+    tok, ex = _data()
+
+    def ctx_mean(model) -> float:
+        return sum(float(sft_losses(model, i, a, context=True)[2]) for i, a in ex) / sum(
+            sft_losses(model, i, a, context=True)[3] for i, a in ex)
+
+    res = {}
+    for w in (0.0, 1.0):
+        model = build_model("nano", len(tok), seed=1)
+        before = ctx_mean(model)
+        cfg = SFTConfig(train_tasks="unused", epochs=10, batch_tokens=64, lr=5e-3, warmup_steps=2, context_weight=w)
+        sft_train(model, ex, cfg, tmp_path / f"m{w}.jsonl")
+        res[w] = ctx_mean(model) / before
+        logged = [json.loads(x)["loss/context"] for x in (tmp_path / f"m{w}.jsonl").read_text().splitlines()]
+        assert all(x is None for x in logged) if w == 0 else all(x > 0 for x in logged)
+    assert res[1.0] < 0.5 and res[1.0] < res[0.0] - 0.2, res
+
+
 def test_training_reduces_the_loss_and_logs_steps(tmp_path: Path) -> None:
     tok, ex = _data()
     model = build_model("nano", len(tok), seed=1)
