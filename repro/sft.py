@@ -65,8 +65,9 @@ class SFTConfig(BaseModel):
     grad_clip: float = 1.0
     context_weight: float = Field(0.0, ge=0.0, description="weight of an auxiliary next-token loss on the "
                                   "non-assistant tokens (tool observations, prompts): 0 = assistant tokens only. "
-                                  "A from-scratch model has no pretraining; this term teaches it to read code and "
-                                  "copy from context at no extra forward cost (each part is its own token mean)")
+                                  "A from-scratch model has no pretraining; this term trains it on the code it reads "
+                                  "at no extra forward cost (each part is its own token mean). Measured on the mini "
+                                  "world: it did not make the model copy names from context (README)")
     seed: int = 0
     workers: int = 2
     eval_instances: int = 16
@@ -126,7 +127,7 @@ def collect_expert_trajectories(task_dir: str | Path, *, episodes: int, hint_sha
         inst = ts.instances[i % len(ts.instances)]
         draw = random.Random(f"sft-hint:{seed}:{i}")
         hinted = draw.random() < hint_share
-        fb = fbs[0] if len(fbs) == 1 else fbs[draw.randrange(len(fbs))]
+        fb = fbs[draw.randrange(len(fbs))]  # drawn after `hinted`, so it never changes that draw
         sb, _ = fac.open(inst, role="agent", attempt=0)
         try:
             return run_episode(inst, expert, sb, EpisodeLimits(), feedback=fb if hinted else None, seed=seed * 100_003 + i)
