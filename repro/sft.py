@@ -27,6 +27,7 @@ import logging
 import math
 import random
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal
@@ -68,6 +69,9 @@ class SFTConfig(BaseModel):
                                   "A from-scratch model has no pretraining; this term trains it on the code it reads "
                                   "at no extra forward cost (each part is its own token mean). Measured on the mini "
                                   "world: it did not make the model copy names from context (README)")
+    rename_repos: bool = Field(False, description="mini task family: give every expert episode a fresh repository "
+                               "name (slug and package) each epoch, so names cannot be memorised and must be copied "
+                               "from the context (repro.sft_augment)")
     seed: int = 0
     workers: int = 2
     eval_instances: int = 16
@@ -143,6 +147,11 @@ def collect_expert_trajectories(task_dir: str | Path, *, episodes: int, hint_sha
     return kept
 
 
+def _encoded(enc: ChatEncoder, messages: list, tools: list) -> tuple[list[int], list[int]]:
+    e = enc.encode(messages, tools)
+    return e.ids, e.act
+
+
 def _lr_at(step: int, total: int, cfg: SFTConfig) -> float:
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
@@ -174,8 +183,10 @@ def sft_loss(model, ids: list[int], act: list[int]) -> tuple[torch.Tensor, int]:
     return nll, n
 
 
-def sft_train(model, examples: list[tuple[list[int], list[int]]], cfg: SFTConfig, metrics_path: Path) -> dict:
-    """Assistant-token cross-entropy over ``examples`` = (ids, act mask); returns training statistics."""
+def sft_train(model, examples: list[tuple[list[int], list[int]]], cfg: SFTConfig, metrics_path: Path,
+              epoch_examples: Callable[[int], list[tuple[list[int], list[int]]]] | None = None) -> dict:
+    """Assistant-token cross-entropy over ``examples`` = (ids, act mask); returns training statistics.
+    ``epoch_examples(e)``, when given, supplies epoch e's examples instead (same count and order of episodes)."""
     gen = random.Random(f"sft-order:{cfg.seed}")
     per_epoch = sum(sum(a) for _, a in examples)
     ctx_ratio = max(1.0, sum(len(i) - 1 for i, _ in examples) / max(1, per_epoch) - 1.0)  # ctx tokens per act token
@@ -188,10 +199,11 @@ def sft_train(model, examples: list[tuple[list[int], list[int]]], cfg: SFTConfig
     last_loss = math.nan
     with metrics_path.open("w") as mf:
         for epoch in range(cfg.epochs):
-            order = list(range(len(examples)))
+            epoch_data = examples if epoch_examples is None else epoch_examples(epoch)
+            order = list(range(len(epoch_data)))
             gen.shuffle(order)
             for j, idx in enumerate(order):
-                ids, act = examples[idx]
+                ids, act = epoch_data[idx]
                 nll, n_act, ctx_nll, n_ctx = sft_losses(model, ids, act, context=cfg.context_weight > 0)
                 if n_act or n_ctx:
                     ((nll + w_ctx * ctx_nll) / cfg.batch_tokens).backward()
@@ -279,16 +291,23 @@ def run_sft(cfg: SFTConfig, out_dir: str | Path) -> SFTReport:
     t = time.perf_counter()
     model, tok = _model_and_tokenizer(cfg, trajs, tools)
     enc = ChatEncoder(tok)
-    examples = []
-    for tr in trajs:
-        e = enc.encode(tr.messages, tools)
-        if len(e) > cfg.max_len:
-            log.warning("skipping a %d-token trajectory (max_len=%d)", len(e), cfg.max_len)
-            continue
-        examples.append((e.ids, e.act))
+    encoded = [_encoded(enc, tr.messages, tools) for tr in trajs]
+    keep = [tr for tr, e in zip(trajs, encoded, strict=True) if len(e[0]) <= cfg.max_len]
+    examples = [e for e in encoded if len(e[0]) <= cfg.max_len]
+    if len(keep) < len(trajs):
+        log.warning("skipping %d trajectories longer than max_len=%d tokens", len(trajs) - len(keep), cfg.max_len)
+    epoch_examples = None
+    if cfg.rename_repos:
+        from harness.tasks import load_task_set
+        from repro.sft_augment import renamed_episodes
+
+        repos = {i.instance_id: i.repo for i in load_task_set(cfg.train_tasks).instances}
+
+        def epoch_examples(epoch: int) -> list[tuple[list[int], list[int]]]:
+            return [_encoded(enc, msgs, tools) for msgs in renamed_episodes(keep, repos, seed=cfg.seed, epoch=epoch)]
     wall["tokenize"] = time.perf_counter() - t
     t = time.perf_counter()
-    stats = sft_train(model, examples, cfg, out / "metrics.jsonl")
+    stats = sft_train(model, examples, cfg, out / "metrics.jsonl", epoch_examples)
     wall["train"] = time.perf_counter() - t
     model_dir = out / "model"
     model.save_pretrained(model_dir)

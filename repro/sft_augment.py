@@ -1,0 +1,89 @@
+"""SFT data augmentation for the mini task family: a fresh repository name per episode and epoch.
+
+Why. Every mini repository is ``org/adjective-noun`` with the package ``adjective_noun``; an agent must read that
+name from its context (the problem statement, the file listing) and copy it into every path it reads or edits.
+Trained on a few hundred expert episodes, a from-scratch model memorises the training names instead: on held-out
+repositories it wrote paths like ``bold_meadow/units.py`` for a repository whose listing said ``jolly_ember``
+(README, "What the mini world reaches"). Renaming the repository in every episode, anew each epoch, makes the name
+impossible to memorise: the only way to predict it is to copy it from the context.
+
+What is renamed. The slug (``bold-meadow``) and the package (``bold_meadow``) everywhere in the conversation —
+system prompt, problem statement, tool results, assistant text and tool-call arguments — as whole identifiers
+(a name followed by a letter, digit or ``_`` is left alone). The organisation is kept. New names come from the
+generator's own word lists and its TRAIN half of the name space (``render.repo_name``), so a renamed episode never
+carries a held-out repository's full name. Sampled token ids and log-probs are dropped from renamed messages (they
+encode the old text); expert episodes have none.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Sequence
+
+from harness.minirepos import render
+from harness.schema import Message, Trajectory
+
+
+class RenameError(ValueError):
+    """An episode's repository name does not occur in its conversation (not a mini-family task)."""
+
+
+def _pattern(name: str) -> re.Pattern[str]:
+    return re.compile(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])")
+
+
+def rename_messages(messages: Sequence[Message], old_slug: str, new_slug: str) -> list[Message]:
+    """``messages`` with the repository slug and its package name (``-`` → ``_``) replaced by the new ones."""
+    pairs = [(_pattern(old_slug), new_slug), (_pattern(old_slug.replace("-", "_")), new_slug.replace("-", "_"))]
+
+    def sub(text: str) -> str:
+        for pat, new in pairs:
+            text = pat.sub(new, text)
+        return text
+
+    out = []
+    for m in messages:
+        d = m.model_dump()
+        d["content"] = sub(d["content"])
+        for call in d["tool_calls"]:
+            call["raw"] = sub(call["raw"]) if call.get("raw") else call.get("raw")
+            call["arguments"] = _sub_json(call["arguments"], sub)
+        d["token_ids"] = None
+        d["logprobs"] = None
+        out.append(Message.model_validate(d))
+    return out
+
+
+def _sub_json(value, sub):
+    if isinstance(value, str):
+        return sub(value)
+    if isinstance(value, list):
+        return [_sub_json(v, sub) for v in value]
+    if isinstance(value, dict):
+        return {k: _sub_json(v, sub) for k, v in value.items()}
+    return value
+
+
+def repo_slug(repo: str) -> str:
+    """``org/adjective-noun[-n]`` → ``adjective-noun[-n]``."""
+    return repo.split("/", 1)[1] if "/" in repo else repo
+
+
+def renamed_episodes(trajs: Sequence[Trajectory], repos: dict[str, str], *, seed: int, epoch: int) -> list[list[Message]]:
+    """One renamed message list per trajectory for ``epoch``: trajectory i gets a fresh train-split name drawn from
+    ``random.Random(f"sft-rename:{seed}:{epoch}:{i}")``. ``repos`` maps instance_id → ``TaskInstance.repo``."""
+    out = []
+    for i, tr in enumerate(trajs):
+        if tr.instance_id not in repos:
+            raise RenameError(f"trajectory {i} ({tr.instance_id!r}) has no task record; rename_repos needs the task "
+                              "set the expert ran on")
+        old = repo_slug(repos[tr.instance_id])
+        pkg = old.replace("-", "_")
+        if not any(_pattern(pkg).search(m.content) for m in tr.messages):
+            raise RenameError(f"instance {tr.instance_id!r}: the package name {pkg!r} never occurs in its "
+                              "conversation, so renaming would change nothing; rename_repos is for the mini task "
+                              "family (`tgsuite tasks make-mini`) — set it to false for other task sets")
+        new = repo_slug(render.repo_name(random.Random(f"sft-rename:{seed}:{epoch}:{i}"), "train", set()))
+        out.append(rename_messages(tr.messages, old, new))
+    return out
