@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from harness.infra import ControlCache, ErrorRateGuard, RetryPolicy, atomic_write_text, summarize_failures
 from harness.interfaces import EpisodeLimits, FeedbackProvider, Policy, PolicyOutput
@@ -51,6 +51,7 @@ from harness.schema import EpisodeMetrics, EpisodeResult, Message, TaskInstance,
 log = logging.getLogger(__name__)
 
 ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$")
+JobOrder = Literal["instance", "arm"]
 
 
 class RunAborted(RuntimeError):
@@ -84,8 +85,10 @@ class Plan:
 
 
 def plan_work(out_dir: Path, instances: Sequence[TaskInstance], arms: Sequence[str], seeds: Sequence[int], *,
-              retry: RetryPolicy, run_seed: int = 0) -> Plan:
-    """Scan ``episodes/`` and decide, per (instance, arm, seed), to skip, re-run a crashed attempt, or retry."""
+              retry: RetryPolicy, run_seed: int = 0, order: JobOrder = "instance") -> Plan:
+    """Scan ``episodes/`` and decide, per (instance, arm, seed), to skip, re-run a crashed attempt, or retry.
+    ``order``: jobs instance by instance (every arm of an instance, then the next), or arm by arm (all of one
+    arm's episodes first: concurrent workers then share one policy, which a batching engine needs)."""
     todo: list[EpisodeJob] = []
     done: list[EpisodeResult] = []
     exhausted: list[EpisodeResult] = []
@@ -107,6 +110,9 @@ def plan_work(out_dir: Path, instances: Sequence[TaskInstance], arms: Sequence[s
                     todo.append(EpisodeJob(inst, arm, seed, last + 1, eseed))
                 else:
                     exhausted.append(res)
+    if order == "arm":
+        rank = {a: i for i, a in enumerate(arms)}
+        todo.sort(key=lambda j: rank[j.arm])  # stable: instance order within an arm
     return Plan(todo, done, exhausted)
 
 
@@ -153,11 +159,12 @@ def run_eval(
     guard: ErrorRateGuard | None = None,
     metrics_for: Callable[[Trajectory, TaskInstance], EpisodeMetrics] | None = None,
     on_result: Callable[[EpisodeResult], None] | None = None,
+    order: JobOrder = "instance",
 ) -> list[EpisodeResult]:
     """Run (or resume) every arm × instance × seed episode into ``out_dir``; returns the final results.
 
     ``feedback``: one provider for every arm, or ``{arm: provider}`` (arms not named get none), e.g. for the
-    noisy-feedback study. Raises ``RunAborted`` when the infra-error guard trips and ``ValueError`` when ``out_dir`` belongs to a run
+    noisy-feedback study. ``order``: see ``plan_work`` (results and files are the same either way). Raises ``RunAborted`` when the infra-error guard trips and ``ValueError`` when ``out_dir`` belongs to a run
     with another task set or other arm policies.
     """
     out = Path(out_dir)
@@ -178,7 +185,7 @@ def run_eval(
                              feedback=None if isinstance(feedback, Mapping) else feedback,
                              feedback_by_arm=dict(feedback) if isinstance(feedback, Mapping) else {},
                              metrics_for=metrics_for or snapshot_metrics(task_set))
-        plan = plan_work(out, task_set.instances, list(specs), seeds, retry=retry, run_seed=run_seed)
+        plan = plan_work(out, task_set.instances, list(specs), seeds, retry=retry, run_seed=run_seed, order=order)
         log.info("run %s: %d episodes to run, %d already finished, %d out of retries", run_id, len(plan.todo),
                  len(plan.done), len(plan.exhausted))
         _execute(plan.todo, policies, ctx, retry, workers, guard or ErrorRateGuard(), progress, on_result)

@@ -10,6 +10,7 @@ recorded in ``<out>/pipeline.json``. Every number in the report comes from the r
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shutil
@@ -109,14 +110,19 @@ def _stage_train(run_dir: Path, paths: dict[str, Path], preset: Preset, arm: str
 
 
 def _eval_policy(model_dir: str, name: str, preset: Preset) -> Any:
+    """A sampling policy over the checkpoint, its engine batching the concurrent episodes' turns; close
+    ``policy.engine`` when done."""
     from transformers import AutoModelForCausalLM
 
+    from repro.batching import BatchingEngine
     from repro.sampler import KVSampler, SamplerPolicy
     from repro.tokenizer import load_tokenizer
 
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     tok = load_tokenizer(model_dir)
-    pol = SamplerPolicy(KVSampler(model), tok, name=name, max_new_tokens=preset.eval_max_new_tokens,
+    engine = BatchingEngine(KVSampler(model, prefix_cache=2 * preset.eval_concurrency),
+                            max_batch=preset.eval_concurrency)
+    pol = SamplerPolicy(engine, tok, name=name, max_new_tokens=preset.eval_max_new_tokens,
                         temperature=preset.eval_temperature)
     pol.spec = f"hf:{model_dir}"  # type: ignore[attr-defined]
     return pol
@@ -136,10 +142,13 @@ def _stage_eval(run_dir: Path, heldout: Path, arms: dict[str, str], preset: Pres
     ts = load_task_set(heldout)
     policies = {name: _eval_policy(d, name, preset) for name, d in arms.items()}
     limits = EpisodeLimits(max_turns=preset.eval_max_turns)
-    with TaskSandboxFactory(ts, kind=preset.eval_sandbox, run_id=run_dir.name) as fac:
+    with contextlib.ExitStack() as stack, TaskSandboxFactory(ts, kind=preset.eval_sandbox,
+                                                             run_id=run_dir.name) as fac:
+        for pol in policies.values():
+            stack.callback(pol.engine.close)
         fac.preflight()
         results = run_eval(ts, policies, list(range(preset.eval_episodes)), run_dir, sandbox_factory=fac,
-                           workers=preset.workers, limits=limits, run_seed=preset.task_seed,
+                           workers=preset.eval_concurrency, order="arm", limits=limits, run_seed=preset.task_seed,
                            protocol_hash=protocol_hash, excluded_tests=excluded, progress=True,
                            metrics_for=metrics_for(ts),
                            feedback={n: parse_feedback(feedback) for n in arms} if feedback else None,

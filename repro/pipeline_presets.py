@@ -33,6 +33,8 @@ class Preset(BaseModel):
     eval_max_new_tokens: int = 192
     eval_temperature: float = 1.0
     workers: int = 2
+    eval_concurrency: int = Field(8, ge=1, description="episodes evaluated at once; their turns are sampled as one "
+                                  "batch (repro.batching)")
 
 
 SMOKE = Preset(

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
@@ -29,6 +30,8 @@ from typing import Literal, Protocol, runtime_checkable
 import torch
 import torch.nn.functional as F
 from transformers import Qwen3ForCausalLM
+
+from repro.prefix_cache import PrefixCache
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +92,10 @@ class _Layer:
 class KVSampler:
     """KV-cached batched sampler over a ``Qwen3ForCausalLM``'s live weights (see module docstring)."""
 
-    def __init__(self, model: Qwen3ForCausalLM, *, version: int = 0, max_batch: int = 64) -> None:
+    def __init__(self, model: Qwen3ForCausalLM, *, version: int = 0, max_batch: int = 64,
+                 prefix_cache: int = 0) -> None:
+        """``prefix_cache``: how many finished sequences to keep K/V for, so that a later prompt extending one of
+        them prefills only its new tokens (``repro.prefix_cache``); 0 switches reuse off."""
         cfg = model.config
         if getattr(cfg, "model_type", "") != "qwen3":
             raise ValueError(f"KVSampler supports dense Qwen3 models; got model_type={cfg.model_type!r}. Use "
@@ -98,6 +104,7 @@ class KVSampler:
         self.n_heads, self.n_kv, self.hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         self.eps = cfg.rms_norm_eps
         self.max_len = cfg.max_position_embeddings
+        self.prefix = PrefixCache(prefix_cache) if prefix_cache > 0 else None
 
     def current_version(self) -> int:
         return self.version
@@ -148,11 +155,18 @@ class KVSampler:
         return _rms(x[:, -1], norm_w, self.eps) @ head.T
 
     @torch.no_grad()
-    def generate(self, requests: Sequence[TokenRequest], *, generator: torch.Generator) -> list[TokenResult]:
-        """Sample completions for ``requests`` (batched in groups of ``max_batch``)."""
+    def generate(self, requests: Sequence[TokenRequest], *, generator: torch.Generator,
+                 row_generators: Sequence[torch.Generator] | None = None) -> list[TokenResult]:
+        """Sample completions for ``requests`` (batched in groups of ``max_batch``). ``row_generators`` (one per
+        request; the same object may serve several) replaces ``generator``: each request's tokens are then drawn
+        from its own generator only, whatever its batch-mates (``repro.batching.BatchingEngine``)."""
+        if row_generators is not None and len(row_generators) != len(requests):
+            raise ValueError(f"{len(row_generators)} row generators for {len(requests)} requests; pass one per "
+                             "request.")
         out: list[TokenResult] = []
         for s in range(0, len(requests), self.max_batch):
-            out.extend(self._generate_batch(list(requests[s:s + self.max_batch]), generator))
+            rows = list(row_generators[s:s + self.max_batch]) if row_generators is not None else None
+            out.extend(self._generate_batch(list(requests[s:s + self.max_batch]), rows or generator))
         return out
 
     def _check(self, reqs: list[TokenRequest]) -> None:
@@ -166,7 +180,8 @@ class KVSampler:
                 raise ValueError(f"request {i}: prompt ({len(r.prompt_ids)}) + max_new_tokens ({r.max_new_tokens}) "
                                  f"exceeds the model's max_position_embeddings={self.max_len}; shorten the context.")
 
-    def _generate_batch(self, reqs: list[TokenRequest], gen: torch.Generator) -> list[TokenResult]:
+    def _generate_batch(self, reqs: list[TokenRequest], gen: torch.Generator | list[torch.Generator]
+                        ) -> list[TokenResult]:
         """Prefill each DISTINCT prompt once (GRPO groups share their prompt), expand the KV cache to one row per
         request, then decode."""
         self._check(reqs)
@@ -176,7 +191,14 @@ class KVSampler:
         src = [uniq.setdefault(tuple(r.prompt_ids), len(uniq)) for r in reqs]
         prompts = list(uniq)
         lens = [len(p) for p in prompts]
+        if self.prefix is not None:
+            self.prefix.check_weights(self.model)
+            reuse = [self.prefix.lookup(list(p)) for p in prompts]
+        else:
+            reuse = [(None, 0)] * len(prompts)
+        keep_n = [min(n, lens[i] - 1) for i, (_, n) in enumerate(reuse)]   # the last prompt token is recomputed
         p_max, n_new = max(lens), max(r.max_new_tokens for r in reqs)
+        start = p_max - max(n - c for n, c in zip(lens, keep_n, strict=True))   # first slot any row must compute
         total = p_max + n_new
         rope = self._rope_table(total, dt, dev)
         u = len(prompts)
@@ -187,12 +209,21 @@ class KVSampler:
         ar = torch.arange(p_max, device=dev)
         pos = (ar.unsqueeze(0) - pad.unsqueeze(1)).clamp(min=0)
         valid = ar.unsqueeze(0) >= pad.unsqueeze(1)                                   # [U, P] real key slots
-        causal = ar.unsqueeze(1) >= ar.unsqueeze(0)                                    # [P, P]
-        diag = torch.eye(p_max, dtype=torch.bool, device=dev)
+        q = ar[start:]
+        causal = q.unsqueeze(1) >= ar.unsqueeze(0)                                     # [P - start, P]
+        diag = q.unsqueeze(1) == ar.unsqueeze(0)
         mask = (causal.unsqueeze(0) & valid.unsqueeze(1)) | diag                      # pad queries see themselves
         cache = [(torch.zeros(u, self.n_kv, total, self.hd, dtype=dt, device=dev),
                   torch.zeros(u, self.n_kv, total, self.hd, dtype=dt, device=dev)) for _ in w[0]]
-        logits = self._forward(ids, pos, mask.unsqueeze(1), 0, cache, w, rope)
+        for i, ((kv, _), c) in enumerate(zip(reuse, keep_n, strict=True)):   # reused prefixes: copy, not compute
+            if kv is not None and c > 0:
+                off = p_max - lens[i]
+                for (kc, vc), (k0, v0) in zip(cache, kv, strict=True):
+                    kc[i, :, off:off + c] = k0[:, :c]
+                    vc[i, :, off:off + c] = v0[:, :c]
+        if self.prefix is not None:
+            self.prefix.stats.reused_tokens += sum(keep_n)
+        logits = self._forward(ids[:, start:], pos[:, start:], mask.unsqueeze(1), start, cache, w, rope)
         key_valid = torch.zeros(u, total, dtype=torch.bool, device=dev)
         key_valid[:, :p_max] = valid
         next_pos = torch.tensor(lens, device=dev)
@@ -222,6 +253,11 @@ class KVSampler:
                     reason[i] = "stop"
                 elif len(toks[i]) < reqs[i].max_new_tokens:
                     keep.append(j)
+            if self.prefix is not None:
+                kept = set(keep)
+                for j, i in enumerate(rows):
+                    if j not in kept:
+                        self._remember(reqs[i].prompt_ids + toks[i][:-1], cache, j, p_max - len(reqs[i].prompt_ids))
             if not keep:
                 break
             if len(keep) < len(rows):
@@ -229,6 +265,8 @@ class KVSampler:
                 cache = [(k.index_select(0, idx), v.index_select(0, idx)) for k, v in cache]
                 key_valid, next_pos, tok = key_valid[idx], next_pos[idx], tok[idx]
                 temps, top_ps = temps[idx], top_ps[idx]
+                if isinstance(gen, list):
+                    gen = [gen[j] for j in keep]
                 rows = [rows[j] for j in keep]
             slot = p_max + step
             key_valid[:, slot] = True
@@ -238,10 +276,18 @@ class KVSampler:
             step += 1
         return [TokenResult(toks[i], lps[i], reason[i], self.version) for i in range(b)]
 
+    def _remember(self, ids: list[int], cache, row: int, first_slot: int) -> None:
+        """Store the K/V of ``ids`` (cache row ``row``, slots from ``first_slot`` on) in the prefix cache."""
+        assert self.prefix is not None
+        end = first_slot + len(ids)
+        self.prefix.store(ids, [(k[row, :, first_slot:end].clone(), v[row, :, first_slot:end].clone())
+                                for k, v in cache])
+
 
 def _sample(logits: torch.Tensor, temps: torch.Tensor, top_ps: torch.Tensor,
-            gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """One token per row from fp32 logits [B, V]; returns (ids, log-prob under the sampling distribution)."""
+            gen: torch.Generator | list[torch.Generator]) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row from fp32 logits [B, V]; returns (ids, log-prob under the sampling distribution).
+    ``gen`` is one generator for the batch or one per row (row i then draws from ``gen[i]`` alone)."""
     greedy = temps == 0
     scaled = logits / torch.where(greedy, torch.ones_like(temps), temps).unsqueeze(1)
     logp = torch.log_softmax(scaled, dim=-1)
@@ -252,7 +298,10 @@ def _sample(logits: torch.Tensor, temps: torch.Tensor, top_ps: torch.Tensor,
         drop = torch.zeros_like(drop_sorted).scatter(1, si, drop_sorted)
         logp = torch.log_softmax(logp.masked_fill(drop, -math.inf), dim=-1)
     probs = logp.exp()
-    tok = torch.multinomial(probs, 1, generator=gen).squeeze(1)
+    if isinstance(gen, list):
+        tok = torch.cat([torch.multinomial(probs[i:i + 1], 1, generator=g) for i, g in enumerate(gen)]).squeeze(1)
+    else:
+        tok = torch.multinomial(probs, 1, generator=gen).squeeze(1)
     if bool(greedy.any()):
         tok = torch.where(greedy, logits.argmax(-1), tok)
     return tok, logp.gather(1, tok.unsqueeze(1)).squeeze(1)
@@ -273,11 +322,16 @@ class SamplerPolicy:
         self.enc = ChatEncoder(tokenizer)
         self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
         self.max_context = max_context
+        # over an engine that serves many threads (repro.batching.BatchingEngine) the runner may call act()
+        # concurrently; tokenizer calls are serialised here, generation is not
+        self.thread_safe = bool(getattr(engine, "thread_safe", False))
+        self._tok_lock = threading.Lock()
 
     def act(self, messages, *, tools, rng):  # harness.interfaces.Policy
         from harness.interfaces import PolicyOutput
 
-        prompt = self.enc.encode(messages, tools).ids + self.enc.assistant_header
+        with self._tok_lock:
+            prompt = self.enc.encode(messages, tools).ids + self.enc.assistant_header
         limit = self.max_context or getattr(self.engine, "max_len", None)
         if limit is not None and len(prompt) + self.max_new_tokens > limit:
             return PolicyOutput(text="", token_ids=[], logprobs=[], finish_reason="context")
@@ -286,6 +340,7 @@ class SamplerPolicy:
                            top_p=self.top_p)
         res = self.engine.generate([req], generator=gen)[0]
         body = res.ids[:-1] if res.finish_reason == "stop" else res.ids
-        text = self.tok.decode(body, skip_special_tokens=False)
+        with self._tok_lock:
+            text = self.tok.decode(body, skip_special_tokens=False)
         return PolicyOutput(text=text, token_ids=list(res.ids), logprobs=list(res.logprobs),
                             finish_reason=res.finish_reason, info={"version": res.version})

@@ -78,6 +78,8 @@ class SFTConfig(BaseModel):
     eval_temperature: float = 1.0
     eval_max_new_tokens: int = 320
     eval_max_turns: int = 16
+    eval_concurrency: int = Field(8, ge=1, description="held-out episodes run at once, their turns sampled as one "
+                                  "batch (repro.batching)")
     torch_threads: int = 2
 
 
@@ -334,18 +336,21 @@ def evaluate_sft(model, tok, cfg: SFTConfig, out_dir: Path) -> list[EvalSummary]
     from harness.runner import run_eval
     from harness.runner_sandbox import TaskSandboxFactory
     from harness.tasks import load_task_set
+    from repro.batching import BatchingEngine
     from repro.sampler import KVSampler, SamplerPolicy
 
     ts = load_task_set(cfg.heldout_tasks)
     ts = ts.model_copy(update={"instances": ts.instances[: cfg.eval_instances]})
-    policy = SamplerPolicy(KVSampler(model), tok, name="sft", max_new_tokens=cfg.eval_max_new_tokens,
-                           temperature=cfg.eval_temperature)
     limits = EpisodeLimits(max_turns=cfg.eval_max_turns)
     out = []
     for cond, spec in (("unprompted", "none"), ("hinted", "correct@before_finish")):
-        with TaskSandboxFactory(ts, kind="local", run_id=f"sft-{cond}") as fac:
-            res = run_eval(ts, {"sft": policy}, [0], out_dir / cond, sandbox_factory=fac, workers=cfg.workers,
-                           limits=limits, run_seed=cfg.seed, feedback=parse_feedback(spec))
+        with TaskSandboxFactory(ts, kind="local", run_id=f"sft-{cond}") as fac, BatchingEngine(
+                KVSampler(model, prefix_cache=2 * cfg.eval_concurrency), max_batch=cfg.eval_concurrency) as eng:
+            policy = SamplerPolicy(eng, tok, name="sft", max_new_tokens=cfg.eval_max_new_tokens,
+                                   temperature=cfg.eval_temperature)
+            res = run_eval(ts, {"sft": policy}, [0], out_dir / cond, sandbox_factory=fac,
+                           workers=cfg.eval_concurrency, limits=limits, run_seed=cfg.seed,
+                           feedback=parse_feedback(spec))
         scored = [r for r in res if r.failure_class in ("none", "agent")]
         md = [next((b for b in r.behaviour if b.checker == "markdown@v1"), None) for r in scored]
         appl = [b for b in md if b is not None and any(v != "NA" for v in b.turn_verdicts)]

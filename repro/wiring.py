@@ -109,12 +109,13 @@ def _tool_counts(messages: list[Message]) -> dict[str, int]:
 
 
 class KVTurnSampler:
-    """``repro.sampler.KVSampler`` (KV-cached, shared-prompt prefill) as the loop's ``TurnSampler``."""
+    """``repro.sampler.KVSampler`` (KV-cached, shared-prompt prefill, prompt prefixes reused across turns until the
+    weights change: ``repro.prefix_cache``) as the loop's ``TurnSampler``."""
 
-    def __init__(self, model: torch.nn.Module, pad_id: int) -> None:
+    def __init__(self, model: torch.nn.Module, pad_id: int, prefix_cache: int = 64) -> None:
         from repro.sampler import KVSampler
 
-        self.engine = KVSampler(model)
+        self.engine = KVSampler(model, prefix_cache=prefix_cache)
 
     def sample(self, contexts: Sequence[Sequence[int]], *, max_new_tokens: int | Sequence[int], temperature: float,
                top_p: float, stop_id: int, generator: torch.Generator) -> list[tuple[list[int], list[float]]]:

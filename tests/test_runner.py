@@ -59,6 +59,23 @@ def test_layout_outcomes_and_manifest(tmp_path: Path) -> None:
     assert {a["name"] for a in man["arms"]} == {"fix", "null"} and man["git_commit"]
 
 
+def test_arm_order_plans_all_of_one_arm_first_and_changes_no_result(tmp_path: Path) -> None:
+    ts, repos = _task_set(tmp_path, 2)
+    by_inst = plan_work(tmp_path / "p", ts.instances, ["fix", "null"], [0], retry=RetryPolicy())
+    by_arm = plan_work(tmp_path / "p", ts.instances, ["fix", "null"], [0], retry=RetryPolicy(), order="arm")
+    assert [(j.instance.instance_id, j.arm) for j in by_inst.todo] == [
+        ("calc-0", "fix"), ("calc-0", "null"), ("calc-1", "fix"), ("calc-1", "null")]
+    assert [(j.instance.instance_id, j.arm) for j in by_arm.todo] == [
+        ("calc-0", "fix"), ("calc-1", "fix"), ("calc-0", "null"), ("calc-1", "null")]
+    assert sorted(by_arm.todo, key=lambda j: (j.instance.instance_id, j.arm)) == by_inst.todo
+    a = run_eval(ts, {"fix": FixPolicy(), "null": NullFinishPolicy()}, [0], tmp_path / "a",
+                 sandbox_factory=FakeFactory(repos), order="arm")
+    b = run_eval(ts, {"fix": FixPolicy(), "null": NullFinishPolicy()}, [0], tmp_path / "b",
+                 sandbox_factory=FakeFactory(repos))
+    assert [(r.instance_id, r.arm, r.resolved, r.status) for r in a] == [
+        (r.instance_id, r.arm, r.resolved, r.status) for r in b]
+
+
 def test_episode_seed_is_deterministic_and_arm_independent() -> None:
     assert episode_seed(0, "a", 1) == episode_seed(0, "a", 1)
     assert len({episode_seed(0, "a", 1), episode_seed(0, "a", 2), episode_seed(0, "b", 1),
