@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 from evalsuite.schema import AnalysisResult
 from harness.schema import EpisodeResult, RunManifest
 from protocols.schema import FrozenProtocol
-from reports import details, episodes, pages, probes, provenance, render, sections, studies, tiers, training
+from reports import details, episodes, pages, probes, provenance, reach, render, sections, studies, tiers, training
 from reports import format as fmt
 from reports.model import KeyValue, ReportView
 from reports.schema import CriterionSummary, ReportSummary
@@ -94,7 +94,8 @@ def build_view(
 ) -> ReportView:
     """Assemble the whole view model (pure: no file access)."""
     secs = [
-        sections.criteria_section(a), sections.outcomes_section(a), details.variance_section(a),
+        sections.criteria_section(a), sections.outcomes_section(a), reach.reach_section(eps),
+        details.variance_section(a),
         details.sensitivity_section(a), studies.training_section(
             training_runs, arm_order=[a.arms[r] for r in ("treatment", "baseline") if r in a.arms]), studies.noisy_section(a),
         studies.equal_compute_section(a), studies.can_do_section(a), probes.hint_probes_section(a),

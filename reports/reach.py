@@ -1,0 +1,76 @@
+""""What the episodes reached": can this evaluation answer its question at all? (See ``INTRO``.)"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from harness.schema import EpisodeResult
+from reports.model import Cell, Section, Table
+
+INTRO = (
+    "The verdict compares rates; it cannot say whether the episodes ever got to the point the question is about. "
+    "The paper's behaviour is a property of the agent's reply to the user (its finish summary). When the models "
+    "rarely reach that turn, or rarely solve anything, both arms score about zero on both endpoints and the verdict "
+    "says nothing about targeted guidance. This panel counts, per arm and from the episodes' own result files (no "
+    "statistics): how many episodes ended with a reply (finish) and how many at a limit, how many turns the "
+    "behaviour checkers judged and passed, and how many tasks were resolved; and it says in words when the counts "
+    "leave the question unanswered.")
+LIMITS = ("limit_turns", "limit_tokens", "limit_time", "limit_context")
+FEW = 0.2  # "most episodes" below this share; a wording threshold for the notes, never a criterion
+
+
+def _share(k: int, n: int) -> str:
+    return f"{k:,} / {n:,} ({100 * k / n:.0f}%)" if n else "0 / 0"
+
+
+def reach_section(eps: Sequence[EpisodeResult]) -> Section:
+    scored = [e for e in eps if e.scored]
+    if not scored:
+        return Section(id="reach", title="What the episodes reached", available=False,
+                       absent="No scored episodes were found next to the analysis (pass the run directories).")
+    arms = sorted({e.arm for e in scored}, key=lambda a: (a.split("@")[0] != "base", a))
+    rows, notes = [], []
+    tot = {"n": 0, "reply": 0, "resolved": 0, "judged": 0, "turns": 0}
+    for arm in arms:
+        es = [e for e in scored if e.arm == arm]
+        reply = sum(e.status not in LIMITS and e.status != "protocol_violation" for e in es)
+        limit = sum(e.status in LIMITS for e in es)
+        verdicts = [v for e in es for b in e.behaviour for v in b.turn_verdicts]
+        judged = sum(v != "NA" for v in verdicts)
+        passed = sum(v == "PASS" for v in verdicts)
+        judged_eps = sum(any(v != "NA" for b in e.behaviour for v in b.turn_verdicts) for e in es)
+        resolved = sum(e.resolved for e in es)
+        rows.append([Cell(text=arm), Cell(text=f"{len(es):,}"), Cell(text=_share(reply, len(es))),
+                     Cell(text=_share(limit, len(es))), Cell(text=_share(judged_eps, len(es))),
+                     Cell(text=f"{passed:,} / {judged:,}"), Cell(text=_share(resolved, len(es)))])
+        for k, v in (("n", len(es)), ("reply", reply), ("resolved", resolved), ("judged", judged),
+                     ("turns", len(verdicts))):
+            tot[k] += v
+    n = tot["n"]
+    if tot["reply"] < FEW * n:
+        notes.append(f"Only {tot['reply']:,} of {n:,} episodes ended with a reply to the user (finish); the others "
+                     "stopped at a limit.")
+        if tot["judged"] > 2 * max(1, tot["reply"]):
+            notes.append(
+                f"Yet {tot['judged']:,} of {tot['turns']:,} turn verdicts were judged (not NA): the checkers judge any "
+                "visible text of a turn (markdown@v1: 40 characters or more outside well-formed tool calls), and a "
+                "model that cannot yet write its tool calls produces such text on most turns. The behaviour endpoint "
+                "here therefore reflects malformed turns, not the style of replies to the user that the paper judges.")
+    if tot["resolved"] < FEW * n:
+        notes.append(
+            f"Only {tot['resolved']:,} of {n:,} episodes resolved their task. With coding success near zero in every "
+            "arm, 'coding held' is met trivially and says nothing about whether targeted guidance protects it.")
+    if notes:
+        notes.append("In this state the verdict does not answer the paper's question (does TG teach the behaviour "
+                     "while coding holds?): it is the honest result of models that cannot yet do the tasks. The "
+                     "README section 'What the mini world reaches' gives the measurements and the reasons.")
+    table = Table(
+        id="reach-table",
+        header=["arm", "episodes", "ended with a reply (finish)", "stopped at a limit", "with a judged turn",
+                "judged turns passed", "resolved"],
+        rows=rows,
+        caption="Counted from the episodes' result files (scored episodes only). A turn is judged when a behaviour "
+                "checker applies to it (NA otherwise); an episode's behaviour is OK when none of its judged turns "
+                "failed.")
+    return Section(id="reach", title="What the episodes reached", intro=INTRO,
+                   tables=[table], notes=notes)

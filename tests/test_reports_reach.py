@@ -1,0 +1,39 @@
+"""reports.reach: per-arm counts of what the episodes reached, and the notes that say when the verdict is empty."""
+
+from __future__ import annotations
+
+from harness.schema import BehaviourResult, EpisodeResult
+from reports.reach import reach_section
+
+
+def _ep(arm: str, i: int, status: str, verdicts: list[str], resolved: bool = False) -> EpisodeResult:
+    ok = "FAIL" not in verdicts
+    return EpisodeResult(run_id="r", instance_id=f"t{i}", repo="r", cluster="r", arm=arm, policy="p", seed=0,
+                         status=status, failure_class="none" if status == "ok" else "agent", resolved=resolved,
+                         behaviour_ok=ok, joint_ok=ok and resolved,
+                         behaviour=[BehaviourResult(checker="markdown@v1", ok=ok, turn_verdicts=verdicts)])
+
+
+def test_counts_per_arm_base_first() -> None:
+    eps = [_ep("tg@s0", 0, "ok", ["NA", "PASS"], resolved=True), _ep("tg@s0", 1, "limit_turns", ["FAIL", "NA"]),
+           _ep("base", 0, "tests_failed", ["NA", "FAIL"]),
+           _ep("base", 1, "infra_error", []).model_copy(update={"failure_class": "infra"})]
+    sec = reach_section(eps)
+    rows = [[c.text for c in r] for r in sec.tables[0].rows]
+    assert rows == [["base", "1", "1 / 1 (100%)", "0 / 1 (0%)", "1 / 1 (100%)", "0 / 1", "0 / 1 (0%)"],
+                    ["tg@s0", "2", "1 / 2 (50%)", "1 / 2 (50%)", "2 / 2 (100%)", "1 / 2", "1 / 2 (50%)"]]
+    assert sec.notes == []  # half the episodes replied and resolved: nothing to warn about
+
+
+def test_notes_say_when_the_question_is_not_answered() -> None:
+    eps = [_ep(arm, i, "limit_turns", ["FAIL"] * 4) for arm in ("grpo@s0", "tg@s0") for i in range(10)]
+    eps.append(_ep("tg@s0", 99, "ok", ["PASS"]))
+    notes = reach_section(eps).notes
+    assert notes[0].startswith("Only 1 of 21 episodes ended with a reply")
+    assert "81 of 81 turn verdicts were judged" in notes[1] and "malformed turns" in notes[1]
+    assert notes[2].startswith("Only 0 of 21 episodes resolved") and "does not answer" in notes[3]
+
+
+def test_without_scored_episodes_the_panel_says_so() -> None:
+    sec = reach_section([])
+    assert not sec.available and "No scored episodes" in sec.absent
