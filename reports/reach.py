@@ -29,33 +29,40 @@ def reach_section(eps: Sequence[EpisodeResult]) -> Section:
         return Section(id="reach", title="What the episodes reached", available=False,
                        absent="No scored episodes were found next to the analysis (pass the run directories).")
     arms = sorted({e.arm for e in scored}, key=lambda a: (a.split("@")[0] != "base", a))
+    checkers = sorted({b.checker for e in scored for b in e.behaviour})
     rows, notes = [], []
-    tot = {"n": 0, "reply": 0, "resolved": 0, "judged": 0, "turns": 0}
+    tot = {"n": 0, "reply": 0, "resolved": 0, "md_judged": 0, "md_turns": 0}
     for arm in arms:
         es = [e for e in scored if e.arm == arm]
         reply = sum(e.status not in LIMITS and e.status != "protocol_violation" for e in es)
         limit = sum(e.status in LIMITS for e in es)
-        verdicts = [v for e in es for b in e.behaviour for v in b.turn_verdicts]
-        judged = sum(v != "NA" for v in verdicts)
-        passed = sum(v == "PASS" for v in verdicts)
-        judged_eps = sum(any(v != "NA" for b in e.behaviour for v in b.turn_verdicts) for e in es)
         resolved = sum(e.resolved for e in es)
+        per_checker = []
+        for c in checkers:
+            vs = [v for e in es for b in e.behaviour if b.checker == c for v in b.turn_verdicts]
+            judged, passed = sum(v != "NA" for v in vs), sum(v == "PASS" for v in vs)
+            per_checker.append(Cell(text=f"{passed:,} / {judged:,} (of {len(vs):,} turns)"))
+            if c == "markdown@v1":
+                tot["md_judged"] += judged
+                tot["md_turns"] += len(vs)
         rows.append([Cell(text=arm), Cell(text=f"{len(es):,}"), Cell(text=_share(reply, len(es))),
-                     Cell(text=_share(limit, len(es))), Cell(text=_share(judged_eps, len(es))),
-                     Cell(text=f"{passed:,} / {judged:,}"), Cell(text=_share(resolved, len(es)))])
-        for k, v in (("n", len(es)), ("reply", reply), ("resolved", resolved), ("judged", judged),
-                     ("turns", len(verdicts))):
+                     Cell(text=_share(limit, len(es))), *per_checker, Cell(text=_share(resolved, len(es)))])
+        for k, v in (("n", len(es)), ("reply", reply), ("resolved", resolved)):
             tot[k] += v
     n = tot["n"]
     if tot["reply"] < FEW * n:
         notes.append(f"Only {tot['reply']:,} of {n:,} episodes ended with a reply to the user (finish); the others "
                      "stopped at a limit.")
-        if tot["judged"] > 2 * max(1, tot["reply"]):
+        if "tool_protocol@v1" in checkers:
+            notes.append("An episode's behaviour is OK only if tool_protocol@v1 passes too, and it requires exactly "
+                         "one valid finish: every episode that stopped at a limit fails the behaviour endpoint for "
+                         "that reason alone.")
+        if tot["md_judged"] > 2 * max(1, tot["reply"]):
             notes.append(
-                f"Yet {tot['judged']:,} of {tot['turns']:,} turn verdicts were judged (not NA): the checkers judge any "
-                "visible text of a turn (markdown@v1: 40 characters or more outside well-formed tool calls), and a "
-                "model that cannot yet write its tool calls produces such text on most turns. The behaviour endpoint "
-                "here therefore reflects malformed turns, not the style of replies to the user that the paper judges.")
+                f"markdown@v1 judged {tot['md_judged']:,} of {tot['md_turns']:,} turns (not NA): it judges any "
+                "visible text of 40 characters or more outside well-formed tool calls, and a model that cannot yet "
+                "write its tool calls produces such text. The behaviour endpoint here therefore reflects those "
+                "turns, not the style of the replies to the user that the paper judges.")
     if tot["resolved"] < FEW * n:
         notes.append(
             f"Only {tot['resolved']:,} of {n:,} episodes resolved their task. With coding success near zero in every "
@@ -66,8 +73,8 @@ def reach_section(eps: Sequence[EpisodeResult]) -> Section:
                      "README section 'What the mini world reaches' gives the measurements and the reasons.")
     table = Table(
         id="reach-table",
-        header=["arm", "episodes", "ended with a reply (finish)", "stopped at a limit", "with a judged turn",
-                "judged turns passed", "resolved"],
+        header=["arm", "episodes", "ended with a reply (finish)", "stopped at a limit",
+                *[f"{c}: turns passed / judged" for c in checkers], "resolved"],
         rows=rows,
         caption="Counted from the episodes' result files (scored episodes only). A turn is judged when a behaviour "
                 "checker applies to it (NA otherwise); an episode's behaviour is OK when none of its judged turns "

@@ -239,7 +239,7 @@ def reproduce(preset: Preset, out_dir: str | Path, *, force: frozenset[str] = fr
                                       "code": "analyze@2", "exploratory": ex_hash},
                           lambda: _stage_analyze(paths, [arms_dir], exploratory))
     runner.run("report", {"analysis": canonical_hash(analysis), "eval": canonical_hash([ev_arms, ev_base]),
-                          "training": canonical_hash(ckpt_records), "code": "report@2"},
+                          "training": canonical_hash(ckpt_records), "code": "report@4"},
                lambda: _stage_report(paths, [arms_dir, base_dir], training))
     record = {"preset": p, "out": str(out), "decision": analysis["decision"], "studies": sorted(studies),
               "stages": runner.timings(),

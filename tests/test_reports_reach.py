@@ -20,8 +20,9 @@ def test_counts_per_arm_base_first() -> None:
            _ep("base", 1, "infra_error", []).model_copy(update={"failure_class": "infra"})]
     sec = reach_section(eps)
     rows = [[c.text for c in r] for r in sec.tables[0].rows]
-    assert rows == [["base", "1", "1 / 1 (100%)", "0 / 1 (0%)", "1 / 1 (100%)", "0 / 1", "0 / 1 (0%)"],
-                    ["tg@s0", "2", "1 / 2 (50%)", "1 / 2 (50%)", "2 / 2 (100%)", "1 / 2", "1 / 2 (50%)"]]
+    assert rows == [["base", "1", "1 / 1 (100%)", "0 / 1 (0%)", "0 / 1 (of 2 turns)", "0 / 1 (0%)"],
+                    ["tg@s0", "2", "1 / 2 (50%)", "1 / 2 (50%)", "1 / 2 (of 4 turns)", "1 / 2 (50%)"]]
+    assert sec.tables[0].header[4] == "markdown@v1: turns passed / judged"
     assert sec.notes == []  # half the episodes replied and resolved: nothing to warn about
 
 
@@ -30,8 +31,11 @@ def test_notes_say_when_the_question_is_not_answered() -> None:
     eps.append(_ep("tg@s0", 99, "ok", ["PASS"]))
     notes = reach_section(eps).notes
     assert notes[0].startswith("Only 1 of 21 episodes ended with a reply")
-    assert "81 of 81 turn verdicts were judged" in notes[1] and "malformed turns" in notes[1]
+    assert "markdown@v1 judged 81 of 81 turns" in notes[1] and "not the style of the replies" in notes[1]
     assert notes[2].startswith("Only 0 of 21 episodes resolved") and "does not answer" in notes[3]
+    with_protocol = [e.model_copy(update={"behaviour": [*e.behaviour, BehaviourResult(
+        checker="tool_protocol@v1", ok=False, turn_verdicts=["PASS"])]}) for e in eps]
+    assert "exactly one valid finish" in reach_section(with_protocol).notes[1]
 
 
 def test_without_scored_episodes_the_panel_says_so() -> None:
