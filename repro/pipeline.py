@@ -144,8 +144,10 @@ def _stage_eval(run_dir: Path, heldout: Path, arms: dict[str, str], preset: Pres
     limits = EpisodeLimits(max_turns=preset.eval_max_turns)
     with contextlib.ExitStack() as stack, TaskSandboxFactory(ts, kind=preset.eval_sandbox,
                                                              run_id=run_dir.name) as fac:
-        for pol in policies.values():
-            stack.callback(pol.engine.close)
+        for pol in policies.values():  # our sampling policies own a batching engine thread; stop it after
+            close = getattr(getattr(pol, "engine", None), "close", None)
+            if close is not None:
+                stack.callback(close)
         fac.preflight()
         results = run_eval(ts, policies, list(range(preset.eval_episodes)), run_dir, sandbox_factory=fac,
                            workers=preset.eval_concurrency, order="arm", limits=limits, run_seed=preset.task_seed,
