@@ -5,7 +5,8 @@
   image, so a missing one is a broken set-up, not a reason to go green).
 - ``@pytest.mark.gpu`` tests are skipped cleanly when CUDA is not available.
 - Fixtures: ``docker_client`` / ``docker_engine`` (engine client), ``base_image`` (tag), ``docker_provider`` (a
-  ``DockerSandboxProvider`` whose containers are removed after the test), ``local_sandbox``.
+  ``DockerSandboxProvider`` whose containers are removed after the test), ``local_sandbox``, ``one_torch_thread``
+  (module scope: tiny models on one intra-op thread; use with ``pytestmark = pytest.mark.usefixtures(...)``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,17 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """Tiny models run fastest on one intra-op thread (and do not fight other test processes); restored after."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
 
 
 def _in_ci() -> bool:

@@ -12,13 +12,7 @@ from repro.batching import BatchingEngine
 from repro.models import build_model
 from repro.sampler import KVSampler, RolloutEngine, TokenRequest
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 V, STOP = 97, 2

@@ -13,14 +13,7 @@ from repro.losses import chunked_kl_loss, kl_from_logits
 from repro.models import build_model, final_hidden_states, lm_head_weight
 from repro.tokenizer import ChatEncoder, train_tokenizer
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models run fastest on one intra-op thread (and do not fight other test processes); restored after."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 HINT = "Reminder: format your reply to the user in Markdown."
 CORPUS = ["I read the file and fixed the bug.", "## Summary\n- fixed `add`", "def f(x):\n    return x\n",

@@ -9,13 +9,7 @@ from repro.models import build_model
 from repro.prefix_cache import PrefixCache
 from repro.sampler import KVSampler, TokenRequest
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 V, STOP = 97, 2

@@ -10,14 +10,7 @@ import torch
 from repro.models import build_model
 from repro.sampler import KVSampler, RolloutEngine, TokenRequest
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models run fastest on one intra-op thread (and do not fight other test processes); restored after."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 V = 97
 STOP = 2

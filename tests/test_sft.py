@@ -15,14 +15,7 @@ from repro.models import build_model
 from repro.sft import SFTConfig, sft_loss, sft_train
 from repro.tokenizer import ChatEncoder, train_tokenizer
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models run fastest on one intra-op thread (and do not fight other test processes); restored after."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 CONVS = [
     [{"role": "user", "content": f"Fix bug {i} in mod{i}.py"},
