@@ -49,6 +49,7 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=160)
     ap.add_argument("--sandbox", default="local", choices=["local", "docker"])
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--window", type=float, default=0.05, help="BatchingEngine.window_s")
     a = ap.parse_args()
 
     import torch
@@ -70,7 +71,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         wall_b, res_b = _run(SamplerPolicy(KVSampler(model), tok, **kw), ts, Path(tmp) / "baseline",
                              a.baseline_workers, a)
-        with BatchingEngine(KVSampler(model, prefix_cache=2 * a.workers), max_batch=a.workers) as eng:
+        with BatchingEngine(KVSampler(model, prefix_cache=2 * a.workers), max_batch=a.workers,
+                            window_s=a.window) as eng:
             wall_x, res_x = _run(SamplerPolicy(eng, tok, **kw), ts, Path(tmp) / "batched", a.workers, a)
             mean_rows = eng.stats.mean_rows
             reuse = eng.engine.prefix.stats.reuse_rate  # type: ignore[union-attr]
