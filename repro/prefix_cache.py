@@ -69,7 +69,8 @@ class PrefixCache:
             self._fingerprint = fp
 
     def lookup(self, prompt: list[int]) -> tuple[KV | None, int]:
-        """(K/V of the best stored sequence, length of its common prefix with ``prompt``); (None, 0) if none."""
+        """(K/V of the best stored sequence, how many of ``prompt``'s leading tokens it covers); (None, 0) if none.
+        At most ``len(prompt) - 1`` tokens are reused: the last prompt token is always recomputed, for its logits."""
         p = torch.tensor(prompt, dtype=torch.long)
         best_key, best_n = None, 0
         for key, e in self.entries.items():
@@ -84,7 +85,9 @@ class PrefixCache:
         if best_key is None:
             return None, 0
         self.entries.move_to_end(best_key)
-        return self.entries[best_key].kv, best_n
+        n = min(best_n, len(prompt) - 1)
+        self.stats.reused_tokens += n
+        return self.entries[best_key].kv, n
 
     def store(self, ids: list[int], kv: KV) -> None:
         t = torch.tensor(ids, dtype=torch.long)

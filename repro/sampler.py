@@ -196,7 +196,7 @@ class KVSampler:
             reuse = [self.prefix.lookup(list(p)) for p in prompts]
         else:
             reuse = [(None, 0)] * len(prompts)
-        keep_n = [min(n, lens[i] - 1) for i, (_, n) in enumerate(reuse)]   # the last prompt token is recomputed
+        keep_n = [n for _, n in reuse]
         p_max, n_new = max(lens), max(r.max_new_tokens for r in reqs)
         start = p_max - max(n - c for n, c in zip(lens, keep_n, strict=True))   # first slot any row must compute
         total = p_max + n_new
@@ -221,8 +221,6 @@ class KVSampler:
                 for (kc, vc), (k0, v0) in zip(cache, kv, strict=True):
                     kc[i, :, off:off + c] = k0[:, :c]
                     vc[i, :, off:off + c] = v0[:, :c]
-        if self.prefix is not None:
-            self.prefix.stats.reused_tokens += sum(keep_n)
         logits = self._forward(ids[:, start:], pos[:, start:], mask.unsqueeze(1), start, cache, w, rope)
         key_valid = torch.zeros(u, total, dtype=torch.bool, device=dev)
         key_valid[:, :p_max] = valid
