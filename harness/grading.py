@@ -32,7 +32,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 import tarfile
 import tempfile
 import time
@@ -42,13 +41,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
+from harness.grading_paths import foreign_paths, is_test_path, pythonpath_roots, shadow_candidate_in, shadow_candidates
 from harness.grading_script import build_eval_script, parse_eval_markers
 from harness.sandbox import Sandbox
 from harness.schema import Grade, TaskInstance, TestStatus
 
 log = logging.getLogger(__name__)
 
-GRADER_VERSION = "grade@v1"
+GRADER_VERSION = "grade@v2"  # v2: grader-owned pytest config, no plugin autoload, foreign files restored
 InfraPolicy = Literal["reset", "flag"]
 _FAILING: frozenset[str] = frozenset({"failed", "error"})
 _RANK: dict[str, int] = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
@@ -212,28 +212,12 @@ def is_test_infra_path(path: str) -> bool:
     return path.rsplit("/", 1)[-1] in _INFRA_NAMES
 
 
-_RUNNER_MODULES = frozenset({"pytest", "_pytest", "pluggy", "py", "iniconfig", "packaging", "exceptiongroup",
-                             "tomli", "sitecustomize", "usercustomize"})
-
-
 def shadow_candidate(path: str) -> str | None:
     """The top-level name if ``path`` could shadow the test runner or a standard-library module (``python -m
     pytest`` puts the repository root first on ``sys.path``), else None. The eval script removes such an entry
-    only when it did not exist at base, so a repository's own ``test/`` or ``code/`` folder is left alone."""
-    top, sep, _ = path.partition("/")
-    name = top if sep else (top[:-3] if top.endswith(".py") else "")
-    if name and (name in _RUNNER_MODULES or name in sys.stdlib_module_names):
-        return top
-    return None
-
-
-def is_test_path(path: str) -> bool:
-    """Test modules by pytest's default naming, or anything under a ``tests``/``test`` directory."""
-    name = path.rsplit("/", 1)[-1]
-    parts = path.split("/")[:-1]
-    return (name.startswith("test_") and name.endswith(".py")) or name.endswith("_test.py") or any(
-        p in ("tests", "test", "testing") for p in parts
-    )
+    only when it did not exist at base, so a repository's own ``test/`` or ``code/`` folder is left alone.
+    ``harness.grading_paths.shadow_candidate_in`` also looks under the test command's ``PYTHONPATH`` roots."""
+    return shadow_candidate_in(path)
 
 
 def test_files_of(nodeids: Iterable[str]) -> list[str]:
@@ -349,13 +333,14 @@ def grade_patch(
     p2p = [t for t in instance.PASS_TO_PASS if t not in skip]
     restore = sorted(set(touched_paths(instance.test_patch)) | set(test_files_of(f2p + p2p)))
     touched = touched_paths(patch)
-    infra = [p for p in touched if is_test_infra_path(p)] if infra_policy == "reset" else []
+    foreign = foreign_paths(touched)
+    infra = foreign if infra_policy == "reset" else []
     grader_dir = f"/tmp/tgsuite-grade-{uuid.uuid4().hex[:12]}"
     script = build_eval_script(
         base_commit=instance.base_commit, candidate_patch=patch, test_patch=instance.test_patch,
         restore_files=restore, infra_files=infra, test_cmd=instance.test_cmd, test_ids=f2p + p2p,
         grader_dir=grader_dir, timeout_s=timeout_s, reset_pyproject=infra_policy == "reset",
-        shadow=sorted({t for t in map(shadow_candidate, touched) if t}),
+        shadow=shadow_candidates(touched, pythonpath_roots(instance.test_cmd)),
     )
     res = sandbox.exec(["bash", "-s"], input=script.encode(), timeout=timeout_s + 120)
     markers = parse_eval_markers(res.stdout)
@@ -367,7 +352,7 @@ def grade_patch(
             artifacts["junit.xml"] = junit_text
     if markers.reset_failed:
         raise GraderError(f"grading sandbox could not reset the repository to {instance.base_commit}")
-    touched_tests = any(p in restore or is_test_path(p) or is_test_infra_path(p) for p in touched)
+    touched_tests = bool(foreign) or any(p in restore for p in touched)
     grade = grade_from_output(f2p=f2p, p2p=p2p, stdout=res.stdout, junit_text=junit_text,
                               touched_tests=touched_tests, duration_s=time.monotonic() - t0,
                               sandbox_timed_out=res.timed_out, instance_id=instance.instance_id,

@@ -16,6 +16,8 @@ import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from harness.grading_paths import runnable_test_cmd
+
 
 @dataclass(frozen=True)
 class EvalMarkers:
@@ -120,16 +122,43 @@ fi
 
 
 def _script_test(test_cmd: str, ids: str, timeout_s: float) -> str:
+    cmd = runnable_test_cmd(test_cmd)
     return f"""mkdir -p "$G/out"
-echo '>>>>> Start Test Output'
-export PYTHONDONTWRITEBYTECODE=1; unset PYTEST_ADDOPTS
-timeout -k 5 {int(timeout_s)} {test_cmd} -rA -p no:cacheprovider --junitxml="$G/out/junit.xml" {ids} < /dev/null
-echo ">>>>> Test Exit Code: $?"
+{_script_grader_config()}echo '>>>>> Start Test Output'
+export PYTHONDONTWRITEBYTECODE=1 PYTHONNOUSERSITE=1 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
+unset PYTEST_ADDOPTS PYTEST_PLUGINS PYTHONSTARTUP
+timeout -k 5 {int(timeout_s)} {cmd} -c "$CFG" --rootdir="$PWD" -rA -p no:cacheprovider --junitxml="$G/out/junit.xml" {ids} < /dev/null
+rc=$?
+rm -f -- "$CFG"
+printf '\\n>>>>> Test Exit Code: %s\\n' "$rc"
+"""
+
+
+def _script_grader_config() -> str:
+    """The grader's own pytest configuration: the BASE commit's pytest section (pytest's own search order at the
+    repository root), copied to a fresh name in the root (relative ``pythonpath``/``testpaths`` keep their
+    meaning) and passed with ``-c``, so no configuration file the patch wrote is read; ``[pytest]`` when base
+    has none. Runs after the patch is applied and the agent's non-source files are restored."""
+    return """CFG="$PWD/.tgsuite-grader-$(basename "$G")"
+found=''
+for f in pytest.ini .pytest.ini pyproject.toml tox.ini setup.cfg; do
+  git show "$B:$f" > "$G/cfg" 2>/dev/null || continue
+  case "$f" in
+    pytest.ini|.pytest.ini) found="$CFG.ini";;
+    pyproject.toml) grep -qE '^[[:space:]]*\\[tool\\.pytest\\.ini_options\\]' "$G/cfg" && found="$CFG.toml";;
+    tox.ini) grep -qE '^[[:space:]]*\\[pytest\\]' "$G/cfg" && found="$CFG.ini";;
+    setup.cfg) grep -qE '^[[:space:]]*\\[tool:pytest\\]' "$G/cfg" && found="$CFG.cfg";;
+  esac
+  [ -n "$found" ] && break
+done
+if [ -n "$found" ]; then CFG="$found"; cp "$G/cfg" "$CFG"; else CFG="$CFG.ini"; printf '[pytest]\\n' > "$CFG"; fi
 """
 
 
 _START = ">>>>> Start Test Output"
-_EXIT_RE = re.compile(r"^>>>>> Test Exit Code: (-?\d+)\s*$", re.M)
+# Not anchored at the line start: output of a pytest killed mid-line (timeout, OOM) that an older script
+# version printed the marker after, on the same line, still parses. The last marker wins (the script's own).
+_EXIT_RE = re.compile(r">>>>> Test Exit Code: (-?\d+)\s*$", re.M)
 _APPLIED_RE = re.compile(r"^>>>>> Applied (\S+)\s*$", re.M)
 
 
