@@ -122,7 +122,19 @@ def _attempt_indices(d: Path) -> list[int]:
     return sorted(int(p.name[1:]) for p in d.iterdir() if p.is_dir() and re.fullmatch(r"a\d+", p.name))
 
 
-def _resolve_arms(arms: Mapping[str, Policy | str], task_set: TaskSet) -> tuple[dict[str, Policy], dict[str, str]]:
+def _policy_options(spec: str, task_set: TaskSet, factory: SandboxFactory | None) -> dict[str, Any]:
+    """Options ``make_policy`` needs for a scripted spec: the task set for ``oracle``; for ``expert`` the factory's
+    scratch sandboxes, so the code it screens runs in this run's kind of sandbox, never on the host."""
+    if spec == "oracle":
+        return {"tasks": task_set}
+    scratch = getattr(factory, "open_scratch", None)
+    if spec == "expert" and scratch is not None:
+        return {"screen_sandbox": scratch}
+    return {}
+
+
+def _resolve_arms(arms: Mapping[str, Policy | str], task_set: TaskSet,
+                  factory: SandboxFactory | None = None) -> tuple[dict[str, Policy], dict[str, str]]:
     policies: dict[str, Policy] = {}
     specs: dict[str, str] = {}
     for name, p in arms.items():
@@ -132,7 +144,7 @@ def _resolve_arms(arms: Mapping[str, Policy | str], task_set: TaskSet) -> tuple[
         if isinstance(p, str):
             from harness.policies import make_policy
 
-            specs[name], p = p, (make_policy(p, tasks=task_set) if p == "oracle" else make_policy(p))
+            specs[name], p = p, make_policy(p, **_policy_options(p, task_set, factory))
         else:
             specs[name] = getattr(p, "spec", None) or f"object:{p.name}"
         policies[name] = p if getattr(p, "thread_safe", False) else _LockedPolicy(p)  # type: ignore[assignment]
@@ -171,7 +183,7 @@ def run_eval(
     limits, retry = limits or EpisodeLimits(), retry or RetryPolicy()
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
-    policies, specs = _resolve_arms(arms, task_set)
+    policies, specs = _resolve_arms(arms, task_set, sandbox_factory)
     run_id = out.resolve().name
     with run_lock(out):
         check_resume_compatible(out, task_set, specs)

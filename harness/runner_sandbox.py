@@ -98,6 +98,19 @@ class TaskSandboxFactory:
             raise
         return sb, head
 
+    def open_scratch(self) -> Sandbox:
+        """A fresh, EMPTY sandbox of this factory's kind (the task set's most common image, no repository) for
+        running code a policy read from the task, e.g. ``ScriptedExpert``'s screening of candidate fixes; the
+        caller closes it. Docker sandboxes carry this run's labels (``tgsuite.role=scratch``)."""
+        images = [i.image for i in self.task_set.instances] or [self.spec.image]
+        image = max(sorted(set(images)), key=images.count)
+        spec = dataclasses.replace(self.spec, image=image, labels={**self.spec.labels, "tgsuite.role": "scratch"})
+        if self._provider is not None:
+            return self._provider.create(spec, instance_id="scratch", attempt=0)
+        from harness.sandbox_local import LocalSandbox
+
+        return LocalSandbox(spec)
+
     def close(self) -> None:
         shutil.rmtree(self._cache, ignore_errors=True)
         if self._provider is not None:

@@ -8,21 +8,22 @@ returned by ``read_file``) and the names of the tests that failed (as printed by
    constants they read;
 3. ``repair_candidates``: inverse bug-family edits (``bugs.enumerate_edits(mode="repair")``) on those lines plus
    guard clauses for edge-case inputs seen in the failing asserts (``if not items: return <expected>``);
-4. ``screen``: runs the visible test file against each candidate module in ONE subprocess (``python -I``, an
-   alarm per candidate) and returns how many tests pass. This executes repository code on the host: it is a
-   scripted baseline for trusted, generated task sets, not a sandbox.
+4. ``screen``: runs the visible test file against each candidate module in ONE ``python3 -I`` process inside a
+   fresh sandbox (an alarm per candidate) and returns how many tests pass. Repository code never runs on the
+   host: the sandbox comes from the caller (``ScriptedExpert(screen_sandbox=...)``; the runner passes its own
+   sandbox factory, so ``--sandbox docker`` screens in a container), ``LocalSandbox`` by default.
 """
 
 from __future__ import annotations
 
 import ast
 import json
-import subprocess
-import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
 from harness.minirepos.bugs import Edit, enumerate_edits, module_constants_used
+from harness.sandbox import Sandbox
 
 _FAMILY_ORDER = ("wrong_comparison", "wrong_operator", "off_by_one", "wrong_boolean_logic", "wrong_builtin",
                  "swapped_arguments", "wrong_variable_returned", "wrong_string_format", "missing_edge_case",
@@ -180,22 +181,43 @@ print(json.dumps(results))
 """
 
 
+SandboxOpener = Callable[[], Sandbox]
+
+
+def local_screen_sandbox() -> Sandbox:
+    """The default place to screen: a fresh ``harness.sandbox_local.LocalSandbox`` (a temp directory, rlimits, a
+    scrubbed environment; not isolated, see ``harness.sandbox``). Evaluation passes its own opener, which gives
+    a Docker sandbox under ``--sandbox docker``."""
+    from harness.sandbox_local import LocalSandbox
+
+    return LocalSandbox()
+
+
 @lru_cache(maxsize=256)
-def _screen_cached(module: str, candidates: tuple[str, ...], tests: str, python: str) -> tuple[int, ...] | None:
+def _screen_cached(module: str, candidates: tuple[str, ...], tests: str,
+                   open_sandbox: SandboxOpener) -> tuple[int, ...] | None:
     job = json.dumps({"module": module, "candidates": list(candidates), "tests": tests})
-    try:
-        res = subprocess.run([python, "-I", "-c", _SCREEN], input=job, capture_output=True, text=True,
-                             timeout=30 + 2 * len(candidates), check=False)
-        out = tuple(json.loads(res.stdout))
-        return out if len(out) == len(candidates) else None
-    except (subprocess.TimeoutExpired, json.JSONDecodeError, ValueError):
+    timeout = 30 + 2 * len(candidates)
+    with open_sandbox() as sb:
+        res = sb.exec(["python3", "-I", "-c", _SCREEN], input=job.encode(), timeout=timeout)
+    if res.timed_out or res.returncode != 0 or res.truncated:
         return None
+    try:
+        out = tuple(json.loads(res.stdout))
+    except (json.JSONDecodeError, TypeError, ValueError):
+        return None
+    return out if len(out) == len(candidates) and all(isinstance(n, int) for n in out) else None
 
 
-def screen(module: str, candidates: list[str], tests: str, *, python: str = sys.executable) -> list[int] | None:
+def screen(module: str, candidates: list[str], tests: str, *,
+           sandbox: SandboxOpener = local_screen_sandbox) -> list[int] | None:
     """Number of test functions in ``tests`` passing with each candidate module source (-1: broken); None if the
-    screening process itself failed. ``module`` is the dotted import name the tests use."""
-    out = _screen_cached(module, tuple(candidates), tests, python)
+    screening process itself failed. ``module`` is the dotted import name the tests use.
+
+    The candidates and the tests are repository code: they run in a FRESH sandbox from ``sandbox()`` (closed
+    afterwards; nothing they write survives), never in the harness process or another host process.
+    ``SandboxUnavailable`` propagates (an infrastructure error of the episode)."""
+    out = _screen_cached(module, tuple(candidates), tests, sandbox)
     return list(out) if out is not None else None
 
 

@@ -269,21 +269,24 @@ def _locate(statement: str, first_run: str, files: list[str]) -> _Target | None:
     return _Target(path, module_name, function, test_file, failing, lines)
 
 
-def _ranked_fixes(module_src: str, test_src: str, target: _Target) -> list[repair.Edit]:
+def _ranked_fixes(module_src: str, test_src: str, target: _Target,
+                  open_sandbox: repair.SandboxOpener = repair.local_screen_sandbox) -> list[repair.Edit]:
     """Candidate fixes that make every test of the visible test file pass, most plausible first. The policy is
     stateless and asks again on every later turn of the episode: the answer is a pure function of what was read,
-    so it is memoised."""
-    return list(_ranked_fixes_cached(module_src, test_src, target))
+    so it is memoised. Screening runs the code in a sandbox from ``open_sandbox`` (``repair.screen``)."""
+    return list(_ranked_fixes_cached(module_src, test_src, target, open_sandbox))
 
 
 @functools.lru_cache(maxsize=256)
-def _ranked_fixes_cached(module_src: str, test_src: str, target: _Target) -> tuple[repair.Edit, ...]:
+def _ranked_fixes_cached(module_src: str, test_src: str, target: _Target,
+                         open_sandbox: repair.SandboxOpener) -> tuple[repair.Edit, ...]:
     cases = repair.failing_asserts(test_src, list(target.failing))
     funcs = list(dict.fromkeys(([target.function] if target.function else []) + [c.function for c in cases]))
     candidates: list[repair.Edit] = []
     for f in funcs:
         candidates += [e for e in repair.repair_candidates(module_src, f, cases) if e not in candidates]
-    scores = repair.screen(target.module_name, [e.apply(module_src) for e in candidates], test_src)
+    scores = repair.screen(target.module_name, [e.apply(module_src) for e in candidates], test_src,
+                           sandbox=open_sandbox)
     if scores is None:
         return tuple(candidates[:8])
     best = max(scores, default=-1)
@@ -308,15 +311,19 @@ class ScriptedExpert:
     ``edit_file``, re-runs the tests (reverting and trying the next candidate on failure) and finishes.
 
     It never reads the gold patch or hidden tests (it has no access to the task record). ``think=True`` adds a
-    short ``<think>`` plan to each turn.
+    short ``<think>`` plan to each turn. The code it reads is executed only in sandboxes from ``screen_sandbox``
+    (a fresh one per screening, default ``LocalSandbox``; ``harness.runner`` passes its sandbox factory's
+    ``open_scratch``, a container under ``--sandbox docker``).
     """
 
     name = "expert"
     spec = "expert"
 
-    def __init__(self, think: bool = False, max_candidates: int = 6) -> None:
+    def __init__(self, think: bool = False, max_candidates: int = 6,
+                 screen_sandbox: repair.SandboxOpener | None = None) -> None:
         self.think = think
         self.max_candidates = max_candidates
+        self.screen_sandbox = screen_sandbox or repair.local_screen_sandbox
 
     def _out(self, rng: random.Random, plan: str, name: str, arguments: dict[str, Any]) -> PolicyOutput:
         thought = f"<think>\n{plan}\n</think>\n\n" if self.think else ""
@@ -346,7 +353,7 @@ class ScriptedExpert:
 
     def _repair(self, messages: list[Message], steps: list[Step], target: _Target, module_src: str, test_src: str,
                 rng: random.Random) -> PolicyOutput:
-        fixes = _ranked_fixes(module_src, test_src, target)[: self.max_candidates]
+        fixes = _ranked_fixes(module_src, test_src, target, self.screen_sandbox)[: self.max_candidates]
         pairs = [repair.unique_replacement(module_src, e) for e in fixes]
         edits = [s for s in steps if s.name == "edit_file" and not (s.result or "").startswith(ERROR_PREFIX)]
         applied = [(s.arguments.get("old"), s.arguments.get("new")) for s in edits]
