@@ -372,6 +372,7 @@ def grade_from_output(*, f2p: list[str], p2p: list[str], stdout: str, junit_text
     """Pure: the Grade from the eval script's stdout and the JUnit text (live grading and offline ``--regrade``).
     Returns None when the script died before printing an exit code and the sandbox did not time out."""
     markers = parse_eval_markers(stdout)
+    oom_killed = oom_killed or markers.oom_killed
     common = dict(tests_touched=touched_tests or markers.pyproject_pytest_changed or markers.shadow_removed,
                   duration_s=duration_s)
     if markers.apply_failed:
@@ -380,6 +381,9 @@ def grade_from_output(*, f2p: list[str], p2p: list[str], stdout: str, junit_text
         return Grade(resolved=False, valid=False, reason="TEST_PATCH_FAILED: hidden test patch did not apply",
                      parse_source="none", grader_version=GRADER_VERSION, **common)
     if markers.exit_code is None:
+        if oom_killed:  # the memory limit killed the script itself before it could print the exit code
+            return Grade(resolved=False, valid=False, reason="TESTS_OOM_KILLED: the test run hit the memory limit",
+                         exit_code=None, parse_source="none", grader_version=GRADER_VERSION, **common)
         if sandbox_timed_out:
             return decide_grade(f2p=f2p, p2p=p2p, junit=None, exit_code=None, timed_out=True, **common)
         return None

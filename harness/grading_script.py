@@ -28,6 +28,7 @@ class EvalMarkers:
     exit_code: int | None
     pyproject_pytest_changed: bool
     shadow_removed: bool = False
+    oom_killed: bool = False  # the cgroup's OOM-kill counter rose while the tests ran
 
 
 def build_eval_script(
@@ -124,13 +125,24 @@ fi
 def _script_test(test_cmd: str, ids: str, timeout_s: float) -> str:
     cmd = runnable_test_cmd(test_cmd)
     return f"""mkdir -p "$G/out"
-{_script_grader_config()}echo '>>>>> Start Test Output'
+{_script_grader_config()}{_OOM_FN}oom0=$(oom_kills)
+echo '>>>>> Start Test Output'
 export PYTHONDONTWRITEBYTECODE=1 PYTHONNOUSERSITE=1 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
 unset PYTEST_ADDOPTS PYTEST_PLUGINS PYTHONSTARTUP
 timeout -k 5 {int(timeout_s)} {cmd} -c "$CFG" --rootdir="$PWD" -rA -p no:cacheprovider --junitxml="$G/out/junit.xml" {ids} < /dev/null
 rc=$?
 rm -f -- "$CFG"
 printf '\\n>>>>> Test Exit Code: %s\\n' "$rc"
+echo ">>>>> OOM Kills: ${{oom0:-?}} $(oom_kills)"
+"""
+
+
+# The memory cgroup's OOM-kill counter (cgroup v1, then v2), read before and after the tests: a test process the
+# kernel killed for memory shows as exit 137 like a timeout's SIGKILL; the counter tells them apart.
+_OOM_FN = """oom_kills() {
+  { cat /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null || cat /sys/fs/cgroup/memory.events 2>/dev/null; } |
+    while read -r k v; do [ "$k" = oom_kill ] && echo "$v"; done
+}
 """
 
 
@@ -159,6 +171,7 @@ _START = ">>>>> Start Test Output"
 # Not anchored at the line start: output of a pytest killed mid-line (timeout, OOM) that an older script
 # version printed the marker after, on the same line, still parses. The last marker wins (the script's own).
 _EXIT_RE = re.compile(r">>>>> Test Exit Code: (-?\d+)\s*$", re.M)
+_OOM_RE = re.compile(r"^>>>>> OOM Kills: (\S+) (\S+)\s*$", re.M)
 _APPLIED_RE = re.compile(r"^>>>>> Applied (\S+)\s*$", re.M)
 
 
@@ -176,6 +189,15 @@ def parse_eval_markers(stdout: str) -> EvalMarkers:
         exit_code=int(codes[-1]) if codes else None,
         pyproject_pytest_changed=">>>>> Pyproject Pytest Changed" in head,
         shadow_removed=">>>>> Shadow Removed" in head,
+        oom_killed=_oom_rose(_OOM_RE.findall(tail) if started else []),
     )
+
+
+def _oom_rose(found: list[tuple[str, str]]) -> bool:
+    """The last OOM-counter marker (the script's own, printed after the tests) shows the counter rising."""
+    if not found:
+        return False
+    before, after = found[-1]
+    return before.isdigit() and after.isdigit() and int(after) > int(before)
 
 

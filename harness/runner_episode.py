@@ -198,12 +198,16 @@ def _grade(job: EpisodeJob, patch: str, ctx: EpisodeContext, gdir: Path, timer: 
     artifacts: dict[str, str] = {}
     with timer.phase("grade_sandbox_start"):
         gsb, _ = ctx.factory.open(job.instance, role="grade", attempt=job.attempt)
-    with gsb:
-        grade = grade_patch(job.instance, patch, gsb, timeout_s=ctx.grade_timeout_s, infra_policy=ctx.infra_policy,
-                            excluded_tests=ctx.excluded_tests.get(job.instance.instance_id, ()), artifacts=artifacts)
-    gdir.mkdir(parents=True, exist_ok=True)
-    for name, text in artifacts.items():
-        (gdir / name).write_text(text)
+    try:
+        with gsb:
+            grade = grade_patch(job.instance, patch, gsb, timeout_s=ctx.grade_timeout_s,
+                                infra_policy=ctx.infra_policy,
+                                excluded_tests=ctx.excluded_tests.get(job.instance.instance_id, ()),
+                                artifacts=artifacts)
+    finally:  # the test output is kept even when the grader fails (what a GRADER_CRASH looked like)
+        gdir.mkdir(parents=True, exist_ok=True)
+        for name, text in artifacts.items():
+            (gdir / name).write_text(text)
     atomic_write_text(gdir / "grade.json", grade.model_dump_json(indent=1))
     return grade
 

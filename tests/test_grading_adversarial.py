@@ -172,3 +172,27 @@ def test_hanging_patch_in_docker(calc, docker_provider) -> None:
     assert not g.resolved and g.reason.startswith("GRADE_TIMEOUT"), g.reason
     assert "Test Exit Code" in artifacts["test_output.txt"]
 
+
+
+def test_script_killed_by_the_memory_limit_is_an_oom_grade() -> None:
+    from harness.grading import grade_from_output
+
+    out = ">>>>> Applied git-apply\n>>>>> Start Test Output\ntests/test_calc.py ."
+    g = grade_from_output(f2p=["t::a"], p2p=[], stdout=out, junit_text=None, touched_tests=False, oom_killed=True)
+    assert g is not None and not g.resolved and g.reason.startswith("TESTS_OOM_KILLED")
+
+
+HOG = "def add(a, b):\n    x = bytearray(1 << 30)\n    return len(x)\n\n\ndef sub(a, b):\n    return a - b\n"
+
+
+@pytest.mark.docker
+def test_memory_hog_patch_in_docker_is_an_oom_grade(calc, docker_provider) -> None:
+    from harness.sandbox import SandboxSpec
+
+    inst, repo = calc
+    artifacts: dict[str, str] = {}
+    with docker_provider.create(SandboxSpec(mem_bytes=256 << 20), instance_id="adv-oom") as sb:
+        sb.copy_in(repo, ".")
+        g = grade_patch(inst, diff_of(repo, {"calc.py": HOG}), sb, timeout_s=60, artifacts=artifacts)
+    assert not g.resolved and g.reason.startswith("TESTS_OOM_KILLED"), g.reason
+    assert "test_output.txt" in artifacts
