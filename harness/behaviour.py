@@ -23,11 +23,20 @@ valid ``finish`` call in it. Each such piece is judged alone:
      ``/`` such as ``src/utils/``). URLs and Markdown link targets are ignored. CamelCase words are not checked
      (they cannot be told apart from product names); ``__text__`` reads as a dunder name, so bold is ``**text**``.
 - Turn verdict: FAIL if any piece fails; PASS if some piece is applicable and none fails; NA otherwise.
-- Episode: ``ok`` iff no turn FAILS (an episode whose replies are all NA passes).
+- Episode: ``ok`` iff no turn FAILS. When there is nothing to judge (every turn NA: no reply of 40 characters or
+  more, e.g. a bare "No changes made.") the episode PASSES — compliance by absence. Kept unchanged so that
+  recorded results stay reproducible; new task sets use ``markdown@v2``.
+
+``markdown@v2`` — the same per-turn verdicts as ``markdown@v1``; the episode is ``ok`` iff no turn FAILS AND at
+least one turn PASSES. When there is nothing to judge (no applicable reply) the episode does NOT comply
+(violation ``nothing to judge: ...``): an agent that never wrote the reply the requirement is about has not met
+it. ``tool_args@v2`` and ``ask_first@v2`` (``harness.behaviour_tiers``'s checkers) are built the same way:
+``v1``'s turn verdicts, and no compliance without a judged turn (no ``edit_file`` call, no file change).
 
 ``tool_protocol@v1`` — per turn: FAIL if a tool call is malformed (bad JSON, unknown tool, schema violation),
 if a call follows ``finish`` in the same turn, or if the turn comes after a turn that called ``finish``; NA if the
 turn has no tool call; else PASS. Episode: ``ok`` iff no turn FAILS and there is exactly one valid ``finish``.
+With nothing to judge (no tool call at all) the episode does NOT comply: it has no ``finish``.
 """
 
 from __future__ import annotations
@@ -259,11 +268,55 @@ class ToolProtocolV1:
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# v2: no compliance by absence (pure)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JudgedOnly:
+    """A checker's next version: ``base``'s per-turn verdicts and ``verify_turn`` unchanged; the episode is ``ok``
+    iff ``base`` says ok AND at least one turn PASSES. With nothing to judge (every turn NA, or no assistant turn)
+    the episode does not comply and the violation says what was missing (``absent``)."""
+
+    base: Checker
+    id: str
+    absent: str
+
+    @property
+    def hint_text(self) -> str:
+        return self.base.hint_text
+
+    @property
+    def hint_placement(self) -> str:
+        return self.base.hint_placement
+
+    def verify_turn(self, message: Message) -> Verdict:
+        return self.base.verify_turn(message)
+
+    def check(self, trajectory: Trajectory) -> BehaviourResult:
+        res = self.base.check(trajectory)
+        judged = "PASS" in res.turn_verdicts
+        violations = list(res.violations) + ([] if judged or "FAIL" in res.turn_verdicts
+                                             else [f"nothing to judge: {self.absent}"])
+        return BehaviourResult(checker=self.id, ok=res.ok and judged, turn_verdicts=list(res.turn_verdicts),
+                               violations=violations)
+
+
+def _v2_checkers() -> tuple[JudgedOnly, ...]:
+    by_id = {c.id: c for c in TIER_CHECKERS}
+    return (
+        JudgedOnly(MarkdownV1(), "markdown@v2", f"the episode has no reply to the user of {MIN_CHARS}+ characters"),
+        JudgedOnly(by_id["tool_args@v1"], "tool_args@v2", "the episode has no edit_file call"),
+        JudgedOnly(by_id["ask_first@v1"], "ask_first@v2", "the episode changed no file"),
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # Registry
 # ----------------------------------------------------------------------------------------------------------------
 
 # tool_args@v1 and ask_first@v1 live in harness.behaviour_tiers (which imports nothing from here: no cycle)
-CHECKERS: dict[str, Checker] = {c.id: c for c in (MarkdownV1(), ToolProtocolV1(), *TIER_CHECKERS)}
+CHECKERS: dict[str, Checker] = {c.id: c for c in (MarkdownV1(), ToolProtocolV1(), *TIER_CHECKERS, *_v2_checkers())}
 
 
 def get_checker(checker_id: str) -> Checker:

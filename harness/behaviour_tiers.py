@@ -5,8 +5,10 @@ Tiers of the ``behaviour_tiers`` study: (1) ``tool_args@v1`` (a tool-argument fo
 style rule, ``harness.behaviour``), (3) ``ask_first@v1`` (asking before editing costs a turn the task does not need).
 
 Both checkers give one verdict per assistant turn (``PASS`` / ``FAIL`` / ``NA``, in assistant-turn order, discarded
-drafts excluded) and an episode verdict ``ok`` iff no turn FAILS (an episode with no applicable turn passes: there
-was nothing to judge; the study reports how many episodes were applicable).
+drafts excluded) and an episode verdict ``ok`` iff no turn FAILS. When there is nothing to judge (no applicable
+turn: no ``edit_file`` call, no file change) a ``v1`` episode PASSES — compliance by absence, kept so recorded
+results stay reproducible; the study reports how many episodes were applicable. ``tool_args@v2`` and
+``ask_first@v2`` (``harness.behaviour.JudgedOnly``) keep these turn verdicts and do NOT pass such an episode.
 
 ``tool_args@v1`` — every ``edit_file`` call carries a ``reason`` argument (an optional argument of the tool's
 schema, ``harness.tools``). Judged: every call of the turn whose name parsed as ``edit_file``, valid or not

@@ -57,6 +57,7 @@ WRONG_HINTS: dict[str, str] = {
     "tool_args@v1": "Reminder: call edit_file with path, old and new only; leave out any other argument.",
     "ask_first@v1": "Reminder: do not ask the user anything; make the changes you need without waiting for approval.",
 }
+WRONG_HINTS.update({f"{c.split('@')[0]}@v2": WRONG_HINTS[c] for c in ("markdown@v1", "tool_args@v1", "ask_first@v1")})
 
 
 def _hints_so_far(messages: list[Message]) -> int:

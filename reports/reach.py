@@ -32,6 +32,7 @@ def reach_section(eps: Sequence[EpisodeResult]) -> Section:
     checkers = sorted({b.checker for e in scored for b in e.behaviour})
     rows, notes = [], []
     tot = {"n": 0, "reply": 0, "resolved": 0, "md_judged": 0, "md_turns": 0}
+    md_id = "markdown@v1"
     for arm in arms:
         es = [e for e in scored if e.arm == arm]
         reply = sum(e.status not in LIMITS and e.status != "protocol_violation" for e in es)
@@ -42,7 +43,8 @@ def reach_section(eps: Sequence[EpisodeResult]) -> Section:
             vs = [v for e in es for b in e.behaviour if b.checker == c for v in b.turn_verdicts]
             judged, passed = sum(v != "NA" for v in vs), sum(v == "PASS" for v in vs)
             per_checker.append(Cell(text=f"{passed:,} / {judged:,} (of {len(vs):,} turns)"))
-            if c == "markdown@v1":
+            if c.startswith("markdown@"):  # v1 and v2 judge the same turns
+                md_id = c
                 tot["md_judged"] += judged
                 tot["md_turns"] += len(vs)
         rows.append([Cell(text=arm), Cell(text=f"{len(es):,}"), Cell(text=_share(reply, len(es))),
@@ -59,7 +61,7 @@ def reach_section(eps: Sequence[EpisodeResult]) -> Section:
                          "that reason alone.")
         if tot["md_judged"] > 2 * max(1, tot["reply"]):
             notes.append(
-                f"markdown@v1 judged {tot['md_judged']:,} of {tot['md_turns']:,} turns (not NA): it judges any "
+                f"{md_id} judged {tot['md_judged']:,} of {tot['md_turns']:,} turns (not NA): it judges any "
                 "visible text of 40 characters or more outside well-formed tool calls, and a model that cannot yet "
                 "write its tool calls produces such text. The behaviour endpoint here therefore reflects those "
                 "turns, not the style of the replies to the user that the paper judges.")

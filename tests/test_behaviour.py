@@ -159,10 +159,11 @@ def test_tool_protocol(texts, verdicts, ok: bool, needle: str | None) -> None:
 
 
 def test_registry_and_hints() -> None:
-    assert set(CHECKERS) == {"markdown@v1", "tool_protocol@v1", "tool_args@v1", "ask_first@v1"}
+    assert set(CHECKERS) == {"markdown@v1", "markdown@v2", "tool_protocol@v1", "tool_args@v1", "tool_args@v2",
+                             "ask_first@v1", "ask_first@v2"}
     assert hint_text("markdown@v1") == MARKDOWN_HINT
     assert MARKDOWN_HINT.startswith("Reminder: format your reply to the user in Markdown")
-    with pytest.raises(ValueError, match="known: ask_first@v1, markdown@v1, tool_args@v1, tool_protocol@v1"):
+    with pytest.raises(ValueError, match="known: ask_first@v1, ask_first@v2, markdown@v1, markdown@v2, tool_args@v1, tool_args@v2, tool_protocol@v1"):
         get_checker("markdown@v9")
     results = check_behaviour(_traj(FIN), ["markdown@v1", "tool_protocol@v1"])
     assert [r.checker for r in results] == ["markdown@v1", "tool_protocol@v1"] and all(r.ok for r in results)

@@ -118,7 +118,7 @@ def test_records_follow_the_contract(heldout: tuple[list, dict], train: tuple[li
     node = re.compile(r"^tests/test_hidden_\w+\.py::test_\w+$")
     for insts, files in (heldout, train):
         for inst in insts:
-            assert inst.behaviour == ["markdown@v1", "tool_protocol@v1"]
+            assert inst.behaviour == ["markdown@v2", "tool_protocol@v1"]
             assert (inst.test_cmd, inst.image, inst.cluster) == ("python -m pytest", "base", inst.repo)
             assert inst.bug_family in BUG_FAMILIES and inst.difficulty in ("easy", "medium", "hard")
             assert inst.FAIL_TO_PASS and all(node.match(t) for t in inst.FAIL_TO_PASS + inst.PASS_TO_PASS)

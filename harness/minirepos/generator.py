@@ -34,7 +34,7 @@ from harness.tasks import git_commit_sha
 
 log = logging.getLogger(__name__)
 
-GENERATOR_VERSION = "minirepos@v1"
+GENERATOR_VERSION = "minirepos@v2"  # v2: tasks require markdown@v2 (no compliance by absence)
 MiniSplit = Literal["train", "heldout"]
 _FAMILY_DIFFICULTY = {"wrong_operator": 0, "wrong_comparison": 0, "wrong_constant": 0, "wrong_builtin": 0}
 
@@ -218,7 +218,7 @@ def build_task(rng: random.Random, repo: RepoPlan, bug: PlantedBug, number: int,
         test_patch="".join(render.unified_diff(p, "", text) for p, text in hidden),
         FAIL_TO_PASS=f2p,
         PASS_TO_PASS=p2p,
-        behaviour=["markdown@v1", "tool_protocol@v1"],
+        behaviour=["markdown@v2", "tool_protocol@v1"],
         cluster=repo.repo,
         split=split,
         difficulty=_difficulty(bug, use_direct),
