@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from harness.behaviour import check_behaviour
-from harness.grading import GRADER_VERSION, InfraPolicy, extract_patch, extract_patch_host, grade_patch
+from harness.episode_grading import candidate_patch, gold_control, grade_candidate
+from harness.grading import GRADER_VERSION, InfraPolicy
 from harness.infra import ControlCache, Outcome, agent_outcome, atomic_write_text, classify_exception, settle_ambiguous
 from harness.interfaces import EpisodeLimits, FeedbackProvider, Policy
 from harness.sandbox import Sandbox
@@ -183,31 +184,25 @@ def run_attempt(job: EpisodeJob, policy: Policy, ctx: EpisodeContext) -> Episode
 
 
 def _extract(sb: Sandbox, base: str, instance: TaskInstance, factory: SandboxFactory) -> str:
-    """Host-side extraction against the factory's pristine base repository when it offers one (immune to
-    anything the agent did to ``.git``); in-sandbox ``git diff`` otherwise."""
-    base_repo = getattr(factory, "base_repo", None)
-    if base_repo is None:
-        return extract_patch(sb, base)
-    path, head = base_repo(instance)
-    return extract_patch_host(sb, path, head)
+    """``harness.episode_grading.candidate_patch`` (the procedure the RL reward uses too)."""
+    return candidate_patch(sb, base, instance, factory)
 
 
 def _grade(job: EpisodeJob, patch: str, ctx: EpisodeContext, gdir: Path, timer: _Timer) -> Grade | None:
     if not patch.strip():
         return None
     artifacts: dict[str, str] = {}
-    with timer.phase("grade_sandbox_start"):
-        gsb, _ = ctx.factory.open(job.instance, role="grade", attempt=job.attempt)
     try:
-        with gsb:
-            grade = grade_patch(job.instance, patch, gsb, timeout_s=ctx.grade_timeout_s,
-                                infra_policy=ctx.infra_policy,
-                                excluded_tests=ctx.excluded_tests.get(job.instance.instance_id, ()),
-                                artifacts=artifacts)
+        with timer.phase("grade_sandbox_start"):
+            grade = grade_candidate(ctx.factory, job.instance, patch, attempt=job.attempt,
+                                    timeout_s=ctx.grade_timeout_s, infra_policy=ctx.infra_policy,
+                                    excluded_tests=ctx.excluded_tests.get(job.instance.instance_id, ()),
+                                    artifacts=artifacts)
     finally:  # the test output is kept even when the grader fails (what a GRADER_CRASH looked like)
         gdir.mkdir(parents=True, exist_ok=True)
         for name, text in artifacts.items():
             (gdir / name).write_text(text)
+    assert grade is not None  # the patch is not empty
     atomic_write_text(gdir / "grade.json", grade.model_dump_json(indent=1))
     return grade
 
@@ -217,10 +212,8 @@ def _control(job: EpisodeJob, ctx: EpisodeContext) -> Grade:
     digest = ctx.factory.image_digests().get(inst.image, inst.image)
 
     def run() -> Grade:
-        sb, _ = ctx.factory.open(inst, role="control", attempt=job.attempt)
-        with sb:
-            return grade_patch(inst, inst.patch, sb, timeout_s=ctx.grade_timeout_s, infra_policy=ctx.infra_policy,
-                               excluded_tests=ctx.excluded_tests.get(inst.instance_id, ()))
+        return gold_control(ctx.factory, inst, attempt=job.attempt, timeout_s=ctx.grade_timeout_s,
+                            infra_policy=ctx.infra_policy, excluded_tests=ctx.excluded_tests.get(inst.instance_id, ()))
 
     return ctx.controls.get_or_run(inst.instance_id, "gold", digest, GRADER_VERSION, run)
 

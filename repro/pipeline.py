@@ -257,7 +257,6 @@ def _now() -> str:
 
 
 def _excluded_tests(task_dir: Path) -> dict[str, list[str]]:
-    from harness.validate import load_validation
+    from harness.episode_grading import excluded_tests_of
 
-    report = load_validation(task_dir)
-    return report.excluded_tests() if report is not None else {}
+    return excluded_tests_of(task_dir)

@@ -2,8 +2,9 @@
 
 - :class:`HarnessEnv` — one training episode = ``harness.agent.AgentEnv`` in a fresh sandbox from
   ``harness.runner_sandbox.TaskSandboxFactory`` (LocalSandbox by default for speed, Docker selectable with
-  ``rollout.sandbox = "docker"``); at the end the agent's diff is extracted and graded with the hidden tests in a
-  NEW sandbox (``harness.grading.grade_patch``), exactly as evaluation does. Infrastructure failures
+  ``rollout.sandbox = "docker"``); at the end the agent's diff is graded with the hidden tests by evaluation's own
+  procedure (``harness.episode_grading``: host-side diff against the pristine base, a NEW sandbox, the task set's
+  validated exclusions, invalid grades settled by a gold control run). Infrastructure failures
   (``SandboxUnavailable``, ``GraderError``) become ``EnvOutcome.infra_error``; the trainer drops such groups and
   counts them — they are never scored as model failures.
 - :class:`KVTurnSampler` — ``repro.sampler.KVSampler`` behind the loop's ``TurnSampler`` interface.
@@ -36,8 +37,10 @@ logger = logging.getLogger(__name__)
 class HarnessEnv:
     """``RolloutEnv`` over ``harness.agent.AgentEnv`` + hidden-test grading (see the module docstring)."""
 
-    def __init__(self, factory: Any, instance: TaskInstance, limits: EpisodeLimits, seed: int) -> None:
+    def __init__(self, factory: Any, instance: TaskInstance, limits: EpisodeLimits, seed: int,
+                 excluded_tests: Sequence[str] = ()) -> None:
         self.factory, self.instance, self.limits, self.seed = factory, instance, limits, seed
+        self.excluded_tests = tuple(excluded_tests)  # validation's flaky tests, left out as in evaluation
         self.sandbox: Any = None
         self.env: Any = None
         self.head = ""
@@ -78,20 +81,33 @@ class HarnessEnv:
         return EnvOutcome(resolved, protocol_violations=violations, **counts)
 
     def _grade(self) -> bool:
-        from harness.grading import extract_patch, grade_patch
+        """Resolved by the hidden tests, graded exactly as evaluation grades (``harness.episode_grading``): the
+        patch diffed on the host against the pristine base, a fresh sandbox, the validated exclusions, and an
+        invalid grade settled by a gold control run. Raises ``EpisodeUnscorable`` (the group is dropped, as
+        evaluation excludes the instance) when the gold patch does not resolve either."""
+        from harness.episode_grading import candidate_patch, gold_control, grade_candidate, settle
 
-        patch = extract_patch(self.sandbox, self.head)
-        if not patch.strip():
+        patch = candidate_patch(self.sandbox, self.head, self.instance, self.factory)
+        attempt, timeout = self.seed % 1000, max(60.0, self.limits.per_exec_timeout_s * 4)
+        excluded = self.excluded_tests
+        grade = grade_candidate(self.factory, self.instance, patch, attempt=attempt, timeout_s=timeout,
+                                excluded_tests=excluded)
+        if grade is None:
             return False
-        gsb, _ = self.factory.open(self.instance, role="grade", attempt=self.seed % 1000)
-        with gsb:
-            grade = grade_patch(self.instance, patch, gsb, timeout_s=max(60.0, self.limits.per_exec_timeout_s * 4))
-        return bool(grade.resolved and grade.valid)
+        outcome = settle(grade, lambda: gold_control(self.factory, self.instance, attempt=attempt,
+                                                     timeout_s=timeout, excluded_tests=excluded))
+        if outcome is not None and outcome.failure_class == "invalid_instance":
+            raise EpisodeUnscorable(outcome.error or "invalid instance")
+        return bool(grade.resolved)
 
     def close(self) -> None:
         if self.sandbox is not None:
             self.sandbox.close()
             self.sandbox = None
+
+
+class EpisodeUnscorable(RuntimeError):
+    """The instance cannot be graded (its gold patch fails the hidden tests too): never a model failure."""
 
 
 def _tool_counts(messages: list[Message]) -> dict[str, int]:
@@ -211,9 +227,12 @@ def default_setup(cfg: TrainConfig, *, init_override: Path | None = None) -> Any
     limits = EpisodeLimits(max_turns=r.max_turns, max_tokens=r.max_context_tokens, wall_s=max(600.0, r.max_turns * 60),
                            per_exec_timeout_s=r.per_exec_timeout_s, observation_cap_chars=r.observation_max_tokens * 4)
     checker = get_checker(cfg.reward.checker)
+    from harness.episode_grading import excluded_tests_of
+
+    excluded = excluded_tests_of(task_set.path)
 
     def make_env(instance: TaskInstance, seed: int) -> HarnessEnv:
-        return HarnessEnv(factory, instance, limits, seed)
+        return HarnessEnv(factory, instance, limits, seed, excluded.get(instance.instance_id, ()))
 
     def check(messages: list[Message]) -> list[str]:
         # each turn judged in the context of the earlier ones (ask_first@v1: an edit after an earlier ask passes)
