@@ -35,7 +35,8 @@ class TaskInstance(_Frozen):
     ``patch``, ``test_patch`` and the hidden test files are never shown to the agent.
     """
 
-    instance_id: str = Field(min_length=1)
+    # the id names directories (snapshots/<id>, episodes/<id>/...) and container labels: one safe path component
+    instance_id: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     repo: str = Field(min_length=1)
     base_commit: str = Field(min_length=1)
     problem_statement: str = Field(min_length=1)

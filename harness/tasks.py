@@ -63,7 +63,8 @@ _GIT_ENV = {
 _GIT_OPTS = ["-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null", "-c", "core.autocrlf=false"]
 
 _FIELD_FIXES = {
-    "instance_id": "give every record a unique non-empty string id",
+    "instance_id": ("give every record a unique id of letters, digits, '.', '_' and '-' that starts with a letter or "
+                    "digit (at most 200 characters; it becomes a folder name), e.g. 'astropy__astropy-12907'"),
     "FAIL_TO_PASS": "list the hidden tests that must go from failing to passing as pytest node ids",
     "PASS_TO_PASS": "list pytest node ids (a JSON list, possibly empty)",
     "patch": "give the gold patch as a unified diff string (a/ and b/ paths)",
@@ -126,11 +127,16 @@ def _read_records(tasks_file: Path) -> list[tuple[int, TaskInstance]]:
         raise TaskSetError(f"{tasks_file}: not found; fix: a task set is a folder with {TASKS_FILE} and {SNAPSHOTS_DIR}/")
     out: list[tuple[int, TaskInstance]] = []
     seen: dict[str, int] = {}
-    with tasks_file.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
+    with tasks_file.open("rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            where = f"{tasks_file}:{lineno}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise TaskSetError(f"{where}: not UTF-8 (byte {raw[exc.start]:#04x} at column {exc.start + 1}); "
+                                   "fix: save the file as UTF-8") from None
             if not line.strip():
                 continue
-            where = f"{tasks_file}:{lineno}"
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:

@@ -226,3 +226,29 @@ def test_cli_make_mini_and_validate(tmp_path: Path, capsys: pytest.CaptureFixtur
     args = parser.parse_args(["tasks", "validate", str(tmp_path / "nothing"), "--sandbox", "local"])
     with pytest.raises(CLIError, match="not found"):
         args.func(args)
+
+
+# ---------------------------------------------------------------- issue #14 items 2 and 11
+
+
+@pytest.mark.parametrize("bad", ["/tmp/victim", "a/b", "../up", ".hidden", "with space", "x" * 201, "-lead"])
+def test_unsafe_instance_id_is_refused_naming_line_field_and_fix(tmp_path: Path, bad: str) -> None:
+    import json as _json
+
+    from harness.tasks import TaskSetError, _read_records
+
+    rec = {"instance_id": bad, "repo": "r", "base_commit": "b", "problem_statement": "p", "patch": "",
+           "test_patch": "", "FAIL_TO_PASS": ["t.py::a"]}
+    f = tmp_path / "tasks.jsonl"
+    f.write_text("\n" + _json.dumps(rec) + "\n")
+    with pytest.raises(TaskSetError, match=r"tasks\.jsonl:2 .*field 'instance_id'.*fix: give every record"):
+        _read_records(f)
+
+
+def test_non_utf8_task_file_names_the_line(tmp_path: Path) -> None:
+    from harness.tasks import TaskSetError, _read_records
+
+    f = tmp_path / "tasks.jsonl"
+    f.write_bytes(b'\n{"instance_id": "\xff"}\n')
+    with pytest.raises(TaskSetError, match=r"tasks\.jsonl:2: not UTF-8 \(byte 0xff at column 18\); fix: save"):
+        _read_records(f)
