@@ -45,6 +45,7 @@ from harness.runner_episode import (
     read_result,
     run_attempt,
 )
+from harness.run_control import RunInterrupted, run_id_for, stop_on_signals
 from harness.runner_manifest import build_manifest, check_resume_compatible, write_manifest
 from harness.schema import EpisodeMetrics, EpisodeResult, Message, TaskInstance, TaskSet, Trajectory
 
@@ -184,8 +185,8 @@ def run_eval(
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     policies, specs = _resolve_arms(arms, task_set, sandbox_factory)
-    run_id = out.resolve().name
     with run_lock(out):
+        run_id = run_id_for(out)
         check_resume_compatible(out, task_set, specs)
         manifest = build_manifest(run_id=run_id, task_set=task_set, arm_specs=specs, seeds=list(seeds),
                                   factory=sandbox_factory, limits=limits, protocol_hash=protocol_hash,
@@ -200,7 +201,11 @@ def run_eval(
         plan = plan_work(out, task_set.instances, list(specs), seeds, retry=retry, run_seed=run_seed, order=order)
         log.info("run %s: %d episodes to run, %d already finished, %d out of retries", run_id, len(plan.todo),
                  len(plan.done), len(plan.exhausted))
-        _execute(plan.todo, policies, ctx, retry, workers, guard or ErrorRateGuard(), progress, on_result)
+        try:
+            _execute(plan.todo, policies, ctx, retry, workers, guard or ErrorRateGuard(), progress, on_result)
+        except RunInterrupted:
+            rebuild_results(out, task_set.instances, list(specs), seeds)  # what finished, for readers and resume
+            raise
         results = rebuild_results(out, task_set.instances, list(specs), seeds)
         _report_coverage(results, len(task_set.instances) * len(specs) * len(seeds))
         return results
@@ -236,31 +241,59 @@ def _execute(jobs: list[EpisodeJob], policies: dict[str, Policy], ctx: EpisodeCo
         return run_attempt(job, policies[job.arm], ctx)
 
     aborted = False
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="episode") as pool:
-        pending: dict[Future[EpisodeResult], EpisodeJob] = {pool.submit(work, j): j for j in jobs}
-        while pending:
-            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in finished:
-                job = pending.pop(fut)
-                res = fut.result()
-                guard.record(res)
-                if on_result:
-                    on_result(res)
-                if retry.should_retry(res, job.attempt) and not aborted:
-                    nxt = EpisodeJob(job.instance, job.arm, job.seed, job.attempt + 1, job.episode_seed)
-                    pending[pool.submit(work, nxt)] = nxt
-                    bar.set_postfix_str(f"infra retry {res.infra_kind}")
-                else:
-                    bar.update(1)
-            if guard.tripped and not aborted:
-                aborted = True
-                for fut in [f for f in pending if f.cancel()]:
-                    pending.pop(fut)
-    bar.close()
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="episode")
+    pending: dict[Future[EpisodeResult], EpisodeJob] = {}
+    try:
+        with stop_on_signals(ctx.stop):
+            pending.update({pool.submit(work, j): j for j in jobs})
+            while pending:
+                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    job = pending.pop(fut)
+                    res = fut.result()
+                    guard.record(res)
+                    if on_result:
+                        on_result(res)
+                    if retry.should_retry(res, job.attempt) and not aborted:
+                        nxt = EpisodeJob(job.instance, job.arm, job.seed, job.attempt + 1, job.episode_seed)
+                        pending[pool.submit(work, nxt)] = nxt
+                        bar.set_postfix_str(f"infra retry {res.infra_kind}")
+                    else:
+                        bar.update(1)
+                if guard.tripped and not aborted:
+                    aborted = True
+                    for fut in [f for f in pending if f.cancel()]:
+                        pending.pop(fut)
+    except RunInterrupted:
+        _stop_in_flight(pool, pending, ctx)
+        raise
+    finally:
+        pool.shutdown(wait=not ctx.stop.is_set(), cancel_futures=ctx.stop.is_set())
+        bar.close()
     if aborted:
         raise RunAborted(f"stopped: {guard.n_infra}/{guard.n} attempts were infrastructure errors (> "
                          f"{guard.max_rate:.0%}). Finished episodes are kept; fix the environment (see "
-                         "`tgsuite doctor`) and run the same command again to resume.")
+                         "`tgsuite doctor`) and run the same command again: it resumes, with up to "
+                         "--max-attempts attempts per episode in all.")
+
+
+STOP_GRACE_S = 10.0
+
+
+def _stop_in_flight(pool: ThreadPoolExecutor, pending: dict[Future[EpisodeResult], EpisodeJob],
+                    ctx: EpisodeContext) -> None:
+    """After a signal: cancel queued episodes, end the running ones' sandboxes (``interrupt()`` of the factory)
+    and wait up to ``STOP_GRACE_S`` for them; in-flight attempts write no ``result.json`` (resume re-runs them)."""
+    pool.shutdown(wait=False, cancel_futures=True)
+    interrupt = getattr(ctx.factory, "interrupt", None)
+    if interrupt is not None:
+        try:
+            interrupt()
+        except Exception as exc:  # noqa: BLE001 - best effort; the factory's close() tries again
+            log.warning("interrupting the run's sandboxes failed: %s", exc)
+    running = [f for f in pending if not f.done()]
+    wait(running, timeout=STOP_GRACE_S)
+    log.warning("stopped: %d episode(s) were in flight and will re-run on resume", len(running))
 
 
 def snapshot_metrics(task_set: TaskSet) -> Callable[[Trajectory, TaskInstance], EpisodeMetrics] | None:
@@ -307,4 +340,4 @@ def _report_coverage(results: list[EpisodeResult], planned: int) -> None:
                     planned - len(results))
 
 
-__all__ = ["Plan", "RunAborted", "episode_seed", "plan_work", "rebuild_results", "run_eval"]
+__all__ = ["Plan", "RunAborted", "RunInterrupted", "episode_seed", "plan_work", "rebuild_results", "run_eval"]

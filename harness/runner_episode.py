@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -81,6 +82,7 @@ class EpisodeContext:
     feedback: FeedbackProvider | None = None
     feedback_by_arm: dict[str, FeedbackProvider | None] = field(default_factory=dict)
     metrics_for: Callable[[Trajectory, TaskInstance], EpisodeMetrics] | None = None
+    stop: threading.Event = field(default_factory=threading.Event)  # set on SIGINT/SIGTERM (harness.run_control)
 
 
 def episode_dir(out_dir: Path, instance_id: str, arm: str, seed: int, attempt: int | None = None) -> Path:
@@ -178,6 +180,8 @@ def run_attempt(job: EpisodeJob, policy: Policy, ctx: EpisodeContext) -> Episode
         outcome = classify_exception(exc, phase=phase)  # type: ignore[arg-type]
     with timer.phase("behaviour"):
         result = _result(job, ctx, traj, grade, outcome)
+    if ctx.stop.is_set():  # the run was stopped under this attempt: record nothing, resume re-runs it in place
+        raise InterruptedError(f"{d}: stopped before the attempt was recorded")
     atomic_write_text(d / "timing.json", json.dumps(timer.t, indent=1))
     atomic_write_text(d / RESULT_FILE, result.model_dump_json(indent=1))
     return result

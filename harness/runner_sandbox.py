@@ -13,6 +13,7 @@ import logging
 import shutil
 import tempfile
 import threading
+import weakref
 from pathlib import Path
 from typing import Literal
 
@@ -40,6 +41,7 @@ class TaskSandboxFactory:
         self._guard = threading.Lock()
         self._digests: dict[str, str] = {}
         self._provider = None
+        self._live: weakref.WeakSet[Sandbox] = weakref.WeakSet()  # open sandboxes, for interrupt()
         if kind == "docker":
             from harness.sandbox_docker import DockerSandboxProvider
 
@@ -87,6 +89,7 @@ class TaskSandboxFactory:
             from harness.sandbox_local import LocalSandbox
 
             sb = LocalSandbox(spec)
+        self._live.add(sb)
         try:
             sb.copy_in(repo, ".")
         except OSError as exc:
@@ -105,11 +108,29 @@ class TaskSandboxFactory:
         images = [i.image for i in self.task_set.instances] or [self.spec.image]
         image = max(sorted(set(images)), key=images.count)
         spec = dataclasses.replace(self.spec, image=image, labels={**self.spec.labels, "tgsuite.role": "scratch"})
+        sb: Sandbox
         if self._provider is not None:
-            return self._provider.create(spec, instance_id="scratch", attempt=0)
-        from harness.sandbox_local import LocalSandbox
+            sb = self._provider.create(spec, instance_id="scratch", attempt=0)
+        else:
+            from harness.sandbox_local import LocalSandbox
 
-        return LocalSandbox(spec)
+            sb = LocalSandbox(spec)
+        self._live.add(sb)
+        return sb
+
+    def interrupt(self) -> int:
+        """Close every sandbox this factory opened that is still open (their running commands end at once) and,
+        for Docker, remove every container labelled with this factory's run id (this process's only). Called
+        from the main thread when the run is stopped by a signal; returns how many sandboxes were closed."""
+        live = list(self._live)
+        for sb in live:
+            try:
+                sb.close()
+            except Exception as exc:  # noqa: BLE001 - best effort while stopping
+                log.warning("closing a sandbox while stopping failed: %s", exc)
+        if self._provider is not None:
+            self._provider.cleanup_run()
+        return len(live)
 
     def close(self) -> None:
         shutil.rmtree(self._cache, ignore_errors=True)

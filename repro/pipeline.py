@@ -142,8 +142,10 @@ def _stage_eval(run_dir: Path, heldout: Path, arms: dict[str, str], preset: Pres
     ts = load_task_set(heldout)
     policies = {name: _eval_policy(d, name, preset) for name, d in arms.items()}
     limits = EpisodeLimits(max_turns=preset.eval_max_turns)
+    from harness.run_control import sandbox_run_id
+
     with contextlib.ExitStack() as stack, TaskSandboxFactory(ts, kind=preset.eval_sandbox,
-                                                             run_id=run_dir.name) as fac:
+                                                             run_id=sandbox_run_id(run_dir)) as fac:
         for pol in policies.values():  # our sampling policies own a batching engine thread; stop it after
             close = getattr(getattr(pol, "engine", None), "close", None)
             if close is not None:

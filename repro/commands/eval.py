@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -163,7 +164,9 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 1 or args.max_attempts < 1:
         raise CLIError("--workers and --max-attempts must be >= 1")
     ts, excluded = _load(args)
-    factory = TaskSandboxFactory(ts, kind=args.sandbox, run_id=out.resolve().name)
+    from harness.run_control import RunInterrupted, sandbox_run_id
+
+    factory = TaskSandboxFactory(ts, kind=args.sandbox, run_id=sandbox_run_id(out))
     try:
         factory.preflight()
         results = run_eval(
@@ -180,6 +183,13 @@ def run(args: argparse.Namespace) -> int:
     except RunAborted as exc:
         print(f"tgsuite eval: {exc}", file=sys.stderr)
         return 1
+    except RunInterrupted as exc:
+        factory.close()
+        print(f"tgsuite eval: {exc}; finished episodes are kept in {out} (results.jsonl rebuilt) and this run's "
+              "containers removed. Run the same command again to resume.", file=sys.stderr)
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(exc.exit_code)  # in-flight episode threads may still be winding down: do not wait for them
     finally:
         factory.close()
     return _summary(results, len(ts.instances) * len(arms) * len(seeds))

@@ -1,0 +1,73 @@
+"""Run identity and stopping (issue #14 items 6 and 7), used by ``harness.runner``.
+
+Identity: ``run_id_for(out)`` is the id a run directory keeps for life (read from its manifest on resume; new
+runs get the folder name plus 8 random hex digits, so two runs whose ``--out`` folders share a name never share
+an id). ``sandbox_run_id(out)`` labels the containers of ONE process (``tgsuite.run_id``): cleanup by that label
+removes this process's containers only, never those of another run or of a concurrent resume attempt (which
+the run directory's lock refuses anyway, ``harness.runner.run_lock``).
+
+Stopping: ``stop_on_signals(stop)`` turns SIGINT and SIGTERM into ``RunInterrupted`` raised in the main thread
+(and sets ``stop``); a second signal of the same kind while stopping gets the default action (immediate exit).
+The runner then cancels queued episodes, removes this process's sandboxes (``interrupt()`` of the factory, which
+ends running commands at once), waits a bounded grace period for in-flight episodes, which record nothing
+(their attempt directories have no ``result.json``, so a resume re-runs them in place), rebuilds
+``results.jsonl`` from what finished, and re-raises. Outside the main thread no handler is installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+
+from harness.runner_manifest import read_manifest
+
+
+class RunInterrupted(RuntimeError):
+    """The run was stopped by a signal; finished episodes are kept and the run resumes with the same command."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        self.exit_code = 128 + signum
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+
+
+def run_id_for(out: Path) -> str:
+    """The run directory's id: its manifest's when it has one (a resume keeps it), else a new unique one."""
+    old = read_manifest(out)
+    return old.run_id if old is not None else f"{Path(out).resolve().name}-{uuid.uuid4().hex[:8]}"
+
+
+def sandbox_run_id(out: Path | str) -> str:
+    """A container label unique to this process and run directory (``<folder name>-<12 random hex digits>``)."""
+    return f"{Path(out).resolve().name}-{uuid.uuid4().hex[:12]}"
+
+
+@contextlib.contextmanager
+def stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    """While inside: SIGINT/SIGTERM set ``stop`` and raise ``RunInterrupted`` in the main thread (module
+    docstring). Previous handlers are restored on exit. A no-op outside the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if stop.is_set():  # a second signal while stopping: give up on a clean stop
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
+            return
+        stop.set()
+        raise RunInterrupted(signum)
+
+    for sig in previous:
+        signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, h in previous.items():
+            signal.signal(sig, h)
