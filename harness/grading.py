@@ -327,6 +327,9 @@ def grade_patch(
     ``artifacts``, when given, is filled with ``eval.sh``, ``test_output.txt``, ``junit.xml`` for the caller to
     store. Raises ``GraderError`` (infra) when the script cannot run; ``SandboxUnavailable`` propagates.
     """
+    if not timeout_s > 0:
+        raise ValueError(f"grade timeout {timeout_s!r} s must be > 0 (timeout 0 would mean no limit); fix: e.g. "
+                         "--grade-timeout 900")
     t0 = time.monotonic()
     skip = set(excluded_tests)
     f2p = [t for t in instance.FAIL_TO_PASS if t not in skip]

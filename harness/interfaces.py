@@ -38,11 +38,23 @@ class Policy(Protocol):
 
 @dataclass(frozen=True)
 class EpisodeLimits:
+    """Per-episode limits; every one must be positive (``ValueError`` naming the field and the fix otherwise: a
+    zero or negative limit would end every episode as an agent failure)."""
+
     max_turns: int = 30
     max_tokens: int = 32_768
     wall_s: float = 600.0
     per_exec_timeout_s: float = 60.0
     observation_cap_chars: int = 8_000
+
+    def __post_init__(self) -> None:
+        flags = {"max_turns": "--max-turns", "wall_s": "--wall-s"}
+        for name in ("max_turns", "max_tokens", "wall_s", "per_exec_timeout_s", "observation_cap_chars"):
+            value = getattr(self, name)
+            if not value > 0:
+                where = f" ({flags[name]})" if name in flags else ""
+                raise ValueError(f"EpisodeLimits.{name}{where} = {value!r} must be > 0; fix: give a positive value "
+                                 f"(default {EpisodeLimits.__dataclass_fields__[name].default})")
 
 
 @dataclass(frozen=True)

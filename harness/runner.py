@@ -145,7 +145,11 @@ def _resolve_arms(arms: Mapping[str, Policy | str], task_set: TaskSet,
         if isinstance(p, str):
             from harness.policies import make_policy
 
-            specs[name], p = p, make_policy(p, **_policy_options(p, task_set, factory))
+            try:
+                specs[name], p = p, make_policy(p, **_policy_options(p, task_set, factory))
+            except (OSError, ValueError) as exc:
+                raise ValueError(f"--policy {name}={p}: cannot build it ({exc}); fix: check the checkpoint "
+                                 "directory or endpoint") from None
         else:
             specs[name] = getattr(p, "spec", None) or f"object:{p.name}"
         policies[name] = p if getattr(p, "thread_safe", False) else _LockedPolicy(p)  # type: ignore[assignment]
@@ -184,6 +188,9 @@ def run_eval(
     limits, retry = limits or EpisodeLimits(), retry or RetryPolicy()
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
+    if not grade_timeout_s > 0:
+        raise ValueError(f"--grade-timeout {grade_timeout_s!r} must be > 0 seconds (0 would mean no limit); fix: "
+                         "e.g. --grade-timeout 900")
     policies, specs = _resolve_arms(arms, task_set, sandbox_factory)
     with run_lock(out):
         run_id = run_id_for(out)

@@ -125,7 +125,11 @@ def read_result(attempt_dir: Path) -> EpisodeResult | None:
     p = Path(attempt_dir) / RESULT_FILE
     if not p.is_file():
         return None
-    return EpisodeResult.model_validate_json(p.read_text())
+    try:
+        return EpisodeResult.model_validate_json(p.read_text(encoding="utf-8", errors="strict"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{p}: not an episode result ({str(exc).splitlines()[0]}); fix: delete {p} (the attempt "
+                         "then re-runs on resume) or restore it from a copy") from None
 
 
 # ------------------------------------------------------------------------------------------------ one attempt

@@ -101,4 +101,7 @@ def _stored_grade(gdir: Path, old: EpisodeResult, inst, excluded: list[str]) -> 
     )
     if grade is not None:
         atomic_write_text(gdir / "grade.json", grade.model_dump_json(indent=1))
+    else:  # documented: truncated output cannot be re-decided; the recorded grade stays, said out loud
+        log.warning("%s: no exit-code marker (the test output is truncated); the recorded grade is kept. Fix: "
+                    "delete the attempt folder to re-run it", out_file)
     return grade or old.grade

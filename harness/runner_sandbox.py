@@ -48,8 +48,12 @@ class TaskSandboxFactory:
             self._provider = DockerSandboxProvider(run_id=run_id)
 
     def preflight(self) -> dict[str, str]:
-        """Docker: engine reachable, every image the task set names present (``SandboxUnavailable`` otherwise).
-        Returns image key → digest (also recorded in the run manifest)."""
+        """Every instance's snapshot materialises (a corrupt archive raises ``harness.tasks.TaskSetError`` naming
+        it, before any episode runs, instead of failing every attempt as infra); Docker: engine reachable, every
+        image the task set names present (``SandboxUnavailable`` otherwise). Returns image key → digest (also
+        recorded in the run manifest)."""
+        for inst in self.task_set.instances:
+            self._repo(inst)
         if self._provider is None:
             return {}
         for image in sorted({i.image for i in self.task_set.instances}):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 SCHEMA_VERSION = 1
 
@@ -135,14 +135,14 @@ TestStatus = Literal["passed", "failed", "error", "skipped", "missing"]
 class Grade(_Frozen):
     """Outcome of running hidden tests on a candidate patch in a fresh sandbox."""
 
-    resolved: bool
-    valid: bool
+    resolved: StrictBool
+    valid: StrictBool
     reason: str = ""
     exit_code: int | None = None
     f2p: dict[str, TestStatus] = Field(default_factory=dict)
     p2p: dict[str, TestStatus] = Field(default_factory=dict)
-    tests_touched: bool = False
-    patch_applied: bool = True
+    tests_touched: StrictBool = False
+    patch_applied: StrictBool = True
     parse_source: Literal["junit-xml", "text", "none"] = "junit-xml"
     duration_s: float = 0.0
     grader_version: str = "grade@v1"
@@ -209,9 +209,10 @@ class EpisodeResult(_Frozen):
     failure_class: FailureClass
     infra_kind: str | None = None
     error: str | None = None
-    resolved: bool = False
-    behaviour_ok: bool = False
-    joint_ok: bool = False
+    # strict: a record saying "resolved": "yes" is refused, not read as true
+    resolved: StrictBool = False
+    behaviour_ok: StrictBool = False
+    joint_ok: StrictBool = False
     behaviour: list[BehaviourResult] = Field(default_factory=list)
     grade: Grade | None = None
     metrics: EpisodeMetrics = Field(default_factory=EpisodeMetrics)

@@ -35,6 +35,7 @@ import os
 import shutil
 import subprocess
 import tarfile
+import zlib
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -230,8 +231,13 @@ def git_commit_sha(files: Mapping[str, bytes]) -> str:
 
 
 def _extract(archive: Path, dest: Path, instance_id: str) -> None:
-    with tarfile.open(archive, "r:gz") as tar:
-        tar.extractall(dest, filter="data")
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            tar.extractall(dest, filter="data")
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+        raise TaskSetError(f"{archive}: snapshot archive of {instance_id!r} is corrupt ({type(exc).__name__}: {exc}); "
+                           "fix: re-create it (e.g. `tgsuite tasks make-mini` again) or replace it with a folder "
+                           f"{SNAPSHOTS_DIR}/{instance_id}/") from None
     inner = dest / instance_id
     if inner.is_dir() and [p.name for p in dest.iterdir()] == [instance_id]:
         for child in inner.iterdir():

@@ -128,7 +128,16 @@ def _load(args: argparse.Namespace) -> tuple[Any, dict[str, list[str]]]:
             raise CLIError(f"--instance {sorted(unknown)} not in {args.tasks}; fix: check the ids in tasks.jsonl")
         insts = [i for i in insts if i.instance_id in set(args.instance)]
     excluded: dict[str, list[str]] = {}
-    val = None if args.ignore_validation else load_validation(args.tasks)
+    try:
+        val = load_validation(args.tasks)
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+    if args.ignore_validation and val is not None:
+        for r in val.rejected:
+            if r.instance_id in {i.instance_id for i in insts}:
+                log.warning("--ignore-validation: running %s although validation rejected it (%s); its results "
+                            "say nothing about the policy", r.instance_id, r.reason)
+        val = None
     if val is not None:
         if val.task_set_sha256 != ts.sha256:
             raise CLIError(f"{args.tasks}/validation.json was made for another version of this task set; fix: "
@@ -192,15 +201,16 @@ def run(args: argparse.Namespace) -> int:
         os._exit(exc.exit_code)  # in-flight episode threads may still be winding down: do not wait for them
     finally:
         factory.close()
-    return _summary(results, len(ts.instances) * len(arms) * len(seeds))
+    return _summary(results, len(ts.instances) * len(arms) * len(seeds), args.max_attempts)
 
 
 def _rate(scored: list[Any], key: str) -> str:
     return f"{sum(getattr(r, key) for r in scored) / len(scored):.3f}" if scored else "n/a"
 
 
-def _summary(results: list[Any], planned: int) -> int:
-    """Print a per-arm table; exit 0 only when every planned episode has a non-infra result."""
+def _summary(results: list[Any], planned: int, max_attempts: int | None = None) -> int:
+    """Print a per-arm table; exit 0 only when every planned episode has a non-infra result. Says whether
+    running again helps: infra errors that used up ``max_attempts`` are not retried by a re-run."""
     arms = sorted({r.arm for r in results})
     print(f"{'arm':<24} {'scored':>6} {'resolved':>9} {'behav_ok':>9} {'joint_ok':>9} {'infra':>6} {'invalid':>7}")
     for arm in arms:
@@ -212,8 +222,13 @@ def _summary(results: list[Any], planned: int) -> int:
               f"{sum(r.failure_class == 'invalid_instance' for r in rs):>7}")
     missing = planned - len(results)
     infra = sum(r.failure_class == "infra" for r in results)
+    exhausted = sum(r.failure_class == "infra" and max_attempts is not None and r.attempt + 1 >= max_attempts
+                    for r in results)
     if missing or infra:
-        print(f"incomplete: {missing} episodes without a result, {infra} still infra errors after retries; "
-              "run the same command again to resume", file=sys.stderr)
+        again = ("run the same command again to resume" if missing or infra > exhausted else
+                 "a re-run will NOT retry them (every attempt is used up); fix the environment (`tgsuite doctor`), "
+                 "then re-run with a larger --max-attempts")
+        print(f"incomplete: {missing} episodes without a result, {infra} still infra errors after retries "
+              f"({exhausted} out of attempts); {again}", file=sys.stderr)
         return 1
     return 0
