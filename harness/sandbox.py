@@ -7,8 +7,9 @@ Isolation (filled in by the implementations' docstrings and summarised here):
 - DockerSandbox: network ``none``, all capabilities dropped, no-new-privileges, non-root user, pids / memory
   (swap equal) / CPU limits, timeouts enforced inside (``timeout -k``) and outside (host deadline); after any
   timeout the container is restarted so nothing the command started survives; OOM kills are reported
-  (``ExecResult.oom_killed``). It does NOT protect against kernel exploits (containers share the host kernel)
-  and has no disk quota.
+  (``ExecResult.oom_killed``), writable space bounded by ``SandboxSpec.disk_bytes`` (see
+  ``harness.sandbox_docker.DockerSandboxProvider.disk_mode``). It does NOT protect against kernel exploits
+  (containers share the host kernel).
 - LocalSandbox: a temp directory, rlimits (CPU, address space, file size, processes; a pids cgroup when run as
   root) and a scrubbed environment. It is NOT isolated: no network or filesystem isolation beyond refusing
   harness paths that leave its root. Runs using it record ``isolated=False``.
@@ -62,6 +63,7 @@ class SandboxSpec:
     mem_bytes: int = 2 << 30
     pids: int = 256
     output_cap_bytes: int = DEFAULT_OUTPUT_CAP
+    disk_bytes: int = 2 << 30  # writable space (Docker: storage-opt size, else sized tmpfs + a per-file limit)
     labels: dict[str, str] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
 

@@ -354,6 +354,7 @@ class DockerSandboxProvider:
         self._timeout = client_timeout
         self.run_id = run_id or f"adhoc-{uuid.uuid4().hex[:8]}"
         self._premade_cache: dict[tuple[str, str], bool] = {}
+        self._disk_mode: str | None = None
 
     @property
     def client(self) -> Any:
@@ -399,8 +400,10 @@ class DockerSandboxProvider:
         host_config = api.create_host_config(
             network_mode="none", cap_drop=["ALL"], security_opt=["no-new-privileges"], init=True,
             pids_limit=spec.pids, mem_limit=spec.mem_bytes, memswap_limit=spec.mem_bytes,
-            nano_cpus=int(spec.cpus * 1e9), ulimits=[docker.types.Ulimit(name="nofile", soft=4096, hard=4096)],
-            log_config=docker.types.LogConfig(type="none"),
+            nano_cpus=int(spec.cpus * 1e9), log_config=docker.types.LogConfig(type="none"),
+            ulimits=[docker.types.Ulimit(name="nofile", soft=4096, hard=4096),
+                     docker.types.Ulimit(name="fsize", soft=spec.disk_bytes, hard=spec.disk_bytes)],
+            **self._disk_config(spec),
         )
         _install_cleanup_handlers()
         with _translate(f"create sandbox from {tag}", kind="CONTAINER_CREATE"):
@@ -423,6 +426,32 @@ class DockerSandboxProvider:
             box.close()
             raise
         return box
+
+    def disk_mode(self) -> str:
+        """How writable space is bounded on this engine. ``storage-opt``: the container's whole writable layer
+        is capped at ``SandboxSpec.disk_bytes`` (drivers that support a size: btrfs, zfs, devicemapper, overlay2
+        on xfs). ``tmpfs``: otherwise (e.g. overlay2 on ext4, this project's default engine) ``/tmp``,
+        ``/var/tmp`` and the agent's home are sized tmpfs mounts (``disk_bytes`` each, charged to the memory
+        limit too) and every file, the work directory's included, is capped at ``disk_bytes`` (``RLIMIT_FSIZE``);
+        the work directory as a whole is NOT capped there, because the engine cannot copy files into a tmpfs
+        mount (``put_archive`` writes beneath it)."""
+        if self._disk_mode is None:
+            with _translate("inspect the Docker engine's storage driver"):
+                info = self.client.info()
+            status = dict(tuple(x) for x in info.get("DriverStatus") or [] if len(x) == 2)
+            driver = info.get("Driver", "")
+            sized = driver in ("btrfs", "zfs", "devicemapper") or (
+                driver == "overlay2" and status.get("Backing Filesystem") == "xfs")
+            self._disk_mode = "storage-opt" if sized else "tmpfs"
+        return self._disk_mode
+
+    def _disk_config(self, spec: SandboxSpec) -> dict[str, Any]:
+        size = spec.disk_bytes
+        if self.disk_mode() == "storage-opt":
+            return {"storage_opt": {"size": str(size)}}
+        home = f"/home/{images.AGENT_USER}"
+        return {"tmpfs": {"/tmp": f"size={size},mode=1777", "/var/tmp": f"size={size},mode=1777",
+                          home: f"size={size},uid={_UID},gid={_UID},mode=0755"}}
 
     def _premade(self, tag: str, workdir: str) -> bool:
         """Does the image ship ``workdir`` owned by uid 1000? (base recipe >= 2, or an image built FROM it)."""
