@@ -15,12 +15,15 @@ Isolation it guarantees (each one exercised by tests/test_sandbox_docker.py):
   and are removed on ``close()``, at interpreter exit, on SIGTERM/SIGINT, and by ``cleanup_run`` /
   ``cleanup_orphans`` (by label, never by name prefix).
 
-Writable for the agent (uid 1000): the work dir (``/work/...``), ``/home/agent``, ``/tmp`` and ``/var/tmp``, all in
-the container's own throw-away layer; system paths (``/etc``, ``/usr``, ``/``, ``/root``, ``/proc/sys``) are not,
-and nothing on the host is reachable (no bind mounts, no volumes).
+Writable for the agent (uid 1000): the work dir (``/work/...``), ``/home/agent``, ``/tmp`` and ``/var/tmp``, in
+the container's own throw-away layer or tmpfs; system paths (``/etc``, ``/usr``, ``/``, ``/root``, ``/proc/sys``)
+are not, and nothing on the host is reachable (no bind mounts, no volumes). Writable space is bounded by
+``SandboxSpec.disk_bytes`` (``DockerSandboxProvider.disk_mode``: a storage-opt size where the driver supports it,
+else sized tmpfs ``/tmp``, ``/var/tmp`` and home plus a per-file ``RLIMIT_FSIZE``).
 
-What it does NOT guarantee: protection from kernel exploits (containers share the host kernel), a disk quota
-(overlay2 ``size=`` needs xfs+pquota; watch free disk), or fairness between sandboxes beyond the CPU quota.
+What it does NOT guarantee: protection from kernel exploits (containers share the host kernel), a cap on the work
+directory's total size under the tmpfs mode (each file is capped, their sum is not), or fairness between sandboxes
+beyond the CPU quota.
 Harness-side file calls (``write_file`` etc.) may write anywhere inside the container: the container is the
 boundary, not the work directory. A process killed with SIGKILL cannot clean up; ``cleanup_orphans()`` at the next
 start removes its containers (owner process no longer alive on this host).
