@@ -116,13 +116,34 @@ def freeze_plan(
     return record
 
 
+def _not_json(p: Path, text: str, exc: json.JSONDecodeError) -> str:
+    """Why a frozen record is not JSON: the plan TOML passed by mistake, or a truncated / damaged file."""
+    import tomllib
+
+    try:
+        tomllib.loads(text)
+        is_toml = bool(text.strip())
+    except tomllib.TOMLDecodeError:
+        is_toml = False
+    if is_toml:
+        return (f"{p}: this is a plan TOML, not a frozen record; fix: freeze it first (`tgsuite protocol freeze {p} "
+                "--out PLAN.frozen.json`) and pass the .frozen.json file")
+    return (f"{p}: not a frozen record, the JSON breaks at line {exc.lineno} column {exc.colno} ({exc.msg}; "
+            f"{len(text)} characters, truncated?); fix: restore it from git or freeze the plan again")
+
+
 def load_frozen(path: str | Path) -> FrozenProtocol:
     """Read a frozen record and verify that its plan still hashes to the recorded sha256."""
     p = Path(path)
     if not p.is_file():
         raise ProtocolError(f"{p}: frozen record not found; create it with `tgsuite protocol freeze PLAN.toml --out {p}`")
+    text = p.read_text(encoding="utf-8", errors="replace")
     try:
-        record = FrozenProtocol.model_validate_json(p.read_text(encoding="utf-8"))
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ProtocolError(_not_json(p, text, exc)) from None
+    try:
+        record = FrozenProtocol.model_validate_json(text)
     except ValidationError as exc:
         raise ProtocolError(format_validation_error(exc, str(p))) from None
     actual = protocol_hash(record.protocol)

@@ -101,3 +101,38 @@ def test_summary_says_when_a_rerun_will_not_help(capsys: pytest.CaptureFixture[s
     assert "will NOT retry" in err and "--max-attempts" in err and "run the same command again" not in err
     assert _summary([r], 1, max_attempts=5) == 1
     assert "run the same command again" in capsys.readouterr().err
+
+
+def test_frozen_protocol_given_the_plan_toml_or_truncated(tmp_path: Path) -> None:
+    from protocols.freeze import load_frozen
+    from protocols.load import ProtocolError
+
+    plan = Path(__file__).resolve().parent.parent / "protocols" / "plans" / "smoke.toml"
+    with pytest.raises(ProtocolError, match=r"this is a plan TOML, not a frozen record; fix: freeze it first"):
+        load_frozen(plan)
+    cut = tmp_path / "p.frozen.json"
+    cut.write_text('{"sha256": "ab", "protocol": {"name": ')
+    with pytest.raises(ProtocolError, match=r"JSON breaks at line 1 column \d+ .*truncated\?\); fix: restore"):
+        load_frozen(cut)
+
+
+def test_cli_out_paths_and_garbage_validation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from harness.minirepos import make_mini
+    from repro.cli import main
+
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    assert main(["report", "--analysis", str(a_file), "--out", str(a_file)]) == 2
+    assert "is a file; fix: give a folder" in capsys.readouterr().err
+    assert main(["analyze", "--protocol", str(a_file), "--runs", str(tmp_path), "--out", str(tmp_path)]) == 2
+    assert "is a directory; fix: give a file path" in capsys.readouterr().err
+    make_mini(tmp_path / "tasks", split="heldout", repos=1, tasks_per_repo=1, seed=0)
+    (tmp_path / "tasks" / "validation.json").write_text("garbage")
+    assert main(["eval", "--tasks", str(tmp_path / "tasks"), "--policy", "null", "--out", str(tmp_path / "r"),
+                 "--sandbox", "local"]) == 2
+    assert "validation.json: not a validation report" in capsys.readouterr().err
+    for bad in (["--max-turns", "0"], ["--wall-s", "-5"], ["--grade-timeout", "0"]):
+        (tmp_path / "tasks" / "validation.json").unlink(missing_ok=True)
+        assert main(["eval", "--tasks", str(tmp_path / "tasks"), "--policy", "null", "--out", str(tmp_path / "r2"),
+                     "--sandbox", "local", *bad]) == 2
+        assert "must be > 0" in capsys.readouterr().err

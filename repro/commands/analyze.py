@@ -38,6 +38,9 @@ def _run(args: argparse.Namespace) -> int:
     from evalsuite.rates import StatsInputError
     from protocols.load import ProtocolError
 
+    if Path(args.out).is_dir():
+        raise CLIError(f"--out {args.out} is a directory; fix: give a file path, e.g. --out "
+                       f"{Path(args.out) / 'analysis.json'}")
     missing = [r for r in args.runs if not Path(r).is_dir()]
     if missing:
         raise CLIError(f"run directory not found: {missing[0]}; pass the --out folder(s) of `tgsuite eval`")
@@ -46,10 +49,14 @@ def _run(args: argparse.Namespace) -> int:
     except (ProtocolError, StatsInputError) as exc:
         raise CLIError(str(exc)) from None
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    tmp.write_text(res.model_dump_json(indent=2) + "\n", encoding="utf-8")
-    tmp.replace(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(out.suffix + ".tmp")
+        tmp.write_text(res.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        tmp.replace(out)
+    except OSError as exc:
+        raise CLIError(f"--out {out}: cannot write it ({exc.strerror}: {exc.filename}); fix: choose a path whose "
+                       "parent folders are folders you can write") from None
     print(f"decision: {res.decision.verdict}  (plan {res.plan_name}, sha256 {res.protocol_hash[:12]}…)")
     for c in res.criteria:
         op = ">" if c.verdict == "pass" else "<=" if c.verdict == "fail" else "?"
