@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 from harness.infra import ControlCache, ErrorRateGuard, RetryPolicy, atomic_write_text, summarize_failures
 from harness.interfaces import EpisodeLimits, FeedbackProvider, Policy, PolicyOutput
+from harness.run_control import RunInterrupted, run_id_for, stop_on_signals
 from harness.runner_episode import (
     EpisodeContext,
     EpisodeJob,
@@ -45,7 +46,6 @@ from harness.runner_episode import (
     read_result,
     run_attempt,
 )
-from harness.run_control import RunInterrupted, run_id_for, stop_on_signals
 from harness.runner_manifest import build_manifest, check_resume_compatible, write_manifest
 from harness.schema import EpisodeMetrics, EpisodeResult, Message, TaskInstance, TaskSet, Trajectory
 

@@ -35,8 +35,8 @@ import os
 import shutil
 import subprocess
 import tarfile
-import zlib
 import tempfile
+import zlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal

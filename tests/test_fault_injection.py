@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pytest
 
-from harness.interfaces import EpisodeLimits
 from harness.run_control import run_id_for, sandbox_run_id
 from harness.runner import run_eval
 from harness.schema import EpisodeResult, TaskSet
