@@ -27,8 +27,10 @@ from types import FrameType
 from harness.runner_manifest import read_manifest
 
 
-class RunInterrupted(RuntimeError):
-    """The run was stopped by a signal; finished episodes are kept and the run resumes with the same command."""
+class RunInterrupted(KeyboardInterrupt):
+    """The run was stopped by a signal; finished episodes are kept and the run resumes with the same command.
+    A ``KeyboardInterrupt`` so that callers that do not know it (e.g. the reproduction pipeline) stop as on
+    Ctrl-C; ``exit_code`` is 128 + the signal number."""
 
     def __init__(self, signum: int) -> None:
         self.signum = signum

@@ -292,13 +292,13 @@ def _stop_in_flight(pool: ThreadPoolExecutor, pending: dict[Future[EpisodeResult
     """After a signal: cancel queued episodes, end the running ones' sandboxes (``interrupt()`` of the factory)
     and wait up to ``STOP_GRACE_S`` for them; in-flight attempts write no ``result.json`` (resume re-runs them)."""
     pool.shutdown(wait=False, cancel_futures=True)
+    running = [f for f in pending if f.running()]
     interrupt = getattr(ctx.factory, "interrupt", None)
     if interrupt is not None:
         try:
             interrupt()
         except Exception as exc:  # noqa: BLE001 - best effort; the factory's close() tries again
             log.warning("interrupting the run's sandboxes failed: %s", exc)
-    running = [f for f in pending if not f.done()]
     wait(running, timeout=STOP_GRACE_S)
     log.warning("stopped: %d episode(s) were in flight and will re-run on resume", len(running))
 
