@@ -92,7 +92,7 @@ def test_max_hints_counts_hint_messages() -> None:
         ({"kind": "correct", "placement": "whenever"}, "placement 'whenever' unknown"),
         ({"kind": "correct", "placement": "turn"}, "turn_index"),
         ({"kind": "correct", "turn_index": 2}, "turn_index"),
-        ({"kind": "correct", "checkers": ("markdown@v2",)}, "unknown behaviour checker"),
+        ({"kind": "correct", "checkers": ("markdown@v9",)}, "unknown behaviour checker"),
     ],
 )
 def test_bad_config_is_refused(kwargs, match: str) -> None:
