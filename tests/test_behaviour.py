@@ -178,7 +178,8 @@ BROKEN_CALLS = [
     '<tool_call>\n{"name": "read_file", "arguments": {"path": "a.py"}\n</tool_call> then I fix parse_args in a.py '
     'and run the tests',  # bad JSON
     'read the file calm_glacier/text_util.py </tool_call> {"name": "read_file"',  # stray closing tag
-    '<tool_call>{"name": "edit_file", "arguments": {"path": "a_b.py"}}</tool_call> and then I fix parse_args in a_b.py and run the tests',
+    '<tool_call>{"name": "edit_file", "arguments": {"path": "a_b.py"}}</tool_call> and then I fix parse_args in a_b.py '
+    'and run the tests',  # schema violation (no old/new)
 ]
 
 

@@ -34,8 +34,8 @@ from harness.tasks import git_commit_sha
 
 log = logging.getLogger(__name__)
 
-# v2 (issue #20): no docstrings in the generated code and tests (the README still describes each module). The seeds keep the v1
-# namespace, so equal arguments give the same repositories, names and bugs as v1, only more compact.
+# v2 (issue #20): no docstrings in the generated code and tests (the README still describes each module). The
+# seeds keep the v1 namespace, so equal arguments give the same repositories, names and bugs as v1, more compact.
 GENERATOR_VERSION = "minirepos@v2"
 _SEED_NAMESPACE = "minirepos@v1"
 MiniSplit = Literal["train", "heldout"]
@@ -166,7 +166,8 @@ def _hidden_file(repo: RepoPlan, module: ModulePlan, keep: list[CaseResult]) -> 
 def _snapshot_files(repo: RepoPlan, mod: ModulePlan, buggy_source: str, reported: CaseResult) -> dict[str, str]:
     """The repository as the agent gets it: the bug in ``mod``, visible tests with a regression test."""
     files: dict[str, str] = {
-        "README.md": render.readme(repo.repo, repo.package, [(m.template.module, m.template.summary()) for m in repo.modules]),
+        "README.md": render.readme(repo.repo, repo.package,
+                                   [(m.template.module, m.template.summary()) for m in repo.modules]),
         "pyproject.toml": render.pyproject(repo.package),
         ".gitignore": render.GITIGNORE,
         f"{repo.package}/__init__.py": f'"""{repo.package}: {mod.template.domain} utilities."""\n\n'
