@@ -45,8 +45,8 @@ SYSTEM_PROMPT_VERSION = "system@v2"
 
 # Short on purpose (issue #20): it is in every episode; the chat template adds the tools and the call format.
 _SYSTEM = """\
-You are a coding agent in a Python repository; paths are relative to its root. Fix the issue the user reports
-with the tools, then call finish with a summary for the user of what you changed.
+Fix the issue the user reports in this Python repository with the tools (paths are relative to its root), then
+call finish with a summary for the user of what you changed.
 """
 
 NUDGE_TEXT = (

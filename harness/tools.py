@@ -61,7 +61,7 @@ _STR: dict[str, Any] = {"type": "string"}
 # Terse on purpose (issue #20): the schemas are in every episode's system block. Names, argument names, types,
 # required lists and defaults are the contract; a description only where the name does not say it.
 _SPECS: list[tuple[str, str, dict[str, Any], list[str]]] = [
-    ("list_files", "List files under a directory, recursively.", {"path": {**_STR, "default": "."}}, []),
+    ("list_files", "List files under a directory (recursive).", {"path": {**_STR, "default": "."}}, []),
     ("read_file", "Read a file.", {"path": _STR}, ["path"]),
     (
         "search",
@@ -77,7 +77,7 @@ _SPECS: list[tuple[str, str, dict[str, Any], list[str]]] = [
     ),
     (
         "run_tests",
-        "Run the visible tests, or only the given files / node ids.",
+        "Run the visible tests (all, or the given files / node ids).",
         {"tests": {"type": "array", "items": _STR, "default": []}},
         [],
     ),
