@@ -16,7 +16,11 @@ those rendered conversations, ``--vocab-size``, default the mini preset's 4,096)
 - on held-out (every task once, no hints): ``resolve_rate`` (the real grader in a fresh sandbox, hidden tests) and
   ``finished_rate``.
 
-It measures the code it runs; to compare two commits run it on each (the report states both outputs).
+It measures the code it runs; to compare two commits run it on each. Measured on this 2-core machine with the
+defaults (128 train episodes, 20 held-out), main at 2bec4a7 -> after issue #20's compact episodes:
+system block 951 -> 448 tokens (tool schemas 695 -> 333, system prompt 161 -> 36); train median 2,403 -> 1,542
+(p90 2,708 -> 1,695), 7 assistant turns in both, assistant share 11.1 % -> 15.8 %; run_tests output per episode
+(median) 286 -> 122; held-out median 2,532 -> 1,724, expert resolve rate 1.0 -> 1.0 (20 of 20).
 Usage:  python benchmarks/episode_tokens_bench.py [--episodes 128] [--heldout-repos 10] [--seed 0]
 """
 
