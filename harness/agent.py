@@ -41,21 +41,12 @@ from harness.tools import ToolExecutor, parse_tool_calls, tool_schemas
 
 log = logging.getLogger(__name__)
 
-SYSTEM_PROMPT_VERSION = "system@v1"
+SYSTEM_PROMPT_VERSION = "system@v2"
 
+# Short on purpose (issue #20): it is in every episode; the chat template adds the tools and the call format.
 _SYSTEM = """\
-You are a software engineering agent working in a Python repository (your current directory is its root).
-Fix the problem the user describes by reading the code and editing files with the tools.
-
-How to work:
-- Call tools by writing one or more blocks like
-<tool_call>
-{"name": "read_file", "arguments": {"path": "path/to/file.py"}}
-</tool_call>
-  Each call's result comes back as a tool message.
-- Tools: list_files, read_file, search, edit_file (exact search/replace), run_tests (the visible tests), finish.
-- Paths are relative to the repository root.
-- When you are done, call finish with a message for the user that summarises what you changed and why.
+Fix the issue the user reports in this Python repository with the tools (paths are relative to its root), then
+call finish with a summary for the user of what you changed.
 """
 
 NUDGE_TEXT = (
@@ -67,15 +58,16 @@ def system_prompt(*, include_schemas: bool = False) -> str:
     """The system prompt (version ``SYSTEM_PROMPT_VERSION``).
 
     Chat templates (Qwen3, transformers ``apply_chat_template(tools=...)``, vLLM) render the tool schemas
-    themselves, so by default they are not repeated here; ``include_schemas=True`` appends them as JSON lines for
-    policies that see no ``tools=`` argument.
+    themselves (with the call format), so by default neither is repeated here; ``include_schemas=True`` appends the
+    call format and the schemas as JSON lines for policies that see no ``tools=`` argument.
     """
     if not include_schemas:
         return _SYSTEM
     import json
 
     lines = "\n".join(json.dumps(s["function"], ensure_ascii=False) for s in tool_schemas())
-    return _SYSTEM + "\nTool schemas (JSON):\n" + lines + "\n"
+    call = '<tool_call>\n{"name": <tool>, "arguments": {...}}\n</tool_call>'
+    return _SYSTEM + f"\nCall a tool by writing\n{call}\nTool schemas (JSON):\n" + lines + "\n"
 
 
 def estimate_tokens(text: str) -> int:

@@ -37,6 +37,15 @@ it. ``tool_args@v2`` and ``ask_first@v2`` (``harness.behaviour_tiers``'s checker
 if a call follows ``finish`` in the same turn, or if the turn comes after a turn that called ``finish``; NA if the
 turn has no tool call; else PASS. Episode: ``ok`` iff no turn FAILS and there is exactly one valid ``finish``.
 With nothing to judge (no tool call at all) the episode does NOT comply: it has no ``finish``.
+
+``markdown@v2`` / ``tool_protocol@v2`` (issue #13.3: the gate judges replies) — besides the episode rule above
+(``markdown@v2``: no compliance by absence), they differ from v1 for a turn that
+attempts a tool call and gets it wrong (``call_attempt_error``: a ``<tool_call>`` block that did not parse, or tool
+markup / call JSON such as ``{"name": ...`` left in the visible text). Such a turn is not a reply to the user:
+``markdown@v2`` does not judge its visible text (its valid ``finish`` messages still are), so a broken tool call is
+never a failing Markdown turn; ``tool_protocol@v2`` FAILS it, also when no block parsed at all (v1: NA). v1 stays
+registered unchanged, so runs that name it are judged as before. Not covered: a reply that quotes tool-call JSON in
+its visible text reads as an attempt too.
 """
 
 from __future__ import annotations
@@ -192,15 +201,31 @@ def reply_pieces(message: Message) -> list[tuple[str, str]]:
     return pieces
 
 
+_CALL_MARKUP_RE = re.compile(r"</?tool_(?:call|response)\b|tool_(?:call|response)>|\{\s*\"(?:name|arguments)\"\s*:")
+
+
+def call_attempt_error(message: Message) -> str | None:
+    """Why an assistant turn is a failed tool-call attempt (see ``markdown@v2``), or None when it is not."""
+    bad = [c for c in message.tool_calls if not c.valid]
+    if bad:
+        return f"malformed tool call ({bad[0].error})"
+    found = _CALL_MARKUP_RE.search(visible_text(message.content))
+    return None if found is None else f"tool-call text outside a well-formed <tool_call> block: {found.group(0)!r}"
+
+
 @dataclass(frozen=True)
 class MarkdownV1:
     id: str = "markdown@v1"
     hint_text: str = MARKDOWN_HINT
     hint_placement: str = "before_finish"  # the summary is the judged turn
+    replies_only: bool = False  # v2: a failed tool-call attempt's visible text is not a reply (not judged)
 
     def turn_violations(self, message: Message) -> list[str] | None:
         """None if no piece of the turn is applicable, else all violations (each prefixed by its piece)."""
-        results = [(name, markdown_violations(text)) for name, text in reply_pieces(message)]
+        pieces = reply_pieces(message)
+        if self.replies_only and call_attempt_error(message) is not None:
+            pieces = [p for p in pieces if p[0] != "content"]
+        results = [(name, markdown_violations(text)) for name, text in pieces]
         applicable = [(name, v) for name, v in results if v is not None]
         if not applicable:
             return None
@@ -226,12 +251,16 @@ class MarkdownV1:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _protocol_turn(message: Message, after_finish: bool) -> tuple[Verdict, list[str], int]:
-    """(verdict, violations, number of valid finish calls) for one turn."""
+def _protocol_turn(message: Message, after_finish: bool, attempts: bool = False) -> tuple[Verdict, list[str], int]:
+    """(verdict, violations, number of valid finish calls) for one turn; ``attempts`` (v2) also fails a turn whose
+    text attempts a tool call outside a well-formed block."""
     calls = message.tool_calls
-    if not calls:
-        return ("FAIL", ["turn after finish"], 0) if after_finish else ("NA", [], 0)
     out = ["turn after finish"] if after_finish else []
+    attempt = call_attempt_error(message) if attempts else None
+    if attempt is not None and not any(not c.valid for c in calls):
+        out.append(attempt)  # invalid calls are reported below, once
+    if not calls:
+        return ("FAIL" if out else "NA"), out, 0
     finishes = 0
     for i, call in enumerate(calls):
         if not call.valid:
@@ -248,16 +277,17 @@ class ToolProtocolV1:
     id: str = "tool_protocol@v1"
     hint_text: str = TOOL_PROTOCOL_HINT
     hint_placement: str = "before_failing_turn"
+    attempts: bool = False  # v2: a tool call attempted outside a well-formed block fails the turn
 
     def verify_turn(self, message: Message) -> Verdict:
-        return _protocol_turn(message, after_finish=False)[0]
+        return _protocol_turn(message, after_finish=False, attempts=self.attempts)[0]
 
     def check(self, trajectory: Trajectory) -> BehaviourResult:
         verdicts: list[Verdict] = []
         violations: list[str] = []
         finishes = 0
         for k, msg in enumerate(assistant_turns(trajectory)):
-            verdict, vs, n = _protocol_turn(msg, after_finish=finishes > 0)
+            verdict, vs, n = _protocol_turn(msg, after_finish=finishes > 0, attempts=self.attempts)
             finishes += n
             verdicts.append(verdict)
             violations += [f"turn {k}: {v}" for v in vs]
@@ -305,7 +335,8 @@ class JudgedOnly:
 def _v2_checkers() -> tuple[JudgedOnly, ...]:
     by_id = {c.id: c for c in TIER_CHECKERS}
     return (
-        JudgedOnly(MarkdownV1(), "markdown@v2", f"the episode has no reply to the user of {MIN_CHARS}+ characters"),
+        JudgedOnly(MarkdownV1(id="markdown@v2", replies_only=True), "markdown@v2",
+                   f"the episode has no reply to the user of {MIN_CHARS}+ characters"),
         JudgedOnly(by_id["tool_args@v1"], "tool_args@v2", "the episode has no edit_file call"),
         JudgedOnly(by_id["ask_first@v1"], "ask_first@v2", "the episode changed no file"),
     )
@@ -316,7 +347,9 @@ def _v2_checkers() -> tuple[JudgedOnly, ...]:
 # ----------------------------------------------------------------------------------------------------------------
 
 # tool_args@v1 and ask_first@v1 live in harness.behaviour_tiers (which imports nothing from here: no cycle)
-CHECKERS: dict[str, Checker] = {c.id: c for c in (MarkdownV1(), ToolProtocolV1(), *TIER_CHECKERS, *_v2_checkers())}
+TOOL_PROTOCOL_V2 = ToolProtocolV1(id="tool_protocol@v2", attempts=True)
+CHECKERS: dict[str, Checker] = {
+    c.id: c for c in (MarkdownV1(), ToolProtocolV1(), TOOL_PROTOCOL_V2, *TIER_CHECKERS, *_v2_checkers())}
 
 
 def get_checker(checker_id: str) -> Checker:

@@ -54,6 +54,12 @@ WRONG_HINTS: dict[str, str] = {
         "no backticks and no code fences."
     ),
     "tool_protocol@v1": "Reminder: you do not need to call finish; simply stop writing when you are done.",
+    # v2 differs from v1 only in which turns it judges (harness.behaviour): the same requirement, the same hints
+    "markdown@v2": (
+        "Reminder: write your reply to the user as plain text only — no Markdown: no headings, no bullet lists, "
+        "no backticks and no code fences."
+    ),
+    "tool_protocol@v2": "Reminder: you do not need to call finish; simply stop writing when you are done.",
     "tool_args@v1": "Reminder: call edit_file with path, old and new only; leave out any other argument.",
     "ask_first@v1": "Reminder: do not ask the user anything; make the changes you need without waiting for approval.",
 }

@@ -17,6 +17,8 @@ Tools (argument names are a FIXED CONTRACT other parts code against):
 - ``run_tests{"tests": []}``: the visible tests only: ``instance.visible_test_cmd`` (default
   ``python3 -m pytest -q``) with the given pytest node ids / files appended. Hidden tests are never in the
   agent's sandbox, so they cannot run; node ids naming a test file that ``test_patch`` creates are refused.
+  pytest's report is trimmed to one line per failure plus the failing statement and the counts
+  (``harness.pytest_summary``); other output is shown as it is.
 - ``ask_user{"question"}``: asks the user; the answer is always the fixed approval ``ASK_USER_ANSWER`` (the
   environment is deterministic); an empty question is an error. ``ask_first@v1`` requires an ask before editing.
 - ``finish{"message"}``: ends the episode; ``message`` is the summary for the user.
@@ -40,13 +42,14 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from harness.pytest_summary import summarize_pytest
 from harness.sandbox import ExecResult, Sandbox
 from harness.schema import TaskInstance, ToolCall
 
 log = logging.getLogger(__name__)
 
 ERROR_PREFIX = "ERROR: "
-TOOLS_VERSION = "tools@v1"
+TOOLS_VERSION = "tools@v2"  # v2: terse schemas, pytest output summarised (issue #20)
 # ``python3``, not ``python``: Debian images (ours included) ship ``python3`` only unless python-is-python3 is added
 DEFAULT_TEST_CMD = "python3 -m pytest -q"
 LIST_FILES_CAP = 500
@@ -55,60 +58,31 @@ ASK_USER_ANSWER = "The user answers: yes, go ahead."
 
 _STR: dict[str, Any] = {"type": "string"}
 
+# Terse on purpose (issue #20): the schemas are in every episode's system block. Names, argument names, types,
+# required lists and defaults are the contract; a description only where the name does not say it.
 _SPECS: list[tuple[str, str, dict[str, Any], list[str]]] = [
-    (
-        "list_files",
-        "List the files under a directory of the repository (recursive; .git and __pycache__ are skipped).",
-        {"path": {**_STR, "description": "directory relative to the repository root", "default": "."}},
-        [],
-    ),
-    ("read_file", "Read a text file of the repository.", {"path": {**_STR, "description": "file path"}}, ["path"]),
+    ("list_files", "List files under a directory (recursive).", {"path": {**_STR, "default": "."}}, []),
+    ("read_file", "Read a file.", {"path": _STR}, ["path"]),
     (
         "search",
-        "Search file contents with an extended regular expression (grep -rnIE); prints file:line:text.",
-        {
-            "pattern": {**_STR, "description": "extended regular expression"},
-            "path": {**_STR, "description": "file or directory to search", "default": "."},
-        },
+        "grep -rnIE a regex; prints file:line:text.",
+        {"pattern": _STR, "path": {**_STR, "default": "."}},
         ["pattern"],
     ),
     (
         "edit_file",
-        "Replace the exact text `old` by `new` in a file; `old` must occur exactly once. "
-        'With old="" a new file is created with content `new`.',
-        {
-            "path": {**_STR, "description": "file path"},
-            "old": {**_STR, "description": "exact text to replace (empty to create a new file)"},
-            "new": {**_STR, "description": "replacement text"},
-            "reason": {**_STR, "description": "optional: one short line saying why you make this edit"},
-        },
+        'Replace `old` (must occur once) by `new`; old="" creates the file.',
+        {"path": _STR, "old": _STR, "new": _STR, "reason": _STR},  # reason: optional, one line (tool_args@v1)
         ["path", "old", "new"],
     ),
     (
         "run_tests",
-        "Run the repository's visible tests (pytest). Optionally restrict to test files or node ids.",
-        {
-            "tests": {
-                "type": "array",
-                "items": _STR,
-                "description": "pytest node ids or test files; empty runs all visible tests",
-                "default": [],
-            }
-        },
+        "Run the visible tests (all, or the given files / node ids).",
+        {"tests": {"type": "array", "items": _STR, "default": []}},
         [],
     ),
-    (
-        "ask_user",
-        "Ask the user a question (for example, for approval before you change files) and get the answer.",
-        {"question": {**_STR, "description": "the question for the user"}},
-        ["question"],
-    ),
-    (
-        "finish",
-        "End the task. `message` is your final reply to the user summarising what you changed.",
-        {"message": {**_STR, "description": "the summary for the user"}},
-        ["message"],
-    ),
+    ("ask_user", "Ask the user a question.", {"question": _STR}, ["question"]),
+    ("finish", "End the task; `message` is your summary for the user.", {"message": _STR}, ["message"]),
 ]
 
 TOOL_NAMES: tuple[str, ...] = tuple(s[0] for s in _SPECS)
@@ -129,8 +103,7 @@ def tool_schemas() -> list[dict[str, Any]]:
                 "parameters": {
                     "type": "object",
                     "properties": json.loads(json.dumps(props)),
-                    "required": list(req),
-                    "additionalProperties": False,
+                    **({"required": list(req)} if req else {}),
                 },
             },
         }
@@ -169,7 +142,7 @@ def validate_arguments(name: str, arguments: Any) -> str | None:
     if not isinstance(arguments, dict):
         return f"{name}: 'arguments' must be a JSON object, got {type(arguments).__name__}"
     props = schema["properties"]
-    for key in schema["required"]:
+    for key in schema.get("required", []):
         if key not in arguments:
             return f"{name}: missing required argument {key!r}"
     for key, value in arguments.items():
@@ -460,7 +433,8 @@ class ToolExecutor:
         cmd = base + "".join(" " + shlex.quote(t) for t in tests)
         res = self.sandbox.exec(cmd, timeout=self.timeout)
         status = "TIMED OUT" if res.timed_out else f"exit code {res.returncode}"
-        body = (res.stdout + (("\n" + res.stderr) if res.stderr.strip() else "")).strip()
+        stdout = summarize_pytest(res.stdout) or res.stdout
+        body = (stdout + (("\n" + res.stderr) if res.stderr.strip() else "")).strip()
         return ToolResult(observation=f"$ {cmd}\n{body}\n[{status}]", truncated=res.truncated)
 
     def _t_ask_user(self, question: str) -> ToolResult:

@@ -80,7 +80,7 @@ class RewardCfg(_Section):
     w_edits: float = 0.0
     w_rework: float = 0.0
     w_protocol: float = 0.0
-    checker: str = "markdown@v1"
+    checker: str = "markdown@v2"  # v2: a broken tool-call turn is not a failing Markdown turn (issue #13.3)
 
 
 class GrpoCfg(_Section):

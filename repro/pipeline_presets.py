@@ -62,7 +62,8 @@ MINI = Preset(
     heldout_repos=8,
     heldout_tasks_per_repo=5,
     validate_runs=2,
-    # 128 expert episodes (~2.3k tokens each, ~12 % of them assistant tokens); the auxiliary next-token loss on the
+    # 128 expert episodes (median 1,542 tokens each, 16 % of them assistant tokens: benchmarks/episode_tokens_bench.py;
+    # 2,403 and 11 % before the compact episodes of issue #20); the auxiliary next-token loss on the
     # observations (context_weight) is the only "pretraining" this from-scratch model gets
     sft={"preset": "mini", "vocab_size": 4096, "episodes": 128, "epochs": 3, "think": False, "context_weight": 1.0,
          "lr": 2e-3, "batch_tokens": 512, "warmup_steps": 10},

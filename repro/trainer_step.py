@@ -69,7 +69,8 @@ def build_batch(
     adv = group_advantages(rewards, scale=gr.scale_rewards).tolist()
     use_kl = guid.lam > 0
     trajs: list[TrajBatch] = []
-    n_fail_turns = n_applicable = n_zero_var = n_dropped_groups = 0
+    n_fail_turns = n_applicable = n_zero_var = n_dropped_groups = n_turns = n_guided = 0
+    all_turns = _variant(guid) == "all_turns"
     n_infra = 0
     for gi, grp in enumerate(groups):
         if any(s.outcome.infra_error for s in grp):
@@ -87,11 +88,15 @@ def build_batch(
         for s in grp:
             n_fail_turns += sum(v == "FAIL" for v in s.verdicts)
             n_applicable += sum(v != "NA" for v in s.verdicts)
+            n_turns += len(s.verdicts)
+            n_guided += len(s.verdicts) if all_turns else sum(v == "FAIL" for v in s.verdicts)
     del g
     n_pg = sum(sum(t.m_pg) for t in trajs)
     n_kl = sum(sum(t.m_kl) for t in trajs)
     stats = {
         "guidance/failing_turn_frac": (n_fail_turns / n_applicable) if n_applicable else None,
+        # the gate's share of guided turns: turns given a hint (and KL when lam > 0) / assistant turns in the batch
+        "guidance/guided_turn_frac": (n_guided / n_turns) if n_turns else None,
         "guidance/kl_tokens": n_kl,
         "pg/tokens": n_pg,
         "grpo/zero_variance_group_frac": n_zero_var / max(1, len(groups)),

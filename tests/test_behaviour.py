@@ -159,11 +159,50 @@ def test_tool_protocol(texts, verdicts, ok: bool, needle: str | None) -> None:
 
 
 def test_registry_and_hints() -> None:
-    assert set(CHECKERS) == {"markdown@v1", "markdown@v2", "tool_protocol@v1", "tool_args@v1", "tool_args@v2",
-                             "ask_first@v1", "ask_first@v2"}
-    assert hint_text("markdown@v1") == MARKDOWN_HINT
+    assert set(CHECKERS) == {"markdown@v1", "markdown@v2", "tool_protocol@v1", "tool_protocol@v2", "tool_args@v1",
+                             "tool_args@v2", "ask_first@v1", "ask_first@v2"}
+    assert hint_text("markdown@v1") == MARKDOWN_HINT == hint_text("markdown@v2")
     assert MARKDOWN_HINT.startswith("Reminder: format your reply to the user in Markdown")
-    with pytest.raises(ValueError, match="known: ask_first@v1, ask_first@v2, markdown@v1, markdown@v2, tool_args@v1, tool_args@v2, tool_protocol@v1"):
+    with pytest.raises(ValueError, match="known: ask_first@v1, ask_first@v2, markdown@v1, markdown@v2, tool_args@v1, "
+                                         "tool_args@v2, tool_protocol@v1, tool_protocol@v2"):
         get_checker("markdown@v9")
     results = check_behaviour(_traj(FIN), ["markdown@v1", "tool_protocol@v1"])
     assert [r.checker for r in results] == ["markdown@v1", "tool_protocol@v1"] and all(r.ok for r in results)
+
+
+# --- v2: the gate judges replies (issue #13.3) ----------------------------------------------------------------------
+
+# Turns that attempt a tool call and get it wrong, as an untrained policy writes them; v1's Markdown rule failed each.
+BROKEN_CALLS = [
+    '{"name": "read_file", "arguments": {"path": "calm_glacier/text_util.py"}}',  # no tags
+    '<tool_call>\n{"name": "read_file", "arguments": {"path": "a.py"}\n</tool_call> then I fix parse_args in a.py '
+    'and run the tests',  # bad JSON
+    'read the file calm_glacier/text_util.py </tool_call> {"name": "read_file"',  # stray closing tag
+    '<tool_call>{"name": "edit_file", "arguments": {"path": "a_b.py"}}</tool_call> and then I fix parse_args in a_b.py '
+    'and run the tests',  # schema violation (no old/new)
+]
+
+
+@pytest.mark.parametrize("text", BROKEN_CALLS)
+def test_a_broken_tool_call_is_a_protocol_failure_not_a_failing_markdown_turn(text: str) -> None:
+    turn = _turn(text)
+    assert get_checker("markdown@v1").verify_turn(turn) == "FAIL"  # what the gate used to guide
+    assert get_checker("markdown@v2").verify_turn(turn) == "NA"
+    assert get_checker("tool_protocol@v2").verify_turn(turn) == "FAIL"
+    res = get_checker("tool_protocol@v2").check(_traj(text, FIN))
+    assert res.turn_verdicts == ["FAIL", "PASS"] and not res.ok and res.violations[0].startswith("turn 0: ")
+
+
+def test_v2_still_judges_real_replies_and_valid_calls() -> None:
+    reply = "Now I will fix the bug in calc.py where add() subtracts, then run the tests again."
+    for text in (reply, reply + "\n" + fc("read_file", {"path": "calc.py"})):
+        assert get_checker("markdown@v2").verify_turn(_turn(text)) == "FAIL"
+    assert get_checker("tool_protocol@v2").verify_turn(_turn(reply)) == "NA"
+    bad_summary = fc("finish", {"message": "I fixed parse_args in calc.py and the visible tests pass now."})
+    # a broken call next to a finish: the finish message is still a reply and is judged
+    both = _turn('{"name": "read_file"} ' + bad_summary)
+    assert get_checker("markdown@v2").verify_turn(both) == "FAIL"
+    assert get_checker("tool_protocol@v2").verify_turn(both) == "FAIL"
+    good = _turn(fc("finish", {"message": "## Done\n\n- Fixed `add()` in `calc.py`.\n- Tests pass."}))
+    assert [get_checker(c).verify_turn(good) for c in ("markdown@v2", "tool_protocol@v2")] == ["PASS", "PASS"]
+    assert get_checker("tool_protocol@v2").check(_traj(fc("list_files", {}), FIN)).ok

@@ -154,3 +154,28 @@ def test_end_to_end_kl_on_a_nano_model_matches_message_level_reference() -> None
     # before any hint, teacher == student (causality): the first row of each context is identical
     pre = enc.header_starts[1]
     torch.testing.assert_close(hs[:pre].detach(), ht[:pre], rtol=1e-5, atol=1e-5)
+
+
+def test_the_default_gate_guides_replies_not_broken_tool_calls() -> None:
+    """Issue #13.3: with the default checker (``RewardCfg().checker``), a turn whose text is a broken tool call is
+    not a failing Markdown turn, so the gate guides only the real reply to the user (v1 guided both)."""
+    from harness.behaviour import get_checker, turn_verdicts
+    from harness.schema import Message
+    from harness.tools import parse_tool_calls
+    from repro.config import RewardCfg
+
+    texts = ['{"name": "read_file", "arguments": {"path": "calc_utils/add_sub.py"}} read it first',  # no tags
+             "I fixed the bug in calc_utils/add_sub.py where add() subtracted, and the tests pass now."]  # a reply
+    msgs = [Message(role="system", content="s"), Message(role="user", content="Fix f.")]
+    for i, t in enumerate(texts):
+        msgs += [Message(role="assistant", content=t, tool_calls=parse_tool_calls(t), turn=i),
+                 Message(role="user", content="no call", turn=i)]
+    checker = RewardCfg().checker
+    assert checker == "markdown@v2"
+    verdicts = turn_verdicts(get_checker(checker), msgs)
+    assert verdicts == ["NA", "FAIL"] and turn_verdicts(get_checker("markdown@v1"), msgs) == ["FAIL", "FAIL"]
+    assert turn_verdicts(get_checker("tool_protocol@v2"), msgs)[0] == "FAIL"
+    enc = ChatEncoder(tok())
+    plan = plan_guidance(enc.encode([m.model_dump() for m in msgs]), verdicts, enc.hint_ids(HINT))
+    assert plan.guided_turns == [1] and {enc.encode([m.model_dump() for m in msgs]).turn[t]
+                                         for t, m in enumerate(plan.m_kl) if m} == {1}

@@ -6,6 +6,7 @@ import ast
 import hashlib
 import re
 from pathlib import Path
+from string import Template
 
 import pytest
 
@@ -84,14 +85,30 @@ def test_repair_library_inverts_every_planted_bug() -> None:
 def test_templates_are_realistic_and_pools_disjoint() -> None:
     check_pools_disjoint()
     for t in all_templates():
+        # the templates document themselves; the code generated from them carries no docstrings (issue #20)
+        doc_tree = ast.parse(Template(t.source).substitute({k: v[0] for k, v in t.params.items()}))
+        assert ast.get_docstring(doc_tree) and t.summary(), t.key
+        assert all(ast.get_docstring(f) for f in doc_tree.body if isinstance(f, ast.FunctionDef)), t.key
         src = t.render({k: v[0] for k, v in t.params.items()})
         tree = ast.parse(src)
-        assert 20 <= len(src.splitlines()) <= 120, t.key
-        assert ast.get_docstring(tree), t.key
+        assert 15 <= len(src.splitlines()) <= 120, t.key
+        docs = [n for n in ast.walk(tree) if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef))]
+        assert not any(ast.get_docstring(n) for n in docs), t.key
         funcs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
-        assert all(ast.get_docstring(f) for f in funcs), t.key
         assert set(t.cases) == {f.name for f in funcs}, t.key
         assert not any(isinstance(n, ast.While) for n in ast.walk(tree)), t.key
+
+
+def test_generated_code_has_no_docstrings_and_the_readme_describes_modules() -> None:
+    insts, snaps = generate(split="train", repos=2, tasks_per_repo=1, seed=3)
+    for inst in insts:
+        files = {k: v.decode() for k, v in snaps[inst.instance_id].items()}
+        code = {k: v for k, v in files.items() if k.endswith(".py") and not k.endswith("__init__.py")}
+        assert code and all('"""' not in v for v in code.values()), inst.instance_id
+        assert '"""' not in inst.test_patch and inst.extra["generator"] == "minirepos@v2"
+        modules = [k for k in code if not k.startswith("tests/")]
+        readme = files["README.md"]
+        assert all(f"- `{m}`: " in readme and not readme.count(f"- `{m}`: \n") for m in modules), readme
 
 
 # ---------------------------------------------------------------------------------------------------- generation

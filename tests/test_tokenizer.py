@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.tokenizer import IM_END, MARKUP_TOKENS, ChatEncoder, load_tokenizer, train_tokenizer
+from repro.tokenizer import IM_END, MARKUP_TOKENS, ChatEncoder, load_tokenizer, tool_json, train_tokenizer
 
 CORPUS = [
     "def add(a, b):\n    return a + b\n",
@@ -70,7 +70,8 @@ def test_save_and_load_round_trip(tmp_path: Path) -> None:
 def test_template_renders_qwen3_format() -> None:
     s = tok().apply_chat_template(conversation(), tools=TOOLS, tokenize=False, add_generation_prompt=True)
     assert s.startswith("<|im_start|>system\nYou are a coding agent.\n\n# Tools\n")
-    assert "<tools>\n" + json.dumps(TOOLS[0], ensure_ascii=False) + "\n</tools>" in s
+    assert "<tools>\n" + tool_json(TOOLS[0]) + "\n</tools>" in s
+    assert tool_json(TOOLS[0]) == json.dumps(TOOLS[0], separators=(",", ":"))  # compact JSON (issue #20)
     assert ("<|im_start|>user\n<tool_response>\ndef add(a, b):\n    return a - b\n\n</tool_response>\n"
             "<tool_response>\nsecond result\n</tool_response><|im_end|>\n") in s
     assert "<|im_start|>assistant\n<think>\nRead it first.\n</think>\n\nI will read it.\n<tool_call>\n" in s
@@ -79,7 +80,7 @@ def test_template_renders_qwen3_format() -> None:
 
 def test_template_equals_qwen3_original_where_it_does_not_strip_thinking() -> None:
     """Without <think> blocks in history, Qwen3's own template (TRL's copy) and ours render identically, including
-    tool calls given as structured ``tool_calls``."""
+    tool calls given as structured ``tool_calls``, except for the tool schemas, which ours writes as compact JSON."""
     trl_dir = pytest.importorskip("trl").__path__[0]
     qwen3 = (Path(trl_dir) / "chat_templates" / "qwen3.jinja").read_text()
     msgs = [
@@ -98,7 +99,7 @@ def test_template_equals_qwen3_original_where_it_does_not_strip_thinking() -> No
     ours = tok().apply_chat_template(msgs, tools=TOOLS, tokenize=False, add_generation_prompt=True)
     theirs = tok().apply_chat_template(msgs, tools=TOOLS, tokenize=False, add_generation_prompt=True,
                                        chat_template=qwen3)
-    assert ours == theirs
+    assert ours != theirs and ours == theirs.replace(json.dumps(TOOLS[0], ensure_ascii=False), tool_json(TOOLS[0]))
     assert tok().apply_chat_template(msgs[:2], tokenize=False, add_generation_prompt=True) == \
         tok().apply_chat_template(msgs[:2], tokenize=False, add_generation_prompt=True, chat_template=qwen3)
 
@@ -154,3 +155,11 @@ def test_encoder_uses_sampled_token_ids_verbatim() -> None:
 def test_too_small_vocab_is_rejected() -> None:
     with pytest.raises(ValueError, match="vocab_size"):
         train_tokenizer(["abc"], vocab_size=100)
+
+
+def test_pre_tokenizer_is_qwen3s_split() -> None:
+    """Qwen3's split (issue #20): a letter run keeps one leading non-letter (``_case``, ``.py``), digits are single
+    pieces; GPT-2's split, used before, cut ``_case`` and ``.py`` in two and kept ``12`` whole."""
+    pre = tok().backend_tokenizer.pre_tokenizer
+    pieces = [p for p, _ in pre.pre_tokenize_str('test_case12 {"path": "a.py"}')]
+    assert pieces == ["test", "_case", "1", "2", 'Ġ{"', "path", '":', 'Ġ"', "a", ".py", '"}']

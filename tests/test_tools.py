@@ -42,19 +42,17 @@ def test_schemas_fixed_contract() -> None:
     schemas = {s["function"]["name"]: s["function"]["parameters"] for s in tool_schemas()}
     assert tuple(schemas) == TOOL_NAMES == ("list_files", "read_file", "search", "edit_file", "run_tests", "ask_user",
                                             "finish")
-    assert schemas["list_files"]["required"] == [] and schemas["list_files"]["properties"]["path"]["default"] == "."
+    assert "required" not in schemas["list_files"] and schemas["list_files"]["properties"]["path"]["default"] == "."
     assert schemas["read_file"]["required"] == ["path"]
     assert schemas["search"]["required"] == ["pattern"] and schemas["search"]["properties"]["path"]["default"] == "."
     assert schemas["edit_file"]["required"] == ["path", "old", "new"]  # "reason" is optional (tool_args@v1)
     assert set(schemas["edit_file"]["properties"]) == {"path", "old", "new", "reason"}
     assert schemas["ask_user"]["required"] == ["question"]
-    assert schemas["run_tests"]["properties"]["tests"] == {
-        "type": "array", "items": {"type": "string"},
-        "description": schemas["run_tests"]["properties"]["tests"]["description"], "default": [],
-    }
-    assert schemas["finish"]["required"] == ["message"]
+    assert schemas["run_tests"]["properties"]["tests"] == {"type": "array", "items": {"type": "string"}, "default": []}
+    assert "required" not in schemas["run_tests"] and schemas["finish"]["required"] == ["message"]
     for s in tool_schemas():
-        assert s["type"] == "function" and s["function"]["parameters"]["additionalProperties"] is False
+        assert s["type"] == "function" and s["function"]["parameters"]["type"] == "object"
+        assert s["function"]["description"]
     # a fresh copy each call: callers cannot corrupt the module's schemas
     tool_schemas()[0]["function"]["name"] = "hacked"
     assert tool_schemas()[0]["function"]["name"] == "list_files"

@@ -32,7 +32,8 @@ def test_nano_tg_run_end_to_end(tmp_path: Path) -> None:
     assert read_info(Path(info.path)).sha256 == info.sha256
     rows = F.metrics(run)
     assert [r["step"] for r in rows] == [1, 2]
-    for key in ("loss/policy", "loss/kl", "guidance/failing_turn_frac", "reward/task", "behaviour/compliance",
+    for key in ("loss/policy", "loss/kl", "guidance/failing_turn_frac", "guidance/guided_turn_frac", "reward/task",
+                "behaviour/compliance",
                 "task/pass_rate", "pg/clip_frac", "kl/mean", "kl/p99", "kl/clamp_frac", "entropy/all",
                 "grad/norm", "async/dropped_groups", "reward/fmt", "rollout/turns"):
         assert key in rows[0], key

@@ -117,10 +117,13 @@ def test_failing_turn_masks_and_frac() -> None:
     plan = build_batch(groups, F.config("tg"), _hint(enc))
     # FAIL verdicts: g0 1 + 0 + 2, g1 3, g2 0 = 6; applicable (not NA): g0 5, g1 3, g2 3 = 11
     assert plan.stats["guidance/failing_turn_frac"] == pytest.approx(6 / 11)
+    # the gate's share of guided turns: 6 FAIL turns of 12 assistant turns (NA turns count in the denominator)
+    assert plan.stats["guidance/guided_turn_frac"] == pytest.approx(6 / 12)
     t0 = plan.trajs[0]  # turn 0 FAIL, turn 1 PASS: KL only on turn-0 tokens, and one teacher view
     assert 0 < sum(t0.m_kl) < len(t0.act_pos) and len(t0.views) == 1
     all_turns = build_batch(groups, F.config("tg_all_turns"), _hint(enc))
     assert all(sum(t.m_kl) == len(t.act_pos) for t in all_turns.trajs)
+    assert all_turns.stats["guidance/guided_turn_frac"] == 1.0
 
 
 def test_leakage_rows_cover_passing_turns_inside_the_view() -> None:

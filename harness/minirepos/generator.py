@@ -34,7 +34,11 @@ from harness.tasks import git_commit_sha
 
 log = logging.getLogger(__name__)
 
-GENERATOR_VERSION = "minirepos@v2"  # v2: tasks require markdown@v2 (no compliance by absence)
+# v2: tasks require markdown@v2 (no compliance by absence; broken tool-call text is a protocol failure, not a
+# Markdown one), and no docstrings in the generated code and tests (the README still describes each module). The
+# seeds keep the v1 namespace, so equal arguments give the same repositories, names and bugs as v1, more compact.
+GENERATOR_VERSION = "minirepos@v2"
+_SEED_NAMESPACE = "minirepos@v1"
 MiniSplit = Literal["train", "heldout"]
 _FAMILY_DIFFICULTY = {"wrong_operator": 0, "wrong_comparison": 0, "wrong_constant": 0, "wrong_builtin": 0}
 
@@ -157,14 +161,14 @@ def _function_length(source: str, function: str | None) -> int:
 
 def _hidden_file(repo: RepoPlan, module: ModulePlan, keep: list[CaseResult]) -> tuple[str, str]:
     path = f"tests/test_hidden_{module.template.module}.py"
-    title = f"Behaviour checks for ``{repo.package}.{module.template.module}``."
-    return path, render.render_test_file(f"{repo.package}.{module.template.module}", [], keep, title=title)
+    return path, render.render_test_file(f"{repo.package}.{module.template.module}", [], keep)
 
 
 def _snapshot_files(repo: RepoPlan, mod: ModulePlan, buggy_source: str, reported: CaseResult) -> dict[str, str]:
     """The repository as the agent gets it: the bug in ``mod``, visible tests with a regression test."""
     files: dict[str, str] = {
-        "README.md": render.readme(repo.repo, repo.package, [(m.template.module, _doc(m.source)) for m in repo.modules]),
+        "README.md": render.readme(repo.repo, repo.package,
+                                   [(m.template.module, m.template.summary()) for m in repo.modules]),
         "pyproject.toml": render.pyproject(repo.package),
         ".gitignore": render.GITIGNORE,
         f"{repo.package}/__init__.py": f'"""{repo.package}: {mod.template.domain} utilities."""\n\n'
@@ -231,11 +235,6 @@ def build_task(rng: random.Random, repo: RepoPlan, bug: PlantedBug, number: int,
     return inst, blobs
 
 
-@lru_cache(maxsize=512)
-def _doc(source: str) -> str:
-    return (ast.get_docstring(ast.parse(source)) or "").splitlines()[0]
-
-
 def generate(*, split: MiniSplit, repos: int, tasks_per_repo: int, seed: int) -> tuple[
         list[TaskInstance], dict[str, dict[str, bytes]]]:
     """All tasks and snapshots of one split (deterministic in the arguments)."""
@@ -247,7 +246,7 @@ def generate(*, split: MiniSplit, repos: int, tasks_per_repo: int, seed: int) ->
     instances: list[TaskInstance] = []
     snapshots: dict[str, dict[str, bytes]] = {}
     for index in range(repos):
-        rng = random.Random(f"{GENERATOR_VERSION}:{split}:{seed}:{index}")
+        rng = random.Random(f"{_SEED_NAMESPACE}:{split}:{seed}:{index}")
         repo = plan_repo(rng, split, index, used)
         bugs = plant_bugs(rng, repo, tasks_per_repo)
         if len(bugs) < tasks_per_repo:

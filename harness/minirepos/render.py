@@ -60,14 +60,14 @@ def test_name(case: CaseResult) -> str:
 
 
 def render_test_file(module_path: str, functions: Sequence[str], cases: Sequence[CaseResult],
-                     extra: Sequence[tuple[str, CaseResult]] = (), title: str = "") -> str:
-    """A pytest module asserting ``f(args) == expected`` for each (clean-run) case.
+                     extra: Sequence[tuple[str, CaseResult]] = ()) -> str:
+    """A pytest module asserting ``f(args) == expected`` for each (clean-run) case (no docstring: the file name
+    and the import say what it tests).
 
     ``extra`` adds (test name, case) pairs, e.g. the regression test for the reported issue.
     """
     used = sorted({c.function for c in cases} | {c.function for _, c in extra})
-    doc = title or f"Tests for ``{module_path}``."
-    lines = [f'"""{doc}"""', "", f"from {module_path} import {', '.join(used)}", ""]
+    lines = [f"from {module_path} import {', '.join(used)}", ""]
     for name, case in [*((test_name(c), c) for c in cases), *extra]:
         lines += ["", f"def {name}():", f"    assert {case.call()} == {literal(case.value)}", ""]
     return "\n".join(lines).rstrip("\n") + "\n"

@@ -265,7 +265,7 @@ def _locate(statement: str, first_run: str, files: list[str]) -> _Target | None:
         return None
     failing = tuple(sorted({name for f, name in failed if f == test_file and name}))
     path = module_name.replace(".", "/") + ".py"
-    lines = tuple(sorted({int(n) for n in re.findall(rf"^{re.escape(path)}:(\d+): ", first_run, re.MULTILINE)}))
+    lines = tuple(sorted({int(n) for n in re.findall(rf"^\s*{re.escape(path)}:(\d+): ", first_run, re.MULTILINE)}))
     return _Target(path, module_name, function, test_file, failing, lines)
 
 
