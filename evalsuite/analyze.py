@@ -23,6 +23,7 @@ from evalsuite.checks import seed_claim_block
 from evalsuite.decide import CriterionOutcome, DecisionOutcome, decide
 from evalsuite.outcomes import LoadedRun, OutcomeTable, build_outcome_table, load_run
 from evalsuite.power import power_ni_crossed
+from evalsuite.power_sim import power_range
 from evalsuite.primary import primary_estimate
 from evalsuite.schema import (
     AnalysisResult,
@@ -197,8 +198,10 @@ def power_summaries(proto: Protocol) -> list[PowerSummary]:
             sigma_seed=pa.sigma_seed, tau=pa.tau, icc_repo=pa.icc_repo, sigma_e2=pa.sigma_e2 / d.episodes_per_task,
             alpha=c.alpha_one_sided, min_estimate=c.threshold if c.kind == "dual" else None,
         )  # fmt: skip
+        low, high, rng_s, note = power_range(proto, c)
         out.append(PowerSummary(endpoint=c.endpoint, kind=c.kind, power=r.power, se=r.se, df=r.df,
-                                seeds_per_arm=d.seeds_per_arm, n_tasks=d.n_tasks))  # fmt: skip
+                                seeds_per_arm=d.seeds_per_arm, n_tasks=d.n_tasks, power_low=low, power_high=high,
+                                sigma_seed_range=rng_s, sigma_seed_note=note))  # fmt: skip
     return out
 
 

@@ -64,7 +64,8 @@ def test_criterion_field_rules():
 
 
 def test_method_estimand_needs_two_seeds(tmp_path):
-    p = _pinned_plan(tmp_path, lambda s: s.replace("seeds_per_arm = 10", "seeds_per_arm = 1"))
+    p = _pinned_plan(tmp_path, lambda s: s.replace("seeds_per_arm = 10", "seeds_per_arm = 1").replace(
+        "seed_ids = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]", ""))
     with pytest.raises(ProtocolError, match="at least 2 training seeds"):
         load_plan(p)
 
