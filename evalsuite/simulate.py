@@ -63,10 +63,13 @@ def _arm_sd(d: SimDesign) -> float:
 
 
 def null_logits(d: SimDesign, baseline: float, margin: float) -> tuple[float, float]:
-    """(μ_T, μ_C) with marginal rates baseline − margin and baseline."""
+    """(μ_T, μ_C) with marginal rates baseline − margin and baseline. When baseline <= margin the null's treatment
+    rate would be <= 0; it is set to 1e-4 (0.01 points inside H1, so the reported rate slightly over-states the
+    type-I error there)."""
     sd = _arm_sd(d)
-    mu_c = float(optimize.brentq(lambda m: _marginal(m, sd) - baseline, -30, 30))
-    mu_t = float(optimize.brentq(lambda m: _marginal(m, sd) - (baseline - margin), -30, 30))
+    mu_c = float(optimize.brentq(lambda m: _marginal(m, sd) - baseline, -40, 40))
+    target = max(baseline - margin, 1e-4)
+    mu_t = float(optimize.brentq(lambda m: _marginal(m, sd) - target, -40, 40))
     return mu_t, mu_c
 
 
