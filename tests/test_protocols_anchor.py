@@ -123,3 +123,30 @@ def test_a_rewritten_prereg_ref_is_caught(repo):
     _git(repo, "update-ref", "-d", PREREG_REF)
     checks = {c.name: c.status for c in verify_anchor(out)}
     assert checks["on_prereg_ref"] == "fail"
+
+
+def test_cli_keygen_sign_verify_and_power_simulate(repo, tmp_path, capsys):
+    import argparse
+
+    from repro.commands import analyze as analyze_cmd
+    from repro.commands import protocol as protocol_cmd
+
+    def cli(argv: list[str]) -> int:
+        parser = argparse.ArgumentParser(prog="tgsuite")
+        sub = parser.add_subparsers(dest="command")
+        protocol_cmd.register(sub)
+        analyze_cmd.register(sub)
+        args = parser.parse_args(argv)
+        return args.func(args)
+
+    plan = repo / "plan.toml"
+    src = Path("protocols/plans/paper_claims.toml").read_text()
+    plan.write_text(src.replace('sha256 = "set-me: sha256 printed by `tgsuite tasks validate`"', f'sha256 = "{SHA}"'))
+    assert cli(["protocol", "keygen", "--out", str(tmp_path / "k.pem")]) == 0
+    pub = capsys.readouterr().out.split("public key ")[1].split()[0]
+    out = repo / "paper.frozen.json"
+    assert cli(["protocol", "freeze", str(plan), "--out", str(out), "--sign-key", str(tmp_path / "k.pem")]) == 0
+    assert f"signed (public key {pub})" in capsys.readouterr().out
+    assert cli(["protocol", "power", str(plan), "--simulate", "100"]) == 0
+    text = capsys.readouterr().out
+    assert "the plan's own [power] model" in text and "power 0.572 .. 0.927 for sigma_seed 0.010 .. 0.040" in text
