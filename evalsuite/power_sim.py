@@ -60,7 +60,7 @@ def simulate_plan_power(proto: Protocol, *, n_sims: int, rng: np.random.Generato
     if pa is None or proto.estimand != "method":
         raise StatsInputError(f"plan {proto.name}: simulated power needs the method estimand and a [power] section")
     per_repo = max(1, round(pa.tasks_per_repo or d.n_tasks / d.n_repositories))
-    hits = {c.endpoint: 0 for c in proto.criteria}
+    hits: dict[str, int] = {c.endpoint: 0 for c in proto.criteria}
     joint = 0
     for _ in range(n_sims):
         ok_all = True

@@ -56,8 +56,8 @@ def fallback_estimate(table: OutcomeTable, c: CriterionSpec, proto: Protocol, e:
         ep = ep[keep]
     if method == "tango":
         seeds_t, seeds_c = table.seeds[table.arms["treatment"]], table.seeds[table.arms["baseline"]]
-        yt = table.cell_matrix(endpoint, "treatment")[seeds_t.index(proto.arm("treatment").artifact_seed)]
-        yc = table.cell_matrix(endpoint, "baseline")[seeds_c.index(proto.arm("baseline").artifact_seed)]
+        yt = table.cell_matrix(endpoint, "treatment")[seeds_t.index(proto.arm("treatment").artifact_seed)]  # type: ignore[arg-type]
+        yc = table.cell_matrix(endpoint, "baseline")[seeds_c.index(proto.arm("baseline").artifact_seed)]  # type: ignore[arg-type]
         a, b, cc, d = paired_table(yt.astype(int), yc.astype(int))
         lo, hi = rd_ci_paired(a, b, cc, d, method="tango")
         low1 = rd_ci_paired(a, b, cc, d, method="tango", alpha=2 * c.alpha_one_sided)[0]

@@ -5,9 +5,9 @@ signature) and the CONSORT-NI items the analysis covers. Formatting only: every 
 from __future__ import annotations
 
 from evalsuite.schema import AnalysisResult, Check
-from reports.model import Cell, Section, Table
+from reports.model import Cell, Section, Table, Tone
 
-_TONE = {"pass": "pass", "fail": "fail", "not_available": None}
+_TONE: dict[str, Tone | None] = {"pass": "pass", "fail": "fail", "not_available": "na"}
 _WORD = {"pass": "passed", "fail": "FAILED", "not_available": "not available"}
 
 

@@ -150,3 +150,16 @@ def test_cli_keygen_sign_verify_and_power_simulate(repo, tmp_path, capsys):
     assert cli(["protocol", "power", str(plan), "--simulate", "100"]) == 0
     text = capsys.readouterr().out
     assert "the plan's own [power] model" in text and "power 0.572 .. 0.927 for sigma_seed 0.010 .. 0.040" in text
+
+
+def test_report_says_which_checks_passed(repo, tmp_path):
+    from reports.build import build_report
+
+    out = repo / "t.frozen.json"
+    rec = freeze_plan(_plan(), out=out, now="2026-01-01T00:00:00Z")
+    res = analyze(out, _runs(repo.parent / "runs", rec))
+    build_report(res, out_dir=tmp_path / "report", protocol=rec)
+    html = (tmp_path / "report" / "index.html").read_text()
+    assert "Can this verdict be trusted?" in html
+    assert "Preregistration checks passed: anchor, commit_exists, on_prereg_ref, record_in_commit" in html
+    assert "CONSORT-NI item" in html and "margin justified as an acceptable loss" in html

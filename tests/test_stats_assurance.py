@@ -12,8 +12,8 @@ import pytest
 from evalsuite.analyze import analyze
 from evalsuite.multiplicity import holm_adjust
 from evalsuite.outcomes import EvalDataError
-from evalsuite.sensitivity import mark_informative
 from evalsuite.schema import SensitivityResult
+from evalsuite.sensitivity import mark_informative
 from evalsuite.synthetic import SyntheticArm, SyntheticDesign, write_synthetic_runs
 from protocols.freeze import freeze_plan
 from protocols.schema import FrozenProtocol, Protocol
