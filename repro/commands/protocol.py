@@ -90,6 +90,11 @@ def _check(args: argparse.Namespace) -> int:
     for c in p.ordered_criteria():
         print(f"    criterion {c.endpoint}: {c.kind}, L > {c.bar:+.3f} at one-sided alpha {c.alpha_one_sided}")
     print(f"    {len(devs)} recorded deviation(s)")
+    from protocols.anchor_verify import verify_anchor
+
+    for chk in verify_anchor(args.frozen):
+        if chk.name not in ("before_checkpoints", "before_results"):  # those need runs: `tgsuite analyze` checks them
+            print(f"    anchor check {chk.name}: {chk.status} ({chk.detail})")
     return 0
 
 
