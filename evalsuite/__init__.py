@@ -5,7 +5,9 @@ Public API (keyword-only options; frozen result objects):
     rd_ci_paired(a, b, c, d, *, method, alpha)         paired CI (tango, newcombe); a both, b treatment only, c baseline only, d neither
     ni_test / ni_test_paired                           non-inferiority tests at margin delta
     mcnemar_test, wilson_ci, se_clustered              helpers
-    crossed_effect, paired_clustered_diff              method- and artifact-level estimators
+    crossed_effect, paired_clustered_diff              method- and artifact-level estimators (Wald t)
+    crossed_score, paired_score                        the same with the score-type variance (the analysis uses these)
+    type_one_error, simulate_plan_power                simulated type-I error at the NI margin; power of a plan's model
     variance_components, hierarchical_bootstrap
     power_ni_crossed, power_paired_mcnemar, power_ni_independent, simulate_power
     decide                                             intersection-union ship decision
@@ -26,7 +28,8 @@ _WHERE = {
     "simulate_power": "power",
     "StatsInputError": "rates", "rd_ci": "rates", "se_clt": "rates", "se_clustered": "rates", "wilson_ci": "rates",
     "EffectEstimate": "variance", "crossed_effect": "variance", "paired_clustered_diff": "variance",
-    "variance_components": "variance",
+    "variance_components": "variance", "crossed_score": "score_variance", "paired_score": "score_variance",
+    "type_one_error": "simulate", "simulate_plan_power": "power_sim",
 }  # fmt: skip
 
 
@@ -40,6 +43,6 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "BootstrapResult", "DecisionOutcome", "EffectEstimate", "NITestResult", "StatsInputError",
     "crossed_effect", "decide", "hierarchical_bootstrap", "mcnemar_test", "ni_test", "ni_test_paired",
-    "paired_clustered_diff", "paired_table", "power_ni_crossed", "power_ni_independent", "power_paired_mcnemar",
+    "crossed_score", "paired_clustered_diff", "paired_score", "paired_table", "simulate_plan_power", "type_one_error", "power_ni_crossed", "power_ni_independent", "power_paired_mcnemar",
     "rd_ci", "rd_ci_paired", "se_clt", "se_clustered", "simulate_power", "variance_components", "wilson_ci",
 ]  # fmt: skip

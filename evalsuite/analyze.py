@@ -18,14 +18,16 @@ from pathlib import Path
 
 import numpy as np
 
-from evalsuite import describe, sensitivity
-from evalsuite.decide import CriterionOutcome, decide
-from evalsuite.noninferiority import paired_table, rd_ci_paired
+from evalsuite import assurance, describe, sensitivity
+from evalsuite.checks import seed_claim_block
+from evalsuite.decide import CriterionOutcome, DecisionOutcome, decide
 from evalsuite.outcomes import LoadedRun, OutcomeTable, build_outcome_table, load_run
 from evalsuite.power import power_ni_crossed
-from evalsuite.rates import StatsInputError, rd_ci
+from evalsuite.power_sim import power_range
+from evalsuite.primary import primary_estimate
 from evalsuite.schema import (
     AnalysisResult,
+    Check,
     CriterionResult,
     Decision,
     Exploratory,
@@ -37,7 +39,7 @@ from evalsuite.schema import (
     VarianceComponents,
     VarianceSplit,
 )  # fmt: skip
-from evalsuite.variance import EffectEstimate, crossed_effect, paired_clustered_diff, variance_components
+from evalsuite.variance import EffectEstimate, variance_components
 from protocols.deviations import covers, default_log_path, load_deviations
 from protocols.freeze import check, load_frozen, utc_now
 from protocols.load import ProtocolError
@@ -89,57 +91,6 @@ def check_provenance(frozen: FrozenProtocol, runs: list[LoadedRun], devs: list[D
                      f"{frozen.protocol.task_set.sha256[:12]}…", frozen_path)  # fmt: skip
 
 
-def _blank(endpoint: str, estimand: str, reason: str, a1: float) -> EffectEstimate:
-    nan = math.nan
-    return EffectEstimate(endpoint, estimand, nan, nan, nan, nan, nan, 0.05, nan, a1, nan, nan, nan, (0, 0), 0, 0,  # type: ignore[arg-type]
-                          "not estimable", True, (reason,))  # fmt: skip
-
-
-def _fallback(table: OutcomeTable, endpoint: str, c: CriterionSpec, proto: Protocol, e: EffectEstimate) -> EffectEstimate:
-    """Binomial fallback when the crossed/paired variance is 0 (STATS §8.2): Newcombe on pooled episodes, or Tango
-    on the artifact seeds' paired table when K = 1."""
-    ep = table.episodes
-    if proto.estimand == "artifact" and table.k == 1:
-        yt = table.cell_matrix(endpoint, "treatment")[[table.seeds[table.arms["treatment"]].index(proto.arm("treatment").artifact_seed)]][0]  # type: ignore[arg-type]
-        yc = table.cell_matrix(endpoint, "baseline")[[table.seeds[table.arms["baseline"]].index(proto.arm("baseline").artifact_seed)]][0]  # type: ignore[arg-type]
-        a, b, cc, d = paired_table(yt.astype(int), yc.astype(int))
-        lo, hi = rd_ci_paired(a, b, cc, d, method="tango")
-        low1 = rd_ci_paired(a, b, cc, d, method="tango", alpha=2 * c.alpha_one_sided)[0]
-        name = "tango score (paired), fallback"
-    else:
-        t, cb = ep.loc[ep["role"] == "treatment", endpoint], ep.loc[ep["role"] == "baseline", endpoint]
-        x1, n1, x2, n2 = int(t.sum()), len(t), int(cb.sum()), len(cb)
-        lo, hi = rd_ci(x1, n1, x2, n2, method="newcombe")
-        low1 = rd_ci(x1, n1, x2, n2, method="newcombe", alpha=2 * c.alpha_one_sided)[0]
-        name = "newcombe (episodes pooled), fallback"
-    note = f"primary variance was 0 ({'; '.join(e.notes)}); used {name} as preregistered"
-    return EffectEstimate(endpoint, e.estimand, e.estimate, math.nan, math.nan, lo, hi, 0.05, low1,
-                          c.alpha_one_sided, 0.0, 0.0, 0.0, e.n_seeds, e.n_tasks, e.n_repos, name, False, (note,))  # fmt: skip
-
-
-def primary_estimate(table: OutcomeTable, c: CriterionSpec, proto: Protocol) -> EffectEstimate:
-    e_id, a1 = c.endpoint, c.alpha_one_sided
-    if not table.tasks:
-        return _blank(e_id, proto.estimand, "no task has results in every arm x seed", a1)
-    yt, yc, repo = table.cell_matrix(e_id, "treatment"), table.cell_matrix(e_id, "baseline"), table.repo_labels()
-    try:
-        if proto.estimand == "method":
-            est = crossed_effect(yt, yc, repo, alpha_one_sided=a1, df_rule=proto.decision.df_rule,
-                                 weighting=proto.weighting, endpoint=e_id)  # fmt: skip
-        else:
-            st, sc = proto.arm("treatment").artifact_seed, proto.arm("baseline").artifact_seed
-            seeds_t, seeds_c = table.seeds[table.arms["treatment"]], table.seeds[table.arms["baseline"]]
-            if st not in seeds_t or sc not in seeds_c:
-                return _blank(e_id, "artifact", f"artifact seeds {st}/{sc} not found (have {seeds_t}/{seeds_c})", a1)
-            est = paired_clustered_diff(yt[seeds_t.index(st)], yc[seeds_c.index(sc)], repo, alpha_one_sided=a1,
-                                        endpoint=e_id)  # fmt: skip
-    except StatsInputError as exc:
-        return _blank(e_id, proto.estimand, str(exc), a1)
-    if est.degenerate:
-        return _fallback(table, e_id, c, proto, est)
-    return est
-
-
 def _sensitivities(table: OutcomeTable, c: CriterionSpec, proto: Protocol, frozen: FrozenProtocol,
                    primary: CriterionOutcome, idx: int, run_objs: list[LoadedRun]) -> list[SensitivityResult]:  # fmt: skip
     names = list(proto.sensitivity)
@@ -168,7 +119,7 @@ def _sensitivities(table: OutcomeTable, c: CriterionSpec, proto: Protocol, froze
         out += sensitivity.s5_variants(yt, yc, repo, c, pv, names, e_id)
     if "infra_as_failure" in names:
         out.append(_s6(table, c, proto, pv, run_objs))
-    return out
+    return sensitivity.mark_informative(out, estimand=proto.estimand, min_seeds=min(yt.shape[0], yc.shape[0]))
 
 
 def _s6(table: OutcomeTable, c: CriterionSpec, proto: Protocol, pv: str, runs: list[LoadedRun]) -> SensitivityResult:
@@ -203,7 +154,7 @@ def _criterion_result(c: CriterionSpec, e: EffectEstimate, o: CriterionOutcome, 
             vc = variance_components(y)
             comps.append(VarianceComponents(arm=table.arms[role], seed=vc.seed, task=vc.task, resid=vc.resid,
                                             icc_seed=fin(vc.icc_seed)))  # fmt: skip
-    verdicts = [s.agrees_with_primary for s in sens if s.agrees_with_primary is not None]
+    verdicts = [s.agrees_with_primary for s in sens if s.agrees_with_primary is not None and s.informative]
     return CriterionResult(
         endpoint=c.endpoint, kind=c.kind, estimand=proto.estimand, method=e.method, estimate=fin(e.estimate),
         se=fin(e.se), df=fin(e.df), ci_low=fin(e.ci_low), ci_high=fin(e.ci_high), alpha_one_sided=c.alpha_one_sided,
@@ -217,14 +168,10 @@ def _criterion_result(c: CriterionSpec, e: EffectEstimate, o: CriterionOutcome, 
 
 
 def _missing(table: OutcomeTable, proto: Protocol) -> MissingData:
-    cov = table.coverage
+    cov, per_arm = table.coverage, table.per_arm_coverage
     rule = (f"infra failures on the final attempt (after up to {proto.missing_data.max_retries} retries): "
-            f"{proto.missing_data.infra}; missing cells: {proto.missing_data.missing_cell}")  # fmt: skip
-    per_arm = {}
-    for arm in table.arms.values():
-        n_exp = max(len(table.seeds[arm]), proto.design.seeds_per_arm) * table.n_expected_tasks * table.k
-        n_obs = int(table.scored_per_arm.get(arm, 0))
-        per_arm[arm] = n_obs / n_exp if n_exp else 0.0
+            f"{proto.missing_data.infra}; missing cells: {proto.missing_data.missing_cell}; coverage per arm, counted "
+            "after incomplete tasks are dropped")  # fmt: skip
     return MissingData(
         rule=rule, expected_cells=table.expected_episodes, observed_cells=table.n_scored_all_tasks,
         analysed_episodes=table.observed(), dropped_tasks=table.dropped_tasks, coverage=cov,
@@ -251,8 +198,10 @@ def power_summaries(proto: Protocol) -> list[PowerSummary]:
             sigma_seed=pa.sigma_seed, tau=pa.tau, icc_repo=pa.icc_repo, sigma_e2=pa.sigma_e2 / d.episodes_per_task,
             alpha=c.alpha_one_sided, min_estimate=c.threshold if c.kind == "dual" else None,
         )  # fmt: skip
+        low, high, rng_s, note = power_range(proto, c)
         out.append(PowerSummary(endpoint=c.endpoint, kind=c.kind, power=r.power, se=r.se, df=r.df,
-                                seeds_per_arm=d.seeds_per_arm, n_tasks=d.n_tasks))  # fmt: skip
+                                seeds_per_arm=d.seeds_per_arm, n_tasks=d.n_tasks, power_low=low, power_high=high,
+                                sigma_seed_range=rng_s, sigma_seed_note=note))  # fmt: skip
     return out
 
 
@@ -282,9 +231,50 @@ def _warnings(record: FrozenProtocol, runs: list[LoadedRun], table: OutcomeTable
         warns.append(f"the plan was frozen from a dirty checkout (git {record.git.commit}); the record alone is binding")
     for r in results:
         if r.sensitivity_agree is False:
-            off = [s.name for s in r.sensitivity if s.agrees_with_primary is False]
+            off = [s.name for s in r.sensitivity if s.agrees_with_primary is False and s.informative]
             warns.append(f"{r.endpoint}: sensitivity analyses {off} disagree with the primary verdict ({r.verdict})")
     return warns
+
+
+def _verdict(dec: DecisionOutcome, proto: Protocol, missing: MissingData, table: OutcomeTable,
+             runs: list[LoadedRun], assay: list[Check], prereg: list[Check]) -> tuple[str, list[str], list[str]]:  # fmt: skip
+    """Final verdict, reasons and claims: coverage, failed preregistration checks and a failed positive control make
+    it INCONCLUSIVE; the worst case for missing cells and too few seeds keep a SHIP from standing."""
+    verdict, reasons, claims = dec.verdict, list(dec.reasons), list(dec.claims)
+    hard = []
+    if not missing.coverage_ok:
+        per_arm = ", ".join(f"{a} {v:.3f}" for a, v in sorted(missing.per_arm_coverage.items()))
+        hard.append(f"coverage {missing.coverage:.3f} is below the preregistered {proto.coverage_threshold:.3f} "
+                    f"(per arm, after incomplete tasks are dropped: {per_arm})")  # fmt: skip
+    hard += [f"preregistration check '{p.name}' failed: {p.detail}" for p in prereg if p.status == "fail"]
+    soft = [a.detail for a in assay if a.status == "fail" and a.name.startswith("positive_control")]
+    if verdict == "SHIP" and table.missing_cells:
+        lost = assurance.worst_case(proto, runs, proto.ordered_criteria())
+        if lost:
+            soft.append("the missing cells could flip the verdict: with every missing cell counted against the "
+                        f"treatment, {'; '.join(lost)} no longer pass")  # fmt: skip
+    seeds = seed_claim_block(proto)
+    if hard or (soft and verdict == "SHIP") or (seeds and verdict == "SHIP"):
+        verdict = "INCONCLUSIVE"
+    reasons = hard + (soft if verdict != "NO_SHIP" else []) + ([seeds] if seeds else []) + reasons
+    if verdict == "INCONCLUSIVE" or seeds:
+        claims = []
+    return verdict, reasons, claims
+
+
+def _assay(ests: list[EffectEstimate], criteria: list[CriterionSpec], proto: Protocol,
+           runs: list[LoadedRun]) -> list[Check]:  # fmt: skip
+    out = []
+    for c, e in zip(criteria, ests, strict=True):
+        blocked = [n for n in e.notes if "not evidence" in n or "assay sensitivity" in n]
+        if blocked:
+            out.append(Check(name=f"evidence:{c.endpoint}", status="fail", detail=blocked[0]))
+        elif c.kind == "noninferiority":
+            a = proto.assay_sensitivity
+            out.append(Check(name=f"evidence:{c.endpoint}", status="pass",
+                             detail=f"outcomes vary and the baseline rate is within the preregistered "
+                             f"[{a.min_baseline_rate:.3f}, {a.max_baseline_rate:.3f}]"))  # fmt: skip
+    return out + assurance.positive_control_checks(proto, runs)
 
 
 def analyze(
@@ -296,10 +286,12 @@ def analyze(
     deviations_path: str | Path | None = None,
     exploratory: Exploratory | None = None,
     now: str | None = None,
+    public_key: str | None = None,
 ) -> AnalysisResult:
     """Run the preregistered analysis. ``frozen`` is a record or its path; deviations are read from
-    ``deviations_path`` (default: next to the frozen record) plus ``deviations``."""
-    frozen_path = str(frozen) if not isinstance(frozen, FrozenProtocol) else "FROZEN.json"
+    ``deviations_path`` (default: next to the frozen record) plus ``deviations``. ``public_key`` (hex Ed25519) pins
+    the key the record's signature must verify with."""
+    frozen_path = str(frozen) if not isinstance(frozen, FrozenProtocol) else None
     record = frozen if isinstance(frozen, FrozenProtocol) else load_frozen(frozen)
     devs = list(deviations or [])
     dpath = deviations_path or (default_log_path(frozen) if not isinstance(frozen, FrozenProtocol) else None)
@@ -307,27 +299,26 @@ def analyze(
         devs = load_deviations(dpath, protocol_hash=record.sha256) + devs
     proto = record.protocol
     runs = [load_run(r) for r in run_dirs]
-    check_provenance(record, runs, devs, plan=plan, frozen_path=frozen_path)
+    check_provenance(record, runs, devs, plan=plan, frozen_path=frozen_path or "FROZEN.json")
     table = build_outcome_table(proto, runs)
     criteria = proto.ordered_criteria()
     ests = [primary_estimate(table, c, proto) for c in criteria]
     dec = decide(ests, criteria, claims=proto.decision.claims)
+    missing = _missing(table, proto)
+    assay = _assay(ests, criteria, proto, runs)
+    prereg = assurance.prereg_checks(frozen_path, runs, public_key=public_key)
+    verdict, reasons, claims = _verdict(dec, proto, missing, table, runs, assay, prereg)
     results = []
     for i, (c, e, o) in enumerate(zip(criteria, ests, dec.per_criterion, strict=True)):
         sens = _sensitivities(table, c, proto, record, o, i, runs)
-        results.append(_criterion_result(c, e, o, dec.holm_p[i], c.endpoint in dec.claims, table, sens, proto))
-    missing = _missing(table, proto)
-    verdict, reasons = dec.verdict, list(dec.reasons)
-    if not missing.coverage_ok:
-        verdict = "INCONCLUSIVE"
-        reasons.insert(0, f"coverage {missing.coverage:.3f} is below the preregistered {proto.coverage_threshold:.3f}")
+        results.append(_criterion_result(c, e, o, dec.holm_p[i], c.endpoint in claims, table, sens, proto))
     secondary_ids = [e.id for e in proto.endpoints if e.role == "secondary"]
-    warns = _warnings(record, runs, table, results)
+    warns = _warnings(record, runs, table, results) + [f"preregistration check '{p.name}': {p.detail}"
+                                                       for p in prereg if p.status == "not_available"]  # fmt: skip
     return AnalysisResult(
         plan_name=proto.name, plan_version=proto.version, protocol_hash=record.sha256, frozen_at=record.frozen_at,
         estimand=proto.estimand, created_at=now or utc_now(), analysis_seed=proto.analysis_seed, arms=table.arms,
-        decision=Decision(verdict=verdict, reasons=reasons, claims_procedure=proto.decision.claims,
-                          claims=list(dec.claims)),
+        decision=Decision(verdict=verdict, reasons=reasons, claims_procedure=proto.decision.claims, claims=claims),  # type: ignore[arg-type]
         criteria=results, arm_summaries=describe.arm_summaries(table),
         secondary=describe.secondary(table, secondary_ids) if table.tasks else [],
         breakdowns=describe.breakdowns(table), missing_data=missing, deviations=devs,
@@ -335,5 +326,6 @@ def analyze(
                      protocol_hash=r.manifest.protocol_hash, task_set_sha256=r.manifest.task_set_sha256,
                      git_commit=r.manifest.git_commit, n_episodes=len(r.results)) for r in runs],
         run_ids=[r.manifest.run_id for r in runs], power=power_summaries(proto),
-        exploratory=exploratory or Exploratory(), software=_software(), warnings=warns,
+        exploratory=exploratory or Exploratory(), software=_software(), warnings=warns, assay_checks=assay,
+        prereg_checks=prereg, consort=assurance.consort_items(proto, results, missing, assay),
     )  # fmt: skip

@@ -16,14 +16,18 @@ from statsmodels.stats.multitest import multipletests
 
 
 def holm_adjust(p_values: Sequence[float]) -> list[float | None]:
-    """Holm step-down adjusted p-values (statsmodels ``multipletests(method='holm')``). NaN entries stay None."""
+    """Holm step-down adjusted p-values (statsmodels ``multipletests(method='holm')``).
+
+    A NaN entry (a criterion that could not be tested) stays in the family as p = 1 — it is never dropped, which
+    would shrink the family and the adjustment — and its adjusted value is reported as None.
+    """
     p = np.asarray(p_values, dtype=float)
     out: list[float | None] = [None] * p.size
     ok = np.isfinite(p)
-    if ok.any():
-        adj = multipletests(p[ok], method="holm")[1]
-        for i, v in zip(np.flatnonzero(ok), adj, strict=True):
-            out[int(i)] = float(v)
+    if p.size:
+        adj = multipletests(np.where(ok, p, 1.0), method="holm")[1]
+        for i in np.flatnonzero(ok):
+            out[int(i)] = float(adj[i])
     return out
 
 

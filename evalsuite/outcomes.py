@@ -129,10 +129,19 @@ class OutcomeTable:
     runs: list[LoadedRun] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
+    missing_seeds: dict[str, list[int]] = field(default_factory=dict)  # arm -> preregistered seeds without results
+
+    @property
+    def per_arm_coverage(self) -> dict[str, float]:
+        """Per arm: observed episodes that enter the analysis / preregistered seeds × tasks × K of that arm."""
+        n_exp = self.expected_episodes / 2
+        return {a: (self.scored_per_arm.get(a, 0) / n_exp if n_exp else 0.0) for a in self.arms.values()}
+
     @property
     def coverage(self) -> float:
-        """Scored episodes (before dropping incomplete tasks) / preregistered expected episodes."""
-        return self.n_scored_all_tasks / self.expected_episodes if self.expected_episodes else 0.0
+        """The smaller per-arm coverage, counted after incomplete tasks are dropped (``per_arm_coverage``)."""
+        cov = self.per_arm_coverage
+        return min(cov.values()) if cov else 0.0
 
     def observed(self, arm: str | None = None) -> int:
         ep = self.episodes if arm is None else self.episodes[self.episodes["arm"] == arm]
@@ -214,56 +223,89 @@ def _expected_tasks(runs: list[LoadedRun], protocol: Protocol) -> tuple[list[str
     return tasks, warnings
 
 
-def build_outcome_table(
-    protocol: Protocol, run_dirs: list[str | Path] | list[LoadedRun], *, infra: str | None = None
-) -> OutcomeTable:
-    """Load runs and build the validated outcome table under the plan's missing-data rule (or ``infra``)."""
-    if not run_dirs:
-        raise EvalDataError("no run directories given; pass --runs DIR (one or more `tgsuite eval` outputs)")
-    runs = [r if isinstance(r, LoadedRun) else load_run(r) for r in run_dirs]
-    infra_rule = infra or protocol.missing_data.infra
-    rows, invalid, n_ex, n_ct, warnings = _collect_rows(runs, protocol, infra_rule)
-    all_tasks, w2 = _expected_tasks(runs, protocol)
-    warnings += w2
-    df = pd.DataFrame(rows, columns=list(_row_columns()))
-    df = df.astype({c: bool for c in (*BOOL_COLS, "counted_as_failure")}).astype({c: "int64" for c in INT_COLS})
-    df = df[~df["instance_id"].isin(invalid)].reset_index(drop=True)
-    expected_tasks = [t for t in all_tasks if t not in invalid]
-    arms = {"treatment": protocol.arm("treatment").name, "baseline": protocol.arm("baseline").name}
-    k = protocol.design.episodes_per_task
-    seeds: dict[str, list[int]] = {}
+MissingFill = Literal["plan", "worst_case"]
+
+
+def _seeds(df: pd.DataFrame, arms: dict[str, str], protocol: Protocol) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
+    """Found and absent preregistered seeds per arm; an unplanned seed is an error (seeds are never chosen later)."""
+    planned = protocol.design.planned_seeds
+    found: dict[str, list[int]] = {}
+    absent: dict[str, list[int]] = {}
     for role, name in arms.items():
-        found = sorted(df.loc[df["arm"] == name, "train_seed"].unique().tolist())
-        if not found:
+        have = sorted(int(s) for s in df.loc[df["arm"] == name, "train_seed"].unique().tolist())
+        if not have:
             raise EvalDataError(
                 f"the {role} arm {name!r} has no scored episodes in the runs; check the runner's arm names "
                 f"('{name}@s<seed>') and that the runs finished"
             )
-        if len(found) != protocol.design.seeds_per_arm:
-            warnings.append(
-                f"arm {name}: found training seeds {found}, the plan preregistered {protocol.design.seeds_per_arm}"
+        extra = [s for s in have if s not in planned]
+        if extra:
+            raise EvalDataError(
+                f"arm {name}: training seeds {extra} are not preregistered (the plan's seeds are {planned}, "
+                "design.seed_ids or 0..seeds_per_arm-1); remove those runs, or freeze a plan that lists them before "
+                "training — seeds cannot be chosen after the results"
             )
-        seeds[name] = [int(s) for s in found]
-    missing = _missing_cells(df, arms, seeds, expected_tasks, k)
-    missing_tasks = {t for _, _, t, _ in missing}
-    fill_zero = protocol.missing_data.missing_cell == "count_as_failure"
-    if fill_zero and missing:
-        df = _fill_missing_as_failure(df, missing, arms, protocol)
-        missing_tasks = set()
-    n_seed_slots = sum(max(len(v), protocol.design.seeds_per_arm) for v in seeds.values())
-    expected = n_seed_slots * len(expected_tasks) * k
+        found[name] = have
+        absent[name] = [s for s in planned if s not in have]
+    return found, absent
+
+
+def _frame(rows: list[dict[str, object]], invalid: set[str]) -> pd.DataFrame:
+    df = pd.DataFrame(rows, columns=list(_row_columns()))
+    df = df.astype({c: bool for c in (*BOOL_COLS, "counted_as_failure")}).astype({c: "int64" for c in INT_COLS})
+    return df[~df["instance_id"].isin(invalid)].reset_index(drop=True)
+
+
+def build_outcome_table(
+    protocol: Protocol, run_dirs: list[str | Path] | list[LoadedRun], *, infra: str | None = None,
+    missing_fill: MissingFill = "plan",
+) -> OutcomeTable:
+    """Load runs and build the validated outcome table under the plan's missing-data rule (or ``infra``).
+
+    ``missing_fill = "worst_case"`` scores every missing cell (including preregistered seeds without results) against
+    the treatment — a failure in the treatment arm, a success in the baseline arm — for the worst-case sensitivity
+    analysis. Coverage is per arm, over the episodes that enter the analysis (after incomplete tasks are dropped),
+    against preregistered seeds × tasks × K; cells filled in by a rule are not counted as observed.
+    """
+    if not run_dirs:
+        raise EvalDataError("no run directories given; pass --runs DIR (one or more `tgsuite eval` outputs)")
+    runs = [r if isinstance(r, LoadedRun) else load_run(r) for r in run_dirs]
+    rows, invalid, n_ex, n_ct, warnings = _collect_rows(runs, protocol, infra or protocol.missing_data.infra)
+    all_tasks, w2 = _expected_tasks(runs, protocol)
+    warnings += w2
+    df = _frame(rows, invalid)
+    expected_tasks = [t for t in all_tasks if t not in invalid]
+    arms = {"treatment": protocol.arm("treatment").name, "baseline": protocol.arm("baseline").name}
+    k = protocol.design.episodes_per_task
+    found, absent = _seeds(df, arms, protocol)
+    fill = "worst_case" if missing_fill == "worst_case" else (
+        "failure" if protocol.missing_data.missing_cell == "count_as_failure" else "none")
+    seeds = {a: (protocol.design.planned_seeds if fill != "none" else found[a]) for a in arms.values()}
+    missing = _missing_cells(df, arms, found, expected_tasks, k)
+    missing += [(a, s, t, "missing_seed") for a in arms.values() for s in absent[a] for t in expected_tasks]
+    for a, miss in absent.items():
+        if miss:
+            warnings.append(f"arm {a}: preregistered training seed(s) {miss} have no results"
+                            + (" and are scored as failures (intention to treat)" if fill == "failure" else ""))
+    if fill != "none" and missing:
+        df = _fill_missing(df, missing, arms, worst_case=fill == "worst_case")
+    missing_tasks = set() if fill != "none" else {t for _, _, t, r in missing if r != "missing_seed"}
     repo_of = dict(zip(df["instance_id"], df["repo"], strict=False))
     tasks = [t for t in expected_tasks if t not in missing_tasks and t in repo_of]
-    real = df[df["status"] != "missing"]
-    n_scored, per_arm = len(real), {a: int((real["arm"] == a).sum()) for a in arms.values()}
+    n_scored = int((df["status"] != "missing").sum())
     df = df[df["instance_id"].isin(tasks)].reset_index(drop=True)
-    if missing_tasks and not fill_zero:
+    real = df[df["status"] != "missing"]
+    per_arm = {a: int((real["arm"] == a).sum()) for a in arms.values()}
+    n_plan = len(protocol.design.planned_seeds)
+    if missing_tasks:
         warnings.append(f"{len(missing_tasks)} task(s) lack a result in some arm x seed and were dropped from all arms")
     return OutcomeTable(
         episodes=df, arms=arms, seeds=seeds, tasks=tasks, repo_of={t: repo_of[t] for t in tasks}, k=k,
-        expected_episodes=expected, n_expected_tasks=len(expected_tasks), n_scored_all_tasks=n_scored,
-        dropped_tasks=sorted(set(expected_tasks) - set(tasks)), scored_per_arm=per_arm, infra_excluded=n_ex, infra_counted=n_ct, invalid_instances=sorted(invalid),
+        expected_episodes=2 * n_plan * len(expected_tasks) * k, n_expected_tasks=len(expected_tasks),
+        n_scored_all_tasks=n_scored, dropped_tasks=sorted(set(expected_tasks) - set(tasks)), scored_per_arm=per_arm,
+        infra_excluded=n_ex, infra_counted=n_ct, invalid_instances=sorted(invalid),
         superseded=sum(r.superseded for r in runs), missing_cells=missing, runs=runs, warnings=warnings,
+        missing_seeds={a: v for a, v in absent.items() if v},
     )  # fmt: skip
 
 
@@ -287,20 +329,22 @@ def _row_columns() -> tuple[str, ...]:
     )  # fmt: skip
 
 
-def _fill_missing_as_failure(
-    df: pd.DataFrame, missing: list[tuple[str, int, str, str]], arms: dict[str, str], protocol: Protocol
+def _fill_missing(
+    df: pd.DataFrame, missing: list[tuple[str, int, str, str]], arms: dict[str, str], *, worst_case: bool
 ) -> pd.DataFrame:
+    """Add a row per missing cell and episode slot: a failure (ITT), or with ``worst_case`` a failure in the
+    treatment arm and a success in the baseline arm. Rows have status 'missing' (never counted as observed)."""
     role_of = {v: k for k, v in arms.items()}
     meta = df.drop_duplicates("instance_id").set_index("instance_id")
     rows = []
     for arm, seed, task, _ in missing:
         if task not in meta.index:
             continue
-        info = meta.loc[task]
+        info, ok = meta.loc[task], worst_case and role_of[arm] == "baseline"
         rows.append({
             "run_id": "", "arm": arm, "role": role_of[arm], "train_seed": seed, "instance_id": task,
-            "repo": info["repo"], "episode_seed": -1, "status": "missing", "counted_as_failure": True,
-            "behaviour_ok": False, "code_ok": False, "joint_ok": False, "tool_call_validity": np.nan,
+            "repo": info["repo"], "episode_seed": -1, "status": "missing", "counted_as_failure": not ok,
+            "behaviour_ok": ok, "code_ok": ok, "joint_ok": ok, "tool_call_validity": np.nan,
             "steps": np.nan, "hallucinations": np.nan, "difficulty": info["difficulty"],
             "template_tier": info["template_tier"], "feedback_kind": "",
         })  # fmt: skip

@@ -93,8 +93,10 @@ def _as_float_vector(s: np.ndarray, name: str) -> np.ndarray:
 # --------------------------------------------------------------------------------------------------------------
 
 
-def restricted_mle(x1: int, n1: int, x2: int, n2: int, delta0: float) -> tuple[float, float]:
-    """MLE of (p1, p2) under p1 − p2 = delta0 (closed-form cubic root; Farrington & Manning 1990)."""
+def restricted_mle(x1: float, n1: float, x2: float, n2: float, delta0: float) -> tuple[float, float]:
+    """MLE of (p1, p2) under p1 − p2 = delta0 (closed-form cubic root; Farrington & Manning 1990).
+
+    Only the rates x/n and the ratio n2/n1 enter, so non-integer (effective) counts are allowed."""
     p1, p2 = x1 / n1, x2 / n2
     theta = n2 / n1
     a = 1.0 + theta

@@ -75,6 +75,9 @@ class SensitivityResult(_Frozen):
     agrees_with_primary: bool | None = None  # None when no verdict could be formed
     note: str = ""
     extra: dict[str, float] = Field(default_factory=dict)
+    # counts toward CriterionResult.sensitivity_agree: False for analyses whose disagreement means nothing here
+    # (another estimand, no frequentist guarantee, or too few seeds for the method to work); ``note`` says why
+    informative: bool = True
 
 
 class CriterionResult(_Frozen):
@@ -107,7 +110,7 @@ class CriterionResult(_Frozen):
     n_repos: int = 0
     k_episodes: int = 0
     sensitivity: list[SensitivityResult] = Field(default_factory=list)
-    sensitivity_agree: bool | None = None  # all evaluated sensitivity verdicts agree with the primary
+    sensitivity_agree: bool | None = None  # all evaluated *informative* sensitivity verdicts agree with the primary
     notes: list[str] = Field(default_factory=list)
 
 
@@ -206,7 +209,7 @@ class MissingCell(_Frozen):
     arm: str
     seed: int
     instance_id: str
-    reason: Literal["no_result", "infra_after_retries", "invalid_instance"]
+    reason: Literal["no_result", "infra_after_retries", "invalid_instance", "missing_seed"]
 
 
 class MissingData(_Frozen):
@@ -224,6 +227,23 @@ class MissingData(_Frozen):
     analysed_episodes: int = 0  # episodes in the confirmatory analysis (complete tasks only)
     dropped_tasks: list[str] = Field(default_factory=list)  # tasks without a result in some arm x seed
     per_arm_coverage: dict[str, float] = Field(default_factory=dict)
+
+
+class Check(_Frozen):
+    """One named check with its outcome in words (assay sensitivity, preregistration anchor)."""
+
+    name: str
+    status: Literal["pass", "fail", "not_available"]
+    detail: str
+
+
+class ConsortItem(_Frozen):
+    """One CONSORT-NI item (Piaggio et al., JAMA 2012;308:2594-2604) and where this analysis covers it."""
+
+    item: str  # e.g. "7a"
+    topic: str
+    covered: bool
+    detail: str
 
 
 class RunRef(_Frozen):
@@ -423,6 +443,11 @@ class PowerSummary(_Frozen):
     seeds_per_arm: int
     n_tasks: int
     method: str = "analytic, noncentral t on Satterthwaite df"
+    # power when sigma_seed is at the ends of its 80 % interval (chi-square on sigma_seed_df; a guess: x0.5 and x2)
+    power_low: float | None = None
+    power_high: float | None = None
+    sigma_seed_range: tuple[float, float] | None = None
+    sigma_seed_note: str = ""
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -453,6 +478,9 @@ class AnalysisResult(_Frozen):
     exploratory: Exploratory = Field(default_factory=Exploratory)
     software: dict[str, str] = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)
+    assay_checks: list[Check] = Field(default_factory=list)  # degenerate data, baseline range, positive control
+    prereg_checks: list[Check] = Field(default_factory=list)  # git anchor and signature of the frozen record
+    consort: list[ConsortItem] = Field(default_factory=list)
 
     def criterion(self, endpoint: str) -> CriterionResult:
         for c in self.criteria:

@@ -15,6 +15,7 @@ Variance Components (1992); Miller E, arXiv:2411.00640.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -50,9 +51,14 @@ class EffectEstimate:
     method: str
     degenerate: bool
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # one-sided p-value function of the null value for estimators whose test is not the Wald t (score-type
+    # variance, binomial fallbacks); None = the Wald t on ``df`` below
+    p_fn: Callable[[float], float] | None = field(default=None, compare=False, repr=False)
 
     def p_value(self, null_value: float) -> float:
-        """One-sided p for H0: Δ <= null_value vs H1: Δ > null_value (t on ``df``); NaN if degenerate."""
+        """One-sided p for H0: Δ <= null_value vs H1: Δ > null_value (``p_fn``, else t on ``df``); NaN if degenerate."""
+        if self.p_fn is not None and not self.degenerate:
+            return float(self.p_fn(null_value))
         if self.degenerate or not self.se > 0:
             return math.nan
         t = (self.estimate - null_value) / self.se

@@ -3,8 +3,9 @@
 The canonical JSON is ``Protocol.model_dump(mode="json")`` serialised with sorted keys, no whitespace and
 ``ensure_ascii=False``, UTF-8 encoded; comments and key order in the TOML therefore do not change the hash,
 while any value change does. The frozen record is a JSON file (``FrozenProtocol``). ``check`` refuses a plan
-whose hash differs from its record. External timestamping (OSF, RFC 3161) is out of scope: commit and tag the
-record before training, as STATS §5 describes.
+whose hash differs from its record. A hash alone binds nothing (anyone can recompute it), so a written record is
+also committed to git and optionally signed (``protocols.anchor``); the analysis verifies that anchor.
+External timestamping (OSF, RFC 3161) is out of scope.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from protocols.anchor import anchor_path, anchor_record
 from protocols.load import ProtocolError, format_validation_error, load_plan
 from protocols.schema import FrozenProtocol, GitState, Protocol
 
@@ -73,13 +75,21 @@ def with_task_set(protocol: Protocol, *, name: str, sha256: str) -> Protocol:
 
 
 def freeze_plan(
-    plan: str | Path | Protocol, *, out: str | Path | None = None, now: str | None = None, overwrite: bool = False
+    plan: str | Path | Protocol,
+    *,
+    out: str | Path | None = None,
+    now: str | None = None,
+    overwrite: bool = False,
+    anchor: bool = True,
+    sign_key: str | Path | None = None,
 ) -> FrozenProtocol:
     """Freeze a plan (path or :class:`Protocol`); write the record to ``out`` if given. Returns the record.
 
     An existing record with the same hash is returned unchanged (its original ``frozen_at`` stays). A record with
     a *different* hash is refused unless ``overwrite`` (re-freezing a changed plan is a deviation and must be
-    visible).
+    visible). With ``out`` and ``anchor`` (the default) the record is committed to git (``protocols.anchor``: the
+    ref ``refs/tgsuite/prereg`` of the enclosing repository, or of a new one in the record's folder) and, with
+    ``sign_key`` (an Ed25519 PEM private key), signed; the anchor is written next to the record.
     """
     source_path, source_sha = None, None
     if isinstance(plan, Protocol):
@@ -102,6 +112,8 @@ def freeze_plan(
         out = Path(out)
         old = load_frozen(out) if out.exists() else None
         if old is not None and old.sha256 == record.sha256:
+            if anchor and not anchor_path(out).is_file():
+                anchor_record(out, sign_key=sign_key)
             return old  # same plan: keep the original freeze time (re-freezing never re-stamps)
         if old is not None and not overwrite:
             raise ProtocolError(
@@ -113,6 +125,8 @@ def freeze_plan(
         tmp = out.with_suffix(out.suffix + ".tmp")
         tmp.write_text(record.model_dump_json(indent=2) + "\n", encoding="utf-8")
         tmp.replace(out)
+        if anchor:
+            anchor_record(out, sign_key=sign_key)
     return record
 
 

@@ -73,6 +73,23 @@ class Design(_Frozen):
     episodes_per_task: int = Field(default=1, ge=1)
     seed_generation: str = "training seeds 0..m-1; a seed that fails to train still counts (intention to treat)"
     decoding: str = ""
+    # the preregistered training-seed ids of every arm (default 0..seeds_per_arm-1); the analysis refuses any other
+    # seed and counts a listed seed without results as missing (it never picks seeds after the fact)
+    seed_ids: list[int] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _seed_ids(self) -> Design:
+        if self.seed_ids and (len(self.seed_ids) != self.seeds_per_arm or len(set(self.seed_ids)) != len(self.seed_ids)):
+            raise ValueError(
+                f"design.seed_ids {self.seed_ids} must list seeds_per_arm = {self.seeds_per_arm} distinct training "
+                "seeds (or leave it out for 0..seeds_per_arm-1)"
+            )
+        return self
+
+    @property
+    def planned_seeds(self) -> list[int]:
+        """The preregistered training-seed ids (``seed_ids`` or 0..seeds_per_arm-1)."""
+        return list(self.seed_ids) if self.seed_ids else list(range(self.seeds_per_arm))
 
 
 class Endpoint(_Frozen):
@@ -95,6 +112,8 @@ class CriterionSpec(_Frozen):
     margin: float | None = None  # delta > 0 for noninferiority
     alpha_one_sided: float = Field(default=0.025, gt=0.0, lt=0.5)
     rationale: str = ""
+    # CONSORT-NI item 7a: why a loss of `margin` is acceptable in exchange for the gain (not only run-to-run spread)
+    acceptable_loss: str = ""
 
     @model_validator(mode="after")
     def _kind_fields(self) -> CriterionSpec:
@@ -141,6 +160,31 @@ class DecisionRule(_Frozen):
     fallback_method: Literal["newcombe", "tango"] = "newcombe"  # used when the crossed variance is 0
 
 
+class PositiveControl(_Frozen):
+    """A known-worse checkpoint (an arm in the runs, not one of the two compared arms) that must FAIL every
+    non-inferiority criterion against the baseline; if it passes, the evaluation cannot detect a loss."""
+
+    arm: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
+    description: str = Field(min_length=1)  # trained and evaluated with the plan's seeds and tasks
+
+
+class AssaySensitivity(_Frozen):
+    """Checks that the evaluation could have shown a loss (ICH E10 'assay sensitivity'), applied to every
+    non-inferiority criterion: the baseline arm's rate on its endpoint must lie in [min_baseline_rate,
+    max_baseline_rate], and the optional positive control must fail. Otherwise the criterion is not evaluated."""
+
+    min_baseline_rate: float = Field(default=0.05, ge=0.0, lt=1.0)
+    max_baseline_rate: float = Field(default=0.95, gt=0.0, le=1.0)
+    positive_control: PositiveControl | None = None
+    rationale: str = ""
+
+    @model_validator(mode="after")
+    def _order(self) -> AssaySensitivity:
+        if self.min_baseline_rate >= self.max_baseline_rate:
+            raise ValueError("assay_sensitivity: min_baseline_rate must be below max_baseline_rate")
+        return self
+
+
 class MissingDataRule(_Frozen):
     infra: Literal["exclude", "count_as_failure"] = "exclude"
     max_retries: int = Field(default=3, ge=0)
@@ -162,6 +206,8 @@ class PowerAssumptions(_Frozen):
     target_power: float = Field(default=0.8, gt=0.0, lt=1.0)
     tasks_per_repo: float | None = None  # default: design.n_tasks / design.n_repositories
     stated_power: float | None = None  # the power the plan claims (checked by `tgsuite protocol power`)
+    # degrees of freedom behind sigma_seed (a pilot with m seeds per arm in a arms: a*(m-1)); None = a guess
+    sigma_seed_df: int | None = Field(default=None, ge=1)
     source: str = ""
 
 
@@ -183,6 +229,7 @@ class Protocol(_Frozen):
     criteria: list[CriterionSpec] = Field(min_length=1)
     decision: DecisionRule = Field(default_factory=DecisionRule)
     missing_data: MissingDataRule = Field(default_factory=MissingDataRule)
+    assay_sensitivity: AssaySensitivity = Field(default_factory=AssaySensitivity)
     coverage_threshold: float = Field(default=0.95, gt=0.0, le=1.0)
     sensitivity: list[SensitivityName] = Field(default_factory=list)
     analysis_seed: int = Field(ge=0)
@@ -220,6 +267,16 @@ class Protocol(_Frozen):
             )
         if self.estimand == "artifact" and any(a.artifact_seed is None for a in self.arms):
             raise ValueError("arms: the 'artifact' estimand needs artifact_seed on both arms (which checkpoint)")
+        if self.estimand == "artifact" and any(a.artifact_seed not in self.design.planned_seeds for a in self.arms):
+            raise ValueError(f"arms: artifact_seed must be one of the preregistered seeds {self.design.planned_seeds}")
+        if self.decision.fallback_method == "tango" and (self.estimand != "artifact" or self.design.episodes_per_task != 1):
+            raise ValueError(
+                "decision.fallback_method: 'tango' pairs the two artifact checkpoints task by task, so it needs "
+                "estimand = 'artifact' and design.episodes_per_task = 1; use 'newcombe' otherwise"
+            )
+        pc = self.assay_sensitivity.positive_control
+        if pc is not None and pc.arm in {a.name for a in self.arms}:
+            raise ValueError(f"assay_sensitivity.positive_control.arm {pc.arm!r} must not be one of the compared arms")
         return self
 
     def arm(self, role: ArmRole) -> ArmDef:
@@ -280,3 +337,21 @@ class DeviationLog(_Frozen):
 
     protocol_hash: str
     deviations: list[Deviation] = Field(default_factory=list)
+
+
+class FreezeAnchor(_Frozen):
+    """Binds a frozen record to something outside its own files (``protocols.anchor``; written next to the record as
+    ``<record>.anchor.json``). ``commit`` is a git commit on ``ref`` whose tree holds the record's exact bytes at
+    ``path_in_repo``; ``code_commit`` is HEAD of the enclosing checkout at freeze time (None outside git).
+    ``signature`` is an Ed25519 signature (hex) over ``record_sha256`` made with the key whose public half is
+    ``public_key`` (hex, raw 32 bytes)."""
+
+    record_sha256: str = Field(min_length=64, max_length=64)  # sha256 of the record file's bytes
+    repo: str  # git top level that holds the commit
+    ref: str
+    commit: str = Field(min_length=40, max_length=64)
+    commit_time: str  # ISO 8601 UTC (committer date)
+    path_in_repo: str
+    code_commit: str | None = None
+    signature: str | None = None
+    public_key: str | None = None

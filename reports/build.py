@@ -20,7 +20,20 @@ from pydantic import BaseModel, ValidationError
 from evalsuite.schema import AnalysisResult
 from harness.schema import EpisodeResult, RunManifest
 from protocols.schema import FrozenProtocol
-from reports import details, episodes, pages, probes, provenance, reach, render, sections, studies, tiers, training
+from reports import (
+    assurance,
+    details,
+    episodes,
+    pages,
+    probes,
+    provenance,
+    reach,
+    render,
+    sections,
+    studies,
+    tiers,
+    training,
+)
 from reports import format as fmt
 from reports.model import KeyValue, ReportView
 from reports.schema import CriterionSummary, ReportSummary
@@ -101,7 +114,8 @@ def build_view(
         studies.equal_compute_section(a), studies.can_do_section(a), probes.hint_probes_section(a),
         tiers.behaviour_tiers_section(a),
         details.breakdowns_section(a),
-        details.secondary_section(a), details.missing_section(a), provenance.prereg_section(a, protocol, manifests),
+        details.secondary_section(a), details.missing_section(a), assurance.assurance_section(a),
+        provenance.prereg_section(a, protocol, manifests),
         provenance.provenance_section(a, manifests),
     ]
     warnings = [*a.warnings, *provenance.hash_warnings(a, protocol, manifests), *extra_warnings]

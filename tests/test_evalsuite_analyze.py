@@ -29,7 +29,7 @@ def make_plan(**over) -> Protocol:
         "name": "t", "question": "q", "estimand": "method", "analysis_seed": 3,
         "arms": [{"name": "tg", "role": "treatment"}, {"name": "grpo", "role": "baseline"}],
         "task_set": {"name": "synthetic", "sha256": SHA},
-        "design": {"seeds_per_arm": 4, "n_tasks": 40, "n_repositories": 8},
+        "design": {"seeds_per_arm": 5, "n_tasks": 40, "n_repositories": 8},
         "endpoints": [{"id": e, "role": "primary"} for e in ("behaviour_ok", "code_ok", "joint_ok")]
         + [{"id": "steps", "role": "secondary"}],
         "criteria": [
@@ -43,7 +43,7 @@ def make_plan(**over) -> Protocol:
     return Protocol.model_validate(data)
 
 
-def make_runs(root: Path, frozen: FrozenProtocol, *, tg=(0.9, 0.6), grpo=(0.2, 0.6), seeds=(0, 1, 2, 3), seed=0,
+def make_runs(root: Path, frozen: FrozenProtocol, *, tg=(0.9, 0.6), grpo=(0.2, 0.6), seeds=(0, 1, 2, 3, 4), seed=0,
               **design) -> list[Path]:  # fmt: skip
     d = SyntheticDesign(arms=(SyntheticArm("tg", *tg, seeds=seeds), SyntheticArm("grpo", *grpo, seeds=seeds)),
                         n_repos=8, tasks_per_repo=5, seed_sd=0.05, **design)  # fmt: skip
@@ -62,10 +62,10 @@ def test_clear_effect_ships_and_round_trips(tmp_path, frozen):
     assert [c.endpoint for c in res.criteria] == ["code_ok", "behaviour_ok", "joint_ok"]
     assert res.decision.claims == ["code_ok", "behaviour_ok", "joint_ok"]
     b = res.criterion("behaviour_ok")
-    assert b.lower_one_sided > 0.2 and b.n_seeds_treatment == 4 and b.n_repos == 8 and b.variance is not None
+    assert b.lower_one_sided > 0.2 and b.n_seeds_treatment == 5 and b.n_repos == 8 and b.variance is not None
     assert b.variance.var_total == pytest.approx(b.variance.var_training_seeds + b.variance.var_task_given_ckpts)
     assert {a.role for a in res.arm_summaries} == {"treatment", "baseline"}
-    assert sum(a.joint_table.n for a in res.arm_summaries) == res.missing_data.analysed_episodes == 320
+    assert sum(a.joint_table.n for a in res.arm_summaries) == res.missing_data.analysed_episodes == 400
     assert res.missing_data.coverage == 1.0 and res.run_ids == ["synthetic-all"]
     assert {r.by for r in res.breakdowns} >= {"repo", "difficulty"}
     assert res.secondary[0].endpoint == "steps"
@@ -85,7 +85,9 @@ def test_low_coverage_is_inconclusive(tmp_path, frozen):
     assert res.decision.verdict == "INCONCLUSIVE"
     assert res.decision.reasons[0].startswith("coverage")
     md = res.missing_data
-    assert md.coverage == pytest.approx(1 - 48 / 320) and not md.coverage_ok and len(md.missing) == 48
+    # coverage is counted after the 16 incomplete tasks are dropped, per arm: 24 of 40 tasks remain
+    assert md.coverage == pytest.approx(24 / 40) and not md.coverage_ok and len(md.missing) == 48
+    assert md.per_arm_coverage == {"tg": pytest.approx(0.6), "grpo": pytest.approx(0.6)}
     assert len(md.dropped_tasks) == 16
 
 
@@ -126,7 +128,7 @@ def test_task_set_mismatch_refused(tmp_path):
 def test_arm_encodings_agree(tmp_path, frozen):
     a = analyze(frozen, make_runs(tmp_path / "at", frozen, seed=5))
     b = analyze(frozen, make_runs(tmp_path / "per", frozen, seed=5, arm_style="per_run"))
-    assert len(b.run_ids) == 8
+    assert len(b.run_ids) == 10
     for ca, cb in zip(a.criteria, b.criteria, strict=True):
         assert ca.estimate == pytest.approx(cb.estimate) and ca.lower_one_sided == pytest.approx(cb.lower_one_sided)
 
@@ -193,7 +195,7 @@ def _cli(argv: list[str]) -> int:
 def test_cli_freeze_check_analyze(tmp_path, capsys):
     plan = tmp_path / "plan.toml"
     src = Path("protocols/plans/smoke.toml").read_text().replace('sha256 = "set-by-pipeline"', f'sha256 = "{SHA}"')
-    plan.write_text(src.replace("seeds_per_arm = 2", "seeds_per_arm = 4").replace("n_tasks = 12", "n_tasks = 40"))
+    plan.write_text(src.replace("seeds_per_arm = 2", "seeds_per_arm = 5").replace("n_tasks = 12", "n_tasks = 40"))
     frozen_path = tmp_path / "plan.frozen.json"
     assert _cli(["protocol", "freeze", str(plan), "--out", str(frozen_path)]) == 0
     assert _cli(["protocol", "check", str(frozen_path), "--plan", str(plan)]) == 0

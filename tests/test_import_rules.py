@@ -29,7 +29,7 @@ ALLOWED_INTERNAL: dict[str, tuple[str, ...]] = {
 }
 # Third-party top-level modules each package may import (None = no restriction).
 ALLOWED_THIRD_PARTY: dict[str, set[str] | None] = {
-    "protocols": set(),
+    "protocols": {"cryptography"},  # Ed25519 signatures of frozen records (protocols.anchor)
     "harness": {"docker", "requests", "urllib3"},
     "evalsuite": {"numpy", "scipy", "statsmodels", "pandas"},
     "reports": {"jinja2", "markupsafe", "matplotlib", "numpy"},

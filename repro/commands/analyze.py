@@ -24,7 +24,9 @@ Runs are `tgsuite eval` output directories. Arms map to the plan's arms by name;
 Decision: SHIP only if every criterion's one-sided lower bound clears its bar (intersection-union test);
 INCONCLUSIVE when coverage is below the plan's threshold, data are degenerate, or there are too few seeds.
 The analysis refuses runs whose manifest names another plan hash or predates the freeze, and a --plan that no
-longer matches the record, unless a deviation is recorded (`tgsuite protocol deviation`).
+longer matches the record, unless a deviation is recorded (`tgsuite protocol deviation`). It verifies the record's
+git anchor (the commit exists, is on refs/tgsuite/prereg, holds the record byte for byte and is older than the
+first checkpoint and every run) and its signature; a failed check makes the verdict INCONCLUSIVE.
 Exit code 0 whatever the decision; 2 on bad input.
 """
 
@@ -45,7 +47,8 @@ def _run(args: argparse.Namespace) -> int:
     if missing:
         raise CLIError(f"run directory not found: {missing[0]}; pass the --out folder(s) of `tgsuite eval`")
     try:
-        res = analyze(args.protocol, args.runs, plan=args.plan, deviations_path=args.deviations)
+        res = analyze(args.protocol, args.runs, plan=args.plan, deviations_path=args.deviations,
+                      public_key=args.verify_key)
     except (ProtocolError, StatsInputError) as exc:
         raise CLIError(str(exc)) from None
     out = Path(args.out)
@@ -63,11 +66,13 @@ def _run(args: argparse.Namespace) -> int:
         print(f"  {c.endpoint:13s} {c.kind:18s} est {_fmt(c.estimate)}  95% CI [{_fmt(c.ci_low)}, {_fmt(c.ci_high)}]"
               f"  L {_fmt(c.lower_one_sided)} {op} bar {c.bar:+.3f}  {c.verdict}")  # fmt: skip
     for r in res.decision.reasons:
-        if r.startswith("coverage") or "no valid lower bound" in r:
+        if r.startswith(("coverage", "preregistration", "the plan has", "the missing cells")) or "no valid lower bound" in r:
             print(f"  reason: {r}")
     md = res.missing_data
     print(f"coverage {md.coverage:.3f} (threshold {md.coverage_threshold:.3f}); {len(res.deviations)} deviation(s); "
           f"wrote {out}")  # fmt: skip
+    for chk in res.prereg_checks:
+        print(f"  preregistration {chk.name}: {chk.status} ({chk.detail})")
     for w in res.warnings:
         print(f"warning: {w}")
     return 0
@@ -82,4 +87,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="analysis.json", help="where to write the AnalysisResult JSON")
     p.add_argument("--plan", help="plan TOML; refused if it no longer hashes to the frozen record")
     p.add_argument("--deviations", help="deviation log (default: next to the frozen record)")
+    p.add_argument("--verify-key", help="Ed25519 public key (hex) the record's signature must verify with")
     p.set_defaults(func=_run)

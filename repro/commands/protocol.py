@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 from pathlib import Path
 
@@ -20,9 +21,12 @@ unless you record a deviation (and every deviation is shown in the report).
 examples:
   # 1. is the design powerful enough? (analytic, noncentral t; add --simulate 300 for a Monte Carlo check)
   $ tgsuite protocol power protocols/plans/paper_claims.toml --seeds 3,5,10 --tasks 200,500,1000
-  # 2. freeze it (commit the record before training)
-  $ tgsuite protocol freeze my_plan.toml --out prereg/my_plan.frozen.json
+  # 2. freeze it: the record is committed to refs/tgsuite/prereg of the enclosing git repository (a new repository
+  #    in the record's folder when there is none; your branch and index are not touched) and optionally signed
+  $ tgsuite protocol keygen --out ~/.tgsuite/prereg.pem
+  $ tgsuite protocol freeze my_plan.toml --out prereg/my_plan.frozen.json --sign-key ~/.tgsuite/prereg.pem
   frozen my_plan: sha256 3f1c…  at 2026-11-29T21:40:00Z (git 1a2b3c4, clean)
+  anchored: commit 9e0f… on refs/tgsuite/prereg in /home/me/project; signed (public key 5b2a…)
   # 3. later: is the plan file still the frozen one?
   $ tgsuite protocol check prereg/my_plan.frozen.json --plan my_plan.toml
   # 4. something changed on purpose: record it (appends to prereg/my_plan.frozen.deviations.json)
@@ -38,14 +42,34 @@ def _freeze(args: argparse.Namespace) -> int:
     from protocols.load import ProtocolError
 
     out = Path(args.out) if args.out else Path(Path(args.plan).stem + ".frozen.json")
+    from protocols.anchor import anchor_path
+
     try:
-        rec = freeze_plan(args.plan, out=out, overwrite=args.overwrite)
+        rec = freeze_plan(args.plan, out=out, overwrite=args.overwrite, sign_key=args.sign_key)
     except ProtocolError as exc:
         raise CLIError(str(exc)) from None
     git = f"git {rec.git.commit[:7]}, {'DIRTY' if rec.git.dirty else 'clean'}" if rec.git.commit else "not in git"
     print(f"frozen {rec.protocol.name}: sha256 {rec.sha256} at {rec.frozen_at} ({git}) -> {out}")
+    anchor = json.loads(anchor_path(out).read_text(encoding="utf-8"))
+    print(f"anchored: commit {anchor['commit'][:12]} on {anchor['ref']} in {anchor['repo']}"
+          + (f"; signed (public key {anchor['public_key']})" if anchor.get("signature") else ""))  # fmt: skip
+    for c in rec.protocol.criteria:
+        if c.kind == "noninferiority" and not c.acceptable_loss.strip():
+            print(f"warning: criterion {c.endpoint}: no acceptable_loss — say why losing {c.margin} is acceptable "
+                  "(CONSORT-NI 7a)")  # fmt: skip
     if rec.git.dirty:
         print("warning: the checkout has uncommitted changes; commit the plan and the record before training")
+    return 0
+
+
+def _keygen(args: argparse.Namespace) -> int:
+    from protocols.anchor import generate_key
+
+    if Path(args.out).exists():
+        raise CLIError(f"{args.out} exists; refusing to overwrite a signing key")
+    pub = generate_key(args.out)
+    print(f"wrote Ed25519 private key {args.out} (keep it secret); public key {pub}")
+    print("publish the public key before training; pass it to `tgsuite analyze --verify-key` to pin it")
     return 0
 
 
@@ -66,6 +90,11 @@ def _check(args: argparse.Namespace) -> int:
     for c in p.ordered_criteria():
         print(f"    criterion {c.endpoint}: {c.kind}, L > {c.bar:+.3f} at one-sided alpha {c.alpha_one_sided}")
     print(f"    {len(devs)} recorded deviation(s)")
+    from protocols.anchor_verify import verify_anchor
+
+    for chk in verify_anchor(args.frozen):
+        if chk.name not in ("before_checkpoints", "before_results"):  # those need runs: `tgsuite analyze` checks them
+            print(f"    anchor check {chk.name}: {chk.status} ({chk.detail})")
     return 0
 
 
@@ -106,6 +135,17 @@ def _power(args: argparse.Namespace) -> int:
         flag = "" if s.power >= pa.target_power else f"  < target {pa.target_power}"
         low |= bool(flag)
         print(f"  {s.endpoint:13s} {s.kind:18s} power {s.power:.3f}  (SE {s.se:.4f}, df {s.df:.1f}){flag}")
+    for s in summaries:
+        if s.power_low is not None and s.sigma_seed_range is not None:
+            lo, hi = s.sigma_seed_range
+            print(f"  {s.endpoint:13s} power {s.power_low:.3f} .. {s.power_high:.3f} for sigma_seed {lo:.3f} .. {hi:.3f}"
+                  f" ({s.sigma_seed_note})")  # fmt: skip
+    from evalsuite.checks import MIN_SEEDS_METHOD_CLAIM, min_randomisation_p
+
+    if d.seeds_per_arm < MIN_SEEDS_METHOD_CLAIM:
+        print(f"warning: {d.seeds_per_arm} seeds per arm: a method-level claim needs >= {MIN_SEEDS_METHOD_CLAIM} (the "
+              f"smallest seed-level permutation p is {min_randomisation_p(d.seeds_per_arm):.3f}); the analysis will "
+              "not SHIP or claim endpoints with this plan")  # fmt: skip
     weakest = min(s.power for s in summaries)
     print(f"  all-pass power <= {weakest:.3f} (the weakest criterion; simulate with --simulate N for the joint value)")
     if pa.stated_power is not None and abs(pa.stated_power - weakest) > 0.02:
@@ -134,22 +174,13 @@ def _power(args: argparse.Namespace) -> int:
 
 def _simulate(plan, n_sims: int) -> None:  # type: ignore[no-untyped-def]
     import numpy as np
-    from scipy import special
 
-    from evalsuite.power import simulate_power
+    from evalsuite.power_sim import simulate_plan_power
 
-    pa, d = plan.power, plan.design
-    base = {"behaviour_ok": 0.5, "code_ok": 0.5}
-    eff = {e: float(special.logit(min(0.99, 0.5 + pa.expected_differences.get(e, pa.true_difference))) -
-                    special.logit(0.5)) for e in base}  # fmt: skip
-    bars = {c.endpoint: c.bar for c in plan.criteria}
-    r = simulate_power(p_baseline=base, effect_logit=eff, bars=bars, seeds=d.seeds_per_arm,
-                       n_repos=d.n_repositories, tasks_per_repo=max(1, d.n_tasks // d.n_repositories),
-                       episodes=d.episodes_per_task if "joint_ok" not in bars else 1, n_sims=n_sims,
-                       seed_sd_logit=4 * pa.sigma_seed, rng=np.random.default_rng(plan.analysis_seed))  # fmt: skip
-    print(f"  simulated all-pass power {r.joint_pass:.3f} ± {r.mc_se:.3f} ({n_sims} sims; logit model with baseline "
-          f"rates 0.5, seed SD {4 * pa.sigma_seed:.2f} logits = sigma_seed at p=0.5, task SD 1 logit shared by both "
-          f"endpoints); per criterion {', '.join(f'{k} {v:.3f}' for k, v in r.per_endpoint.items())}")  # fmt: skip
+    r = simulate_plan_power(plan, n_sims=n_sims, rng=np.random.default_rng(plan.analysis_seed))
+    per = ", ".join(f"{k} {v:.3f} ± {r.mc_se[k]:.3f}" for k, v in r.per_criterion.items())
+    print(f"  simulated ({n_sims} sims of the plan's own [power] model, analysed with the crossed estimator): {per}; "
+          f"all pass {r.all_pass:.3f} (endpoints independent)")  # fmt: skip
 
 
 def _deviation(args: argparse.Namespace) -> int:
@@ -182,7 +213,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("plan", help="plan TOML, e.g. protocols/plans/paper_claims.toml")
     p.add_argument("--out", help="record path (default: ./<plan>.frozen.json)")
     p.add_argument("--overwrite", action="store_true", help="replace a record with a different hash")
+    p.add_argument("--sign-key", help="Ed25519 private key (PEM, from `protocol keygen`) to sign the record")
     p.set_defaults(func=_freeze)
+    p = sub.add_parser("keygen", help="make an Ed25519 key pair for signing frozen records")
+    p.add_argument("--out", required=True, help="private key file to write (PEM)")
+    p.set_defaults(func=_keygen)
     p = sub.add_parser("check", help="verify a frozen record (and that a plan still matches it)")
     p.add_argument("frozen", help="frozen record JSON")
     p.add_argument("--plan", help="plan TOML that must hash to the record")
