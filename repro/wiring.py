@@ -61,51 +61,38 @@ class HarnessEnv:
         return StepOut(list(res.observations), bool(res.done))
 
     def outcome(self) -> EnvOutcome:
-        counts = _tool_counts(self.env.messages if self.env is not None else [])
         violations = self.env.violations if self.env is not None else 0
         if self.infra_error:
-            return EnvOutcome(False, infra_error=self.infra_error, protocol_violations=violations, **counts)
+            return EnvOutcome(False, infra_error=self.infra_error, protocol_violations=violations)
         try:
-            resolved = self._grade()
+            grade = self._grade()
         except Exception as exc:  # noqa: BLE001 - classified as infra, never as a model failure
             from harness.grading import PatchTooLarge
 
             if isinstance(exc, PatchTooLarge):
-                return EnvOutcome(False, protocol_violations=violations, **counts)
+                return EnvOutcome(False, protocol_violations=violations)
             logger.warning("%s: grading failed (%s); the group is dropped", self.instance.instance_id, exc)
-            return EnvOutcome(False, infra_error=f"{type(exc).__name__}: {exc}", protocol_violations=violations,
-                              **counts)
-        return EnvOutcome(resolved, protocol_violations=violations, **counts)
+            return EnvOutcome(False, infra_error=f"{type(exc).__name__}: {exc}", protocol_violations=violations)
+        from harness.signals import grade_code_runs
 
-    def _grade(self) -> bool:
+        resolved = grade is not None and bool(grade.resolved and grade.valid)
+        return EnvOutcome(resolved, code_runs=grade_code_runs(grade), protocol_violations=violations)
+
+    def _grade(self) -> Any:
+        """The hidden-test ``Grade`` of the agent's diff, or None for an empty diff (never graded)."""
         from harness.grading import extract_patch, grade_patch
 
         patch = extract_patch(self.sandbox, self.head)
         if not patch.strip():
-            return False
+            return None
         gsb, _ = self.factory.open(self.instance, role="grade", attempt=self.seed % 1000)
         with gsb:
-            grade = grade_patch(self.instance, patch, gsb, timeout_s=max(60.0, self.limits.per_exec_timeout_s * 4))
-        return bool(grade.resolved and grade.valid)
+            return grade_patch(self.instance, patch, gsb, timeout_s=max(60.0, self.limits.per_exec_timeout_s * 4))
 
     def close(self) -> None:
         if self.sandbox is not None:
             self.sandbox.close()
             self.sandbox = None
-
-
-def _tool_counts(messages: list[Message]) -> dict[str, int]:
-    """tests_run, edits, rework (test runs after the first) from the recorded tool calls and observations."""
-    from harness.tools import ERROR_PREFIX
-
-    tests = edits = 0
-    results = [m for m in messages if m.role == "tool"]
-    calls = [c for m in messages if m.role == "assistant" for c in m.tool_calls]
-    for call, obs in zip(calls, results, strict=False):  # one observation per call, in order, until finish
-        ok = call.valid and not obs.content.startswith(ERROR_PREFIX)
-        tests += call.valid and call.name == "run_tests"
-        edits += call.name == "edit_file" and ok
-    return {"tests_run": tests, "edits": edits, "rework": max(0, tests - 1)}
 
 
 class KVTurnSampler:
