@@ -145,6 +145,8 @@ class DistillCfg(_Section):
     lr: float = Field(1e-4, gt=0)
     target_temperature: float = Field(0.7, gt=0, description="soft targets = own distribution at this temperature")
     hard_weight: float = Field(0.5, ge=0, le=1, description="weight of CE on the sampled tokens")
+    dataset: str | None = Field(None, description="a dataset directory (`tgsuite data filter`) to distil from "
+                                "instead of sampling a pool; rewards with [reward]'s weights")
 
 
 class ClusterCfg(_Section):
