@@ -83,3 +83,25 @@ def test_sft_reads_the_dataset(logs: dict[str, Path], tmp_path: Path) -> None:
     report = run_sft(cfg, tmp_path / "sft")
     assert report.n_trajectories == 2 and report.steps >= 1
     assert json.loads((tmp_path / "sft" / "config.json").read_text())["dataset"] == str(logs["clean"])
+
+
+def test_feedback_provider_rejections_reach_the_reward(logs: dict[str, Path], tmp_path: Path) -> None:
+    """In the mini world the user is the feedback provider: a draft it rejects is a correction in the reward."""
+    from harness.feedback import parse_feedback
+    from harness.runner import run_eval
+    from harness.runner_sandbox import TaskSandboxFactory
+    from harness.tasks import load_task_set
+    from harness.trajdata.importer import import_source
+    from repro.config import load_config
+    from repro.dataset_io import record_reward
+
+    ts = load_task_set(logs["tasks"])
+    ts = ts.model_copy(update={"instances": ts.instances[:1]})
+    with TaskSandboxFactory(ts, kind="local", run_id="pytest-feedback") as fac:
+        run_eval(ts, {"oracle": "oracle"}, [0], tmp_path / "run", sandbox_factory=fac,
+                 feedback=parse_feedback("correct@before_finish"))
+    (record,), _ = import_source(tmp_path / "run")
+    assert len(record.trajectory.discarded_drafts) == 1 and record.outcome.resolved
+    w = load_config(arm="multi_reward").reward
+    silent = record.model_copy(update={"trajectory": record.trajectory.model_copy(update={"discarded_drafts": []})})
+    assert record_reward(record, w) - record_reward(silent, w) == pytest.approx(-0.5 * w.w_feedback)

@@ -82,7 +82,8 @@ def _truncated(r: TrajectoryRecord) -> str | None:
 
 
 def _patch_lines(*patches: str, min_chars: int) -> set[str]:
-    added, present = set(), set()
+    added: set[str] = set()
+    present: set[str] = set()
     for patch in patches:
         for ln in patch.splitlines():
             if ln.startswith(("+++", "---")):

@@ -85,12 +85,12 @@ def _message(m: Any, i: int, err: Any, names: dict[str, str]) -> Message:
     if role == "tool":
         name = m.get("name") or names.get(str(m.get("tool_call_id")))
         return Message(role="tool", content=text, tool_name=name)
-    return Message(role=role, content=text)
+    return Message(role="system" if role == "system" else "user", content=text)
 
 
 def _get(obj: dict[str, Any], key: str) -> Any:
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-    return meta.get(key, obj.get(key))
+    meta = obj.get("metadata")
+    return meta.get(key, obj.get(key)) if isinstance(meta, dict) else obj.get(key)
 
 
 def _outcome(obj: dict[str, Any], err: Any) -> RecordOutcome:
