@@ -101,3 +101,14 @@ def test_components_terms_and_the_multi_reward_arm() -> None:
     assert total_reward(comps, w) == pytest.approx(expected)
     base = load_config().reward  # the default weights: task and format only
     assert total_reward(comps, base) == pytest.approx(1.0 + 0.25)
+
+
+def test_multi_reward_arm_logs_the_breakdown_per_term(tmp_path) -> None:
+    import _rl_fixtures as F
+
+    from repro.train import train_rl
+
+    train_rl(F.config("multi_reward", "rollout.max_new_tokens=8", "run.steps=1"), tmp_path / "run", setup=F.setup())
+    (row,) = F.metrics(tmp_path / "run")
+    assert all(f"reward/{t}" in row and f"reward/contrib/{t}" in row for t in TERMS)
+    assert sum(row[f"reward/contrib/{t}"] for t in TERMS) == pytest.approx(row["reward/total"])
