@@ -2,17 +2,24 @@
 
 A trajectory's text is its non-system messages, ``role: content`` joined, lower-cased and split into word and
 punctuation tokens; its shingles are the runs of ``shingle`` consecutive tokens (a text shorter than that is one
-shingle). Each shingle is hashed once (blake2b, 8 bytes); permutation i is ``h_i(x) = (a_i·x + b_i) mod (2^61 − 1)``
-with ``a_i, b_i`` drawn from ``random.Random(seed)``, and the signature is the minimum of each ``h_i`` over the
-shingles. The share of equal signature entries estimates the Jaccard similarity of the shingle sets (Broder 1997).
+shingle). Each shingle is hashed once (blake2b, 8 bytes) and re-mixed with a seeded bijection of the 64-bit integers
+(xor a key, multiply by an odd constant, both from ``random.Random(seed)``).
+
+Signature: one-permutation hashing with densification (Li, Owen & Zhang 2012; Shrivastava & Li 2014): the mixed
+hash picks one of ``num_perm`` bins (``h mod num_perm``) and the bin keeps the smallest ``h // num_perm``; an empty
+bin borrows the value of the next non-empty bin to its right (circularly) plus ``C × distance`` with C above any
+value, so two texts agree on it only if they agree on the borrowed bin at the same distance. The share of equal
+bins estimates the Jaccard similarity of the shingle sets, as classic k-permutation MinHash does (Broder 1997),
+at the cost of ONE hash per shingle instead of ``num_perm`` (``benchmarks/trajdata_filter_bench.py``).
 
 Candidates come from LSH banding (``bands`` bands of ``num_perm / bands`` rows: two texts share a bucket if one band
 is identical); for threshold 0.9 with 16 bands × 4 rows a pair of Jaccard 0.9 becomes a candidate with probability
 1 − (1 − 0.9⁴)¹⁶ > 0.999 and a pair of Jaccard 0.5 with probability 0.64, then is kept only if its estimated
 similarity reaches the threshold. The system prompt is left out: it is the same in every episode of an agent.
 
-References: A. Broder, "On the resemblance and containment of documents", SEQUENCES 1997; J. Leskovec, A. Rajaraman,
-J. Ullman, *Mining of Massive Datasets*, ch. 3 (banding).
+References: A. Broder, "On the resemblance and containment of documents", SEQUENCES 1997; P. Li, A. Owen, C.-H. Zhang,
+"One permutation hashing", NeurIPS 2012; A. Shrivastava, P. Li, "Densifying one permutation hashing via rotation for
+fast near neighbor search", ICML 2014; J. Leskovec, A. Rajaraman, J. Ullman, *Mining of Massive Datasets*, ch. 3.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from collections.abc import Sequence
 
 from harness.schema import Message
 
-_PRIME = (1 << 61) - 1
+_M64 = (1 << 64) - 1
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 
 
@@ -38,13 +45,32 @@ def shingles(text: str, k: int) -> set[int]:
     return {int.from_bytes(hashlib.blake2b(g.encode(), digest_size=8).digest(), "big") for g in grams}
 
 
-def permutations(num_perm: int, seed: int) -> list[tuple[int, int]]:
+def mixer(seed: int) -> tuple[int, int]:
+    """The seeded bijection of 64-bit integers: (xor key, odd multiplier)."""
     rng = random.Random(f"minhash:{seed}")
-    return [(rng.randrange(1, _PRIME), rng.randrange(0, _PRIME)) for _ in range(num_perm)]
+    return rng.getrandbits(64), rng.getrandbits(64) | 1
 
 
-def signature(shingle_hashes: set[int], perms: Sequence[tuple[int, int]]) -> tuple[int, ...]:
-    return tuple(min((a * x + b) % _PRIME for x in shingle_hashes) for a, b in perms)
+def signature(shingle_hashes: set[int], num_perm: int, mix: tuple[int, int]) -> tuple[int, ...]:
+    """The densified one-permutation MinHash signature (module docstring); ``num_perm`` bins."""
+    key, mult = mix
+    empty = _M64 + 1
+    sig = [empty] * num_perm
+    for h in shingle_hashes:
+        g = ((h ^ key) * mult) & _M64
+        b, v = g % num_perm, g // num_perm
+        if v < sig[b]:
+            sig[b] = v
+    filled = [i for i, v in enumerate(sig) if v != empty]
+    if not filled:
+        return tuple(sig)
+    offset = (_M64 // num_perm) + 2  # above any bin value
+    out = list(sig)
+    for i in range(num_perm):
+        if sig[i] == empty:
+            d = next(k for k in range(1, num_perm + 1) if sig[(i + k) % num_perm] != empty)
+            out[i] = sig[(i + d) % num_perm] + offset * d
+    return tuple(out)
 
 
 def similarity(a: Sequence[int], b: Sequence[int]) -> float:
@@ -60,13 +86,13 @@ def near_duplicates(texts: Sequence[str], *, threshold: float, shingle: int = 5,
         raise ValueError(f"num_perm ({num_perm}) must be a multiple of bands ({bands})")
     if not 0.0 < threshold <= 1.0:
         raise ValueError(f"near-duplicate threshold must be in (0, 1], got {threshold}")
-    perms = permutations(num_perm, seed)
+    mix = mixer(seed)
     rows = num_perm // bands
     buckets: dict[tuple[int, tuple[int, ...]], list[int]] = {}
     sigs: list[tuple[int, ...]] = []
     dups: dict[int, tuple[int, float]] = {}
     for i, text in enumerate(texts):
-        sig = signature(shingles(text, shingle), perms)
+        sig = signature(shingles(text, shingle), num_perm, mix)
         sigs.append(sig)
         keys = [(b, sig[b * rows:(b + 1) * rows]) for b in range(bands)]
         cands = sorted({j for key in keys for j in buckets.get(key, [])})
