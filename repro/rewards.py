@@ -25,7 +25,10 @@ Edit-count shape (``edits_shape``, target T = ``reward.edits_target``): 0 edits 
 1…T edits → 1; beyond T it falls linearly by 1/T per extra edit down to -1 (at 3T edits and above). So doing
 something is rewarded, a focused change gets the full term, and sprawling edit churn costs.
 
-Not covered: grading (the environment grades; ``resolved`` and ``code_runs`` are inputs here).
+Not covered: grading (the environment grades; ``resolved`` and ``code_runs`` are inputs here). User feedback in RL
+rollouts: the rollout records no user reaction (its hints, with ``hint_in_rollout``, are prompts written before a
+turn, not feedback on it), so the ``feedback`` term is 0 there; it acts on imported logs — a logged rating, or the
+drafts a feedback provider rejected in a ``tgsuite eval`` run (``repro.dataset_io.record_reward``).
 """
 
 from __future__ import annotations

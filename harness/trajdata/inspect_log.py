@@ -144,7 +144,11 @@ def _zip_samples(path: Path) -> tuple[str | None, list[tuple[str, Any]]]:
             if head in names:
                 model = (json.loads(zf.read(head)).get("eval") or {}).get("model")
                 break
-        return model, [(n, json.loads(zf.read(n))) for n in sorted(names) if _SAMPLE_MEMBER.match(n)]
+        try:
+            return model, [(n, json.loads(zf.read(n))) for n in sorted(names) if _SAMPLE_MEMBER.match(n)]
+        except NotImplementedError as exc:  # e.g. deflate64 members, which Python's zipfile cannot read
+            raise RecordError(path, "file", "(compression)", str(exc), "convert the log with "
+                              "`inspect log convert --to json` and import the .json log") from exc
 
 
 def iter_inspect_log(path: str | Path, *, score_name: str | None = None) -> Iterator[TrajectoryRecord | RecordError]:
