@@ -123,3 +123,29 @@ def test_inspect_score_choice_and_missing_samples(tmp_path: Path) -> None:
     (tmp_path / "notzip.eval").write_text("x")
     with pytest.raises(RecordError, match="not a zip archive"):
         import_source(tmp_path / "notzip.eval")
+
+
+def test_truncation_and_roles_read_from_chat_logs(tmp_path: Path) -> None:
+    row = {"messages": [{"role": "developer", "content": "sys"}, {"role": "user", "content": "go"},
+                        {"role": "assistant", "content": "partial", "finish_reason": "length"}],
+           "instance_id": "i", "truncated": "max_tokens"}
+    (r,), _ = import_source(_jsonl(tmp_path / "t.jsonl", [row]))
+    assert [m.role for m in r.trajectory.messages] == ["system", "user", "assistant"]
+    assert r.trajectory.messages[2].truncated and r.outcome.truncated == "max_tokens"
+    legacy = {"messages": [{"role": "function", "content": "x"}], "instance_id": "i"}
+    with pytest.raises(RecordError, match=r"field `messages\[0\].role`.*rewrite them as 'tool'"):
+        import_source(_jsonl(tmp_path / "f.jsonl", [legacy]))
+
+
+def test_data_cli_refuses_to_overwrite_and_names_the_fix(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from repro.cli import main
+
+    src = _jsonl(tmp_path / "chat.jsonl", [CHAT])
+    assert main(["data", "import", str(src), "--out", str(tmp_path / "ds")]) == 0
+    assert main(["data", "import", str(src), "--out", str(tmp_path / "ds")]) == 2
+    assert "already holds a dataset" in capsys.readouterr().err
+    bad = _jsonl(tmp_path / "bad.jsonl", ["{oops"])
+    assert main(["data", "import", str(bad), "--out", str(tmp_path / "ds2")]) == 2
+    assert "bad.jsonl (line 1)" in capsys.readouterr().err
+    assert main(["data", "filter", str(tmp_path / "ds"), "--out", str(tmp_path / "f"), "--near-dup-threshold", "2"]) == 2
+    assert "near_dup_threshold" in capsys.readouterr().err
