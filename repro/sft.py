@@ -89,8 +89,8 @@ class SFTConfig(BaseModel):
     @model_validator(mode="after")
     def _source(self) -> SFTConfig:
         if (self.train_tasks is None) == (self.dataset is None):
-            raise ValueError("give exactly one of train_tasks (collect expert episodes) and dataset (logged "
-                             "trajectories from `tgsuite data filter`)")
+            raise ValueError("give exactly one of train_tasks (--train-tasks: collect expert episodes) and dataset "
+                             "(--dataset: logged trajectories from `tgsuite data filter`)")
         if self.rename_repos and self.train_tasks is None:
             raise ValueError("rename_repos needs train_tasks (the repositories to rename)")
         return self
