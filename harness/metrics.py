@@ -108,7 +108,7 @@ def python_definitions(text: str) -> set[str]:
     return {n.name for n in ast.walk(tree) if isinstance(n, kinds)}
 
 
-def _calls_with_results(messages: list[Message]) -> list[tuple[ToolCall, Message | None]]:
+def calls_with_results(messages: list[Message]) -> list[tuple[ToolCall, Message | None]]:
     """Each assistant tool call paired with its tool observation (by order within the turn; None if not run)."""
     out: list[tuple[ToolCall, Message | None]] = []
     i = 0
@@ -167,7 +167,7 @@ def count_hallucinations(trajectory: Trajectory, index: RepoIndex) -> tuple[int,
     """(count, descriptions) of hallucinated references in tool calls and the final summary."""
     files, dirs, symbols = set(index.files), set(index.dirs), set(index.symbols)
     found: list[str] = []
-    for call, obs in _calls_with_results(trajectory.messages):
+    for call, obs in calls_with_results(trajectory.messages):
         if not call.valid:
             continue
         if _tool_hallucination(call, files, dirs):
@@ -189,7 +189,7 @@ def count_hallucinations(trajectory: Trajectory, index: RepoIndex) -> tuple[int,
 def compute_metrics(trajectory: Trajectory, index: RepoIndex) -> EpisodeMetrics:
     """Per-episode metrics (module docstring); ``index`` is the base snapshot's ``RepoIndex``
     (``RepoIndex.from_dir(task_set_dir / "snapshots" / instance_id)`` or ``RepoIndex.from_tar(...)``)."""
-    pairs = _calls_with_results(trajectory.messages)
+    pairs = calls_with_results(trajectory.messages)
     calls = [c for c, _ in pairs]
     valid = sum(1 for c in calls if c.valid)
     edits = sum(1 for c, o in pairs if c.valid and c.name == "edit_file" and not _failed(o))

@@ -60,7 +60,30 @@ def training_section(
                                                 "steps"], rows=rows,
                   caption=f"Mean ± std (ddof = 0) over the last {window} logged steps, as the paper reports it "
                   "(METHOD §6.11). Descriptive: the across-step std is not an uncertainty of the arm's effect.")
-    return Section(id="training", title="Training curves", figures=figs, tables=[table])
+    return Section(id="training", title="Training curves", figures=figs,
+                   tables=[table, *_reward_table(runs, arms, window)])
+
+
+def _reward_table(runs: Mapping[str, Mapping[str, list[dict[str, float]]]], arms: Sequence[str],
+                  window: int) -> list[Table]:
+    """Per arm and reward term: R_k and its weighted contribution sign·w·R_k, last-window mean of the seed mean."""
+    terms = training.reward_terms(runs)
+    if not terms:
+        return []
+    rows = []
+    for arm in arms:
+        for term in terms:
+            cells = [Cell(text=arm), Cell(text=term)]
+            for key in (f"reward/{term}", f"{training.CONTRIB_PREFIX}{term}"):
+                c = training.arm_curves(arm, key, runs[arm])
+                w = training.window_stat(c.mean_steps, c.mean_values, window)
+                cells.append(Cell(text=fmt.mean_std(w.mean, w.std, as_pct=False) if w else f"{fmt.DASH} (not logged)"))
+            rows.append(cells)
+    return [Table(id="training-reward-terms", header=["arm", "reward term", "R_k (mean ± std)",
+                                                      "contribution sign·w·R_k (mean ± std)"], rows=rows,
+                  caption=f"The reward's breakdown per term over the last {window} logged steps (mean over seeds "
+                  "at each step, then mean ± std over steps, ddof = 0). Contributions sum to reward/total; each "
+                  "term's scale and sign: repro/rewards.py.")]
 
 
 def _window_rows(c: training.ArmCurves, title: str, window: int) -> list[list[Cell]]:

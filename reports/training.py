@@ -29,6 +29,7 @@ CURVE_METRICS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("task/pass_rate", "reward/task"), "pass rate"),
 )
 DEFAULT_WINDOW = 32
+CONTRIB_PREFIX = "reward/contrib/"  # sign·w·R_k per reward term (repro.rewards); reward/<term> is R_k itself
 
 
 class MetricsError(ValueError):
@@ -69,6 +70,16 @@ def pick_key(runs: Mapping[str, Mapping[str, list[dict[str, float]]]], candidate
         if any(key in row for per_seed in runs.values() for rows in per_seed.values() for row in rows):
             return key
     return candidates[0]
+
+
+def reward_terms(runs: Mapping[str, Mapping[str, list[dict[str, float]]]]) -> list[str]:
+    """The reward terms any run logged a breakdown for (``reward/contrib/<term>``), in first-seen order."""
+    seen: dict[str, None] = {}
+    for per_seed in runs.values():
+        for rows in per_seed.values():
+            for row in rows:
+                seen.update({k[len(CONTRIB_PREFIX):]: None for k in row if k.startswith(CONTRIB_PREFIX)})
+    return list(seen)
 
 
 def metrics_file(path: str | Path) -> Path:

@@ -72,14 +72,18 @@ class RolloutCfg(_Section):
 
 
 class RewardCfg(_Section):
-    """R(τ) = Σ_k w_k · R_k (METHOD §6.1). R_task ∈ {0,1}; R_fmt = fraction of applicable turns passing."""
+    """R(τ) = Σ_k sign_k · w_k · R_k (METHOD §6.1); every term, its scale and sign: ``repro.rewards``."""
 
-    w_task: float = 1.0
-    w_fmt: float = 0.5
-    w_tests_run: float = 0.0
-    w_edits: float = 0.0
-    w_rework: float = 0.0
-    w_protocol: float = 0.0
+    w_task: float = Field(1.0, ge=0, description="+ hidden tests pass, {0,1}")
+    w_fmt: float = Field(0.5, ge=0, description="+ share of applicable turns the checker passes, [0,1]")
+    w_code_runs: float = Field(0.0, ge=0, description="+ hidden tests ran without collection/import errors: +1/-1/0")
+    w_tests_run: float = Field(0.0, ge=0, description="+ the agent ran the visible tests at least once, {0,1}")
+    w_edits: float = Field(0.0, ge=0, description="+ edit-count shape in [-1,1] (repro.rewards.edits_shape)")
+    edits_target: int = Field(3, ge=1, description="edits up to this count get the full edits term")
+    w_rework: float = Field(0.0, ge=0, description="- per edit undoing/rewriting the agent's own earlier edit")
+    w_tool_errors: float = Field(0.0, ge=0, description="- per repeated tool error")
+    w_protocol: float = Field(0.0, ge=0, description="- per invalid tool call (malformed or after finish)")
+    w_feedback: float = Field(0.0, ge=0, description="+ user feedback in [-1,1] (0 when none is recorded)")
     checker: str = "markdown@v2"  # v2: a broken tool-call turn is not a failing Markdown turn (issue #13.3)
 
 
@@ -141,6 +145,8 @@ class DistillCfg(_Section):
     lr: float = Field(1e-4, gt=0)
     target_temperature: float = Field(0.7, gt=0, description="soft targets = own distribution at this temperature")
     hard_weight: float = Field(0.5, ge=0, le=1, description="weight of CE on the sampled tokens")
+    dataset: str | None = Field(None, description="a dataset directory (`tgsuite data filter`) to distil from "
+                                "instead of sampling a pool; rewards with [reward]'s weights")
 
 
 class ClusterCfg(_Section):

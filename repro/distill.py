@@ -2,7 +2,9 @@
 
 ``train_distill`` picks, per task, the ``distill.top_k`` highest-reward trajectories (reward ≥ ``distill.min_reward``)
 from a pool — either sampled now with the current model (``distill.pool_rollouts`` per task over
-``distill.pool_tasks`` tasks) or handed in (RL's best trajectories, ``best.jsonl`` of an RL run) — and trains on the
+``distill.pool_tasks`` tasks), read from an imported dataset (``distill.dataset``: logged trajectories after
+``tgsuite data filter``, rewarded with ``[reward]``'s weights, ``repro.dataset_io``) or handed in (RL's best
+trajectories, ``best.jsonl`` of an RL run) — and trains on the
 policy-generated tokens of those trajectories with
 
     L = hard_weight · CE(y_t) + (1 − hard_weight) · KL(q_τ ‖ p_θ),    q_τ = softmax(z_T / τ)
@@ -175,11 +177,17 @@ def train_distill(cfg: TrainConfig, out_dir: str | Path, *, setup: Any = None,
     if cfg.model.threads:
         torch.set_num_threads(cfg.model.threads)
     if setup is None:
+        from repro.dataset_io import model_setup
         from repro.wiring import default_setup
 
-        setup = default_setup(cfg)
+        setup = model_setup(cfg) if examples is None and cfg.distill.dataset else default_setup(cfg)
     ledger = ComputeLedger()
-    if examples is None:
+    if examples is None and cfg.distill.dataset:  # an imported, filtered dataset (repro.dataset_io)
+        from repro.dataset_io import distill_examples
+
+        pool, _ = distill_examples(cfg.distill.dataset, setup.tokenizer, setup.tools, cfg.reward)
+        examples = select_best(pool, cfg.distill.top_k, cfg.distill.min_reward)
+    elif examples is None:
         with ledger.phase("rollout"):
             examples = select_best(_pool(cfg, setup), cfg.distill.top_k, cfg.distill.min_reward)
     write_examples(out / "examples.jsonl", examples)

@@ -9,7 +9,7 @@ actually conditioned on (the extension property, SCALE §1.5), which also yields
 ``turn``, ``think``, ``hint``, behaviour log-probs) the trainer needs.
 
 Per trajectory we keep: the ids and annotations, the assistant texts, per-turn verdicts of the behaviour checker,
-reward components (METHOD §6.1), the policy version that sampled it, and the harness ``Trajectory`` for logging.
+reward components and their weighted terms (``repro.rewards``, METHOD §6.1), the policy version that sampled it, and the harness ``Trajectory`` for logging.
 
 What is NOT covered here: grading runs inside the environment object (``RolloutEnv.outcome``); with LocalSandbox
 it is not isolated (see ``harness.sandbox``).
@@ -27,8 +27,10 @@ from typing import Any, Literal, Protocol
 import torch
 
 from harness.schema import Message, TaskInstance
+from harness.signals import episode_signals
 from harness.tools import parse_tool_calls
 from repro.compute import ComputeLedger, forward_flops
+from repro.rewards import contributions, reward_components
 
 logger = logging.getLogger(__name__)
 
@@ -42,12 +44,11 @@ Verdict = Literal["PASS", "FAIL", "NA"]
 
 @dataclass(frozen=True)
 class EnvOutcome:
-    """What the environment knows at the end of an episode (reward inputs, METHOD §6.1)."""
+    """What the environment graded at the end of an episode (reward inputs, METHOD §6.1). The counted signals
+    (edits, rework, tool errors, invalid calls) are read from the trajectory's messages (``harness.signals``)."""
 
     resolved: bool
-    tests_run: int = 0
-    edits: int = 0
-    rework: int = 0
+    code_runs: bool | None = None  # harness.signals.grade_code_runs of the hidden-test grade; None = unknown
     protocol_violations: int = 0
     infra_error: str | None = None
 
@@ -114,8 +115,9 @@ class RolloutSample:
     truncated_turns: list[bool]
     outcome: EnvOutcome
     version: int = 0
-    rewards: dict[str, float] = field(default_factory=dict)
+    rewards: dict[str, float] = field(default_factory=dict)  # R_k per term (repro.rewards.reward_components)
     reward: float = 0.0
+    reward_terms: dict[str, float] = field(default_factory=dict)  # sign_k · w_k · R_k per term (sums to reward)
     messages: list[Message] = field(default_factory=list)
     hint_turns: list[int] = field(default_factory=list)
 
@@ -126,44 +128,6 @@ class RolloutSample:
     @property
     def truncated(self) -> bool:
         return any(self.truncated_turns)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Rewards (pure)
-# ----------------------------------------------------------------------------------------------------------------
-
-
-def format_reward(verdicts: Sequence[Verdict]) -> float:
-    """R_fmt = fraction of applicable turns that PASS; 1 when no turn is applicable (METHOD §6.1)."""
-    applicable = [v for v in verdicts if v != "NA"]
-    if not applicable:
-        return 1.0
-    return sum(v == "PASS" for v in applicable) / len(applicable)
-
-
-def reward_components(outcome: EnvOutcome, verdicts: Sequence[Verdict]) -> dict[str, float]:
-    """Reward components before weighting: task ∈ {0,1}; fmt ∈ [0,1]; tests_run, edits ∈ {0,1} (did it at least
-    once); rework = number of test re-runs after the first (a cost); protocol = number of malformed tool calls."""
-    return {
-        "task": float(outcome.resolved),
-        "fmt": format_reward(verdicts),
-        "tests_run": float(outcome.tests_run > 0),
-        "edits": float(outcome.edits > 0),
-        "rework": float(max(0, outcome.rework)),
-        "protocol": float(outcome.protocol_violations),
-    }
-
-
-def total_reward(components: dict[str, float], weights: Any) -> float:
-    """R = w_task·task + w_fmt·fmt + w_tests_run·tests_run + w_edits·edits − w_rework·rework − w_protocol·protocol."""
-    return (
-        weights.w_task * components["task"]
-        + weights.w_fmt * components["fmt"]
-        + weights.w_tests_run * components["tests_run"]
-        + weights.w_edits * components["edits"]
-        - weights.w_rework * components["rework"]
-        - weights.w_protocol * components["protocol"]
-    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -349,13 +313,15 @@ def _finish(lv: _Live, instance: TaskInstance, item: int, j: int, version: int, 
     verdicts = list(checker([m for m in lv.messages if m.role == "assistant"])) if lv.texts else []
     if len(verdicts) != len(lv.texts):
         raise ValueError(f"checker returned {len(verdicts)} verdicts for {len(lv.texts)} assistant turns")
-    comps = reward_components(outcome, verdicts)
+    signals = episode_signals(lv.messages, resolved=outcome.resolved, code_runs=outcome.code_runs)
+    comps = reward_components(signals, verdicts, weights)
+    terms = contributions(comps, weights)
     lps = [x if not math.isnan(x) else 0.0 for x in enc.logprobs]
     return RolloutSample(
         item=item, index=j, instance_id=instance.instance_id, ids=enc.ids, act=enc.act, turn=enc.turn,
         think=enc.think, hint=enc.hint, logprobs=lps, header_starts=enc.header_starts, texts=lv.texts, verdicts=verdicts,
         truncated_turns=lv.truncated, outcome=outcome, version=version, rewards=comps,
-        reward=total_reward(comps, weights), messages=lv.messages, hint_turns=lv.hint_turns,
+        reward=sum(terms.values()), reward_terms=terms, messages=lv.messages, hint_turns=lv.hint_turns,
     )
 
 

@@ -1,6 +1,7 @@
 """SFT stage: expert trajectories → tokenizer → tiny Qwen3 → held-out evaluation (``run_sft``).
 
-Data. ``ScriptedExpert`` episodes on the TRAIN split (LocalSandbox, the real agent loop and tools). A share
+Data. Either an imported dataset (``dataset``: logged trajectories after ``tgsuite data filter``, used as they are)
+or ``ScriptedExpert`` episodes on the TRAIN split (LocalSandbox, the real agent loop and tools). A share
 ``hint_share`` of episodes gets the Markdown reminder before the summary turn (``correct@before_finish``); the
 expert then writes a Markdown summary, otherwise plain text. So the SFT model learns to comply when reminded and
 rarely does unprompted — the paper's starting condition (METHOD §6; issue #6 item 2).
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from repro.losses import chunked_token_logprobs
 from repro.models import build_model, count_params, final_hidden_states, lm_head_weight
@@ -45,7 +46,10 @@ log = logging.getLogger(__name__)
 class SFTConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    train_tasks: str = Field(description="task-set directory of the TRAIN split (tgsuite tasks make-mini)")
+    train_tasks: str | None = Field(None, description="task-set directory of the TRAIN split (tgsuite tasks "
+                                    "make-mini): the expert episodes are collected there")
+    dataset: str | None = Field(None, description="a dataset directory (`tgsuite data filter`): train on its "
+                                "logged trajectories instead of collecting expert episodes")
     heldout_tasks: str | None = Field(None, description="held-out task-set directory; None skips the evaluation")
     preset: Literal["nano", "mini"] = "mini"
     init: str | None = Field(None, description="continue from this model directory (HF layout + tokenizer) instead "
@@ -81,6 +85,15 @@ class SFTConfig(BaseModel):
     eval_concurrency: int = Field(8, ge=1, description="held-out episodes run at once, their turns sampled as one "
                                   "batch (repro.batching)")
     torch_threads: int = 2
+
+    @model_validator(mode="after")
+    def _source(self) -> SFTConfig:
+        if (self.train_tasks is None) == (self.dataset is None):
+            raise ValueError("give exactly one of train_tasks (--train-tasks: collect expert episodes) and dataset "
+                             "(--dataset: logged trajectories from `tgsuite data filter`)")
+        if self.rename_repos and self.train_tasks is None:
+            raise ValueError("rename_repos needs train_tasks (the repositories to rename)")
+        return self
 
 
 class EvalSummary(BaseModel):
@@ -242,6 +255,10 @@ def sft_train(model, examples: list[tuple[list[int], list[int]]], cfg: SFTConfig
 def _load_or_collect(cfg: SFTConfig, out: Path) -> list:
     from harness.schema import Trajectory
 
+    if cfg.dataset is not None:  # logged trajectories, imported and filtered (repro.dataset_io)
+        from repro.dataset_io import sft_trajectories
+
+        return sft_trajectories(cfg.dataset)
     cache, key = out / "expert.jsonl", json.dumps(
         {k: getattr(cfg, k) for k in ("train_tasks", "episodes", "hint_share", "think", "seed")}
         | ({"hint_checkers": list(cfg.hint_checkers)} if cfg.hint_checkers != ("markdown@v1",) else {}),

@@ -143,8 +143,9 @@ def _rollout_metrics(groups: list[list[RolloutSample]]) -> dict[str, Any]:
         "rollout/infra_errors": sum(s.outcome.infra_error is not None for s in flat),
         "guidance/hint_echo_rate": (sum(echo) / len(echo)) if echo else None,
     }
-    for key in flat[0].rewards:
+    for key in flat[0].rewards:  # the breakdown: R_k (reward/<term>) and sign·w·R_k (reward/contrib/<term>)
         out[f"reward/{key}"] = sum(s.rewards[key] for s in flat) / n
+        out[f"reward/contrib/{key}"] = sum(s.reward_terms.get(key, 0.0) for s in flat) / n
     return out
 
 

@@ -64,27 +64,29 @@ class HarnessEnv:
         return StepOut(list(res.observations), bool(res.done))
 
     def outcome(self) -> EnvOutcome:
-        counts = _tool_counts(self.env.messages if self.env is not None else [])
         violations = self.env.violations if self.env is not None else 0
         if self.infra_error:
-            return EnvOutcome(False, infra_error=self.infra_error, protocol_violations=violations, **counts)
+            return EnvOutcome(False, infra_error=self.infra_error, protocol_violations=violations)
         try:
-            resolved = self._grade()
+            grade = self._grade()
         except Exception as exc:  # noqa: BLE001 - classified as infra, never as a model failure
             from harness.grading import PatchTooLarge
 
             if isinstance(exc, PatchTooLarge):
-                return EnvOutcome(False, protocol_violations=violations, **counts)
+                return EnvOutcome(False, protocol_violations=violations)
             logger.warning("%s: grading failed (%s); the group is dropped", self.instance.instance_id, exc)
-            return EnvOutcome(False, infra_error=f"{type(exc).__name__}: {exc}", protocol_violations=violations,
-                              **counts)
-        return EnvOutcome(resolved, protocol_violations=violations, **counts)
+            return EnvOutcome(False, infra_error=f"{type(exc).__name__}: {exc}", protocol_violations=violations)
+        from harness.signals import grade_code_runs
 
-    def _grade(self) -> bool:
-        """Resolved by the hidden tests, graded exactly as evaluation grades (``harness.episode_grading``): the
-        patch diffed on the host against the pristine base, a fresh sandbox, the validated exclusions, and an
-        invalid grade settled by a gold control run. Raises ``EpisodeUnscorable`` (the group is dropped, as
-        evaluation excludes the instance) when the gold patch does not resolve either."""
+        resolved = grade is not None and bool(grade.resolved)
+        return EnvOutcome(resolved, code_runs=grade_code_runs(grade), protocol_violations=violations)
+
+    def _grade(self) -> Any:
+        """The hidden-test ``Grade`` of the agent's diff (None for an empty diff, never graded), graded exactly as
+        evaluation grades (``harness.episode_grading``): the patch diffed on the host against the pristine base, a
+        fresh sandbox, the validated exclusions, and an invalid grade settled by a gold control run. Raises
+        ``EpisodeUnscorable`` (the group is dropped, as evaluation excludes the instance) when the gold patch does
+        not resolve either."""
         from harness.episode_grading import candidate_patch, gold_control, grade_candidate, settle
 
         patch = candidate_patch(self.sandbox, self.head, self.instance, self.factory)
@@ -93,12 +95,12 @@ class HarnessEnv:
         grade = grade_candidate(self.factory, self.instance, patch, attempt=attempt, timeout_s=timeout,
                                 excluded_tests=excluded)
         if grade is None:
-            return False
+            return None
         outcome = settle(grade, lambda: gold_control(self.factory, self.instance, attempt=attempt,
                                                      timeout_s=timeout, excluded_tests=excluded))
         if outcome is not None and outcome.failure_class == "invalid_instance":
             raise EpisodeUnscorable(outcome.error or "invalid instance")
-        return bool(grade.resolved)
+        return grade
 
     def close(self) -> None:
         if self.sandbox is not None:
@@ -108,20 +110,6 @@ class HarnessEnv:
 
 class EpisodeUnscorable(RuntimeError):
     """The instance cannot be graded (its gold patch fails the hidden tests too): never a model failure."""
-
-
-def _tool_counts(messages: list[Message]) -> dict[str, int]:
-    """tests_run, edits, rework (test runs after the first) from the recorded tool calls and observations."""
-    from harness.tools import ERROR_PREFIX
-
-    tests = edits = 0
-    results = [m for m in messages if m.role == "tool"]
-    calls = [c for m in messages if m.role == "assistant" for c in m.tool_calls]
-    for call, obs in zip(calls, results, strict=False):  # one observation per call, in order, until finish
-        ok = call.valid and not obs.content.startswith(ERROR_PREFIX)
-        tests += call.valid and call.name == "run_tests"
-        edits += call.name == "edit_file" and ok
-    return {"tests_run": tests, "edits": edits, "rework": max(0, tests - 1)}
 
 
 class KVTurnSampler:

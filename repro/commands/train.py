@@ -19,6 +19,8 @@ Worked example (the CPU mini reproduction):
   tgsuite train rl --arm grpo --out runs/rl-grpo --set model.init=runs/sft/model --set tasks.path=tasks/train
   tgsuite train rl --out runs/rl-tg --resume --set run.steps=16  # continue (config read from the run)
   tgsuite train arms                                              # list the arm presets
+  tgsuite train distill --dataset data/filtered --out runs/distill --set model.init=runs/sft/model
+      # self-distillation on logged trajectories (tgsuite data import / data filter)
   tgsuite train rl --config configs/paper/qwen3_coder_30b_a3b_tg.toml --out /tmp/x --dry-run
 
 Config layering: repro/configs/base.toml < --arm preset < --config FILE < --set KEY=VALUE (repeatable).
@@ -49,6 +51,8 @@ def register(subparsers: Any) -> None:
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(ds)
     ds.add_argument("--from-best", type=Path, help="best.jsonl of an RL run (default: sample a fresh pool)")
+    ds.add_argument("--dataset", type=Path, help="a dataset directory from `tgsuite data filter` (logged "
+                    "trajectories; same as --set distill.dataset=DIR)")
     ds.set_defaults(func=_distill)
     lp = sub.add_parser("loop", help="distill -> RL -> distill for distill.rounds rounds", epilog=EPILOG,
                         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -56,7 +60,9 @@ def register(subparsers: Any) -> None:
     lp.set_defaults(func=_loop)
     sft = sub.add_parser("sft", help="supervised fine-tuning on scripted expert trajectories (+ tokenizer)",
                          epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sft.add_argument("--train-tasks", required=True, help="task-set directory of the train split")
+    sft.add_argument("--train-tasks", help="task-set directory of the train split (expert episodes are collected)")
+    sft.add_argument("--dataset", help="a dataset directory from `tgsuite data filter`: train on its logged "
+                     "trajectories instead of expert episodes")
     sft.add_argument("--heldout-tasks", help="held-out task-set directory (evaluation after training)")
     sft.add_argument("--preset", choices=("nano", "mini"), default="mini")
     sft.add_argument("--out", type=Path, required=True)
@@ -104,6 +110,10 @@ def _rl(args: argparse.Namespace) -> int:
 def _distill(args: argparse.Namespace) -> int:
     from repro.distill import read_examples, train_distill
 
+    if args.dataset is not None:
+        if args.from_best:
+            raise CLIError("give --from-best or --dataset, not both")
+        args.sets = [*args.sets, f'distill.dataset="{args.dataset}"']
     cfg = _config(args)
     examples = _run(read_examples, args.from_best) if args.from_best else None
     if examples is not None:
@@ -127,8 +137,8 @@ def _sft(args: argparse.Namespace) -> int:
     from repro.config import parse_set
     from repro.sft import SFTConfig, run_sft
 
-    fields: dict[str, Any] = {"train_tasks": args.train_tasks, "heldout_tasks": args.heldout_tasks,
-                              "preset": args.preset}
+    fields: dict[str, Any] = {"train_tasks": args.train_tasks, "dataset": args.dataset,
+                              "heldout_tasks": args.heldout_tasks, "preset": args.preset}
     for item in args.sets:
         key, value = _run(parse_set, item)
         fields[key] = value
