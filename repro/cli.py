@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "repro.commands.images",
     "repro.commands.tasks",
     "repro.commands.eval",
+    "repro.commands.grade",
     "repro.commands.train",
     "repro.commands.protocol",
     "repro.commands.analyze",
