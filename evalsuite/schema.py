@@ -160,6 +160,62 @@ class JointTable(_Frozen):
         return self.both + self.behaviour_only + self.code_only + self.neither
 
 
+
+# --------------------------------------------------------------------------------------------------------------
+# Descriptive aggregate of one run directory (no plan; ``evalsuite.run_summary``, ``aggregate.json``)
+# --------------------------------------------------------------------------------------------------------------
+
+
+class MetricMean(_Frozen):
+    """Mean of a per-episode secondary metric over the scored episodes that have it; ``se`` is sqrt(var/n)."""
+
+    metric: str
+    n: int
+    mean: float | None
+    se: float | None = None
+
+
+class GroupRates(_Frozen):
+    """The binary endpoints' rates within one repository (episodes pooled; exploratory)."""
+
+    repo: str
+    n: int
+    rates: list[RateCI]
+
+
+class ArmAggregate(_Frozen):
+    arm: str
+    policy: str
+    n_episodes: int
+    n_scored: int
+    n_infra: int
+    n_invalid_instance: int
+    statuses: dict[str, int]
+    rates: list[RateCI]
+    joint_table: JointTable
+    per_repo: list[GroupRates] = Field(default_factory=list)
+    secondary: list[MetricMean] = Field(default_factory=list)
+
+
+class RunAggregate(_Frozen):
+    """Per-arm results of one run directory, like lm-eval's results file: descriptive only, never a decision."""
+
+    schema_version: int = 1
+    run_id: str
+    created_at: str
+    task_set_name: str = ""
+    task_set_sha256: str = ""
+    git_commit: str | None = None
+    argv: list[str] = Field(default_factory=list)
+    config: dict[str, float | int | str | bool | None] = Field(default_factory=dict)
+    versions: dict[str, str] = Field(default_factory=dict)
+    alpha: float = 0.05
+    arms: list[ArmAggregate]
+    decision: Literal["none"] = "none"
+    note: str = ("Descriptive: no preregistered decision. Rates pool episodes (Wilson CI, which ignores seeds and "
+                 "repositories; se_clustered is the repository-clustered SE). Use `tgsuite analyze` with a frozen "
+                 "plan for a decision.")
+
 class ArmSummary(_Frozen):
     arm: str
     role: Literal["treatment", "baseline"]

@@ -183,6 +183,8 @@ def test_cli_grade_writes_swebench_report(mini: TaskSet, tmp_path: Path) -> None
     assert rep["resolved_ids"] == sorted(r["instance_id"] for r in rows[:-1])
     assert rep["empty_patch_ids"] == [rows[-1]["instance_id"]] and rep["error_ids"] == []
     assert len((out / "results.jsonl").read_text().splitlines()) == len(rows)
+    agg = json.loads((out / "aggregate.json").read_text())
+    assert [a["n_scored"] for a in agg["arms"]] == [len(rows)] and agg["config"]["source"] == "predictions"
     _write(preds, [{**rows[0], "instance_id": "nope"}])
     bad = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "not in task set" in bad.stderr and "fix:" in bad.stderr

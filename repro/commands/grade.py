@@ -27,7 +27,7 @@ one model per file; other fields are kept. Every predicted instance must be in -
 Output (RUN_DIR): SWE-bench's run report <model>.<run id>.json (resolved_ids, unresolved_ids, error_ids,
 empty_patch_ids, completed_ids, incomplete_ids, submitted_ids and their counts; a patch that does not apply is an
 error there, as in SWE-bench), and eval's layout: manifest.json, episodes/<id>/<arm>/s0/a<k>/{patch.diff, grade/,
-result.json}, results.jsonl (arm = the model name with '/' as '__'; no behaviour is judged: there is no
+result.json}, results.jsonl, aggregate.json (arm = the model name with '/' as '__'; no behaviour is judged: there is no
 conversation). Each patch is graded exactly as `tgsuite eval` grades an agent's patch: a fresh sandbox, the hidden
 tests, the gold control run for an invalid grade, infrastructure errors retried and never scored. Instances
 rejected by validation.json are not graded (they count as errors). Resume: run the same command again.
@@ -105,6 +105,10 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(str(exc)) from None
     finally:
         factory.close()
+    if results:
+        from evalsuite.run_summary import aggregate_run_dir
+
+        aggregate_run_dir(out, config={"source": "predictions"})
     report = swebench_report(ts, all_preds, results)
     path = write_swebench_report(out, all_preds[0].model_name_or_path, report)
     print(f"submitted {report.submitted_instances}  resolved {report.resolved_instances}  unresolved "
