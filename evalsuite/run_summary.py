@@ -25,12 +25,15 @@ import pandas as pd
 from evalsuite.describe import joint_table, rate_ci
 from evalsuite.outcomes import load_run
 from evalsuite.rates import se_clt
-from evalsuite.schema import ArmAggregate, GroupRates, MetricMean, RunAggregate
+from evalsuite.schema import ArmAggregate, MetricMean, RunAggregate
 from harness.schema import EpisodeMetrics, EpisodeResult, RunManifest
 
 AGGREGATE_FILE = "aggregate.json"
 ENDPOINTS = ("code_ok", "behaviour_ok", "joint_ok")
 METRICS: tuple[str, ...] = tuple(EpisodeMetrics.model_fields)
+NOTE = ("Descriptive: no preregistered decision. Rates pool the scored episodes (the Wilson CI treats them as "
+        "independent, which repeated seeds on one task are not; se_clustered is the repository-clustered SE). For a "
+        "decision, freeze a plan and run `tgsuite analyze`.")
 
 
 def _frame(results: Sequence[EpisodeResult]) -> pd.DataFrame:
@@ -50,13 +53,9 @@ def _metric_mean(values: pd.Series, metric: str) -> MetricMean:
 
 def _arm(arm: str, policy: str, results: Sequence[EpisodeResult], ep: pd.DataFrame) -> ArmAggregate:
     statuses = Counter(r.status for r in results)
-    per_repo = [GroupRates(repo=str(repo), n=len(sub), rates=[rate_ci(sub[e], e) for e in ENDPOINTS])
-                for repo, sub in ep.groupby("repo", sort=True)]
+    per_repo = {str(repo): [rate_ci(sub[e], e) for e in ENDPOINTS] for repo, sub in ep.groupby("repo", sort=True)}
     return ArmAggregate(
-        arm=arm, policy=policy, n_episodes=len(results), n_scored=len(ep),
-        n_infra=sum(r.failure_class == "infra" for r in results),
-        n_invalid_instance=sum(r.failure_class == "invalid_instance" for r in results),
-        statuses=dict(sorted(statuses.items())), rates=[rate_ci(ep[e], e, ep["repo"]) for e in ENDPOINTS],
+        arm=arm, policy=policy, n_episodes=len(results), n_scored=len(ep), statuses=dict(sorted(statuses.items())), rates=[rate_ci(ep[e], e, ep["repo"]) for e in ENDPOINTS],
         joint_table=joint_table(ep), per_repo=per_repo, secondary=[_metric_mean(ep[m], m) for m in METRICS],
     )
 
@@ -82,7 +81,7 @@ def aggregate_run(results: Sequence[EpisodeResult], manifest: RunManifest | None
         git_commit=m.git_commit if m else None, argv=list(m.argv) if m else [],
         config={**({k: v for k, v in m.limits.items()} if m else {}), **({"sandbox": m.sandbox} if m else {}),
                 **dict(config or {})},
-        versions=dict(m.packages) if m else {}, arms=arms,
+        versions=dict(m.packages) if m else {}, arms=arms, note=NOTE,
     )
 
 

@@ -161,13 +161,9 @@ class JointTable(_Frozen):
 
 
 
-# --------------------------------------------------------------------------------------------------------------
-# Descriptive aggregate of one run directory (no plan; ``evalsuite.run_summary``, ``aggregate.json``)
-# --------------------------------------------------------------------------------------------------------------
-
 
 class MetricMean(_Frozen):
-    """Mean of a per-episode secondary metric over the scored episodes that have it; ``se`` is sqrt(var/n)."""
+    """Mean of a secondary per-episode metric over the scored episodes that have it (``se`` = sqrt(var/n))."""
 
     metric: str
     n: int
@@ -175,46 +171,33 @@ class MetricMean(_Frozen):
     se: float | None = None
 
 
-class GroupRates(_Frozen):
-    """The binary endpoints' rates within one repository (episodes pooled; exploratory)."""
-
-    repo: str
-    n: int
-    rates: list[RateCI]
-
-
 class ArmAggregate(_Frozen):
     arm: str
     policy: str
     n_episodes: int
-    n_scored: int
-    n_infra: int
-    n_invalid_instance: int
+    n_scored: int  # infrastructure errors and invalid instances are in ``statuses``, never in a denominator
     statuses: dict[str, int]
     rates: list[RateCI]
     joint_table: JointTable
-    per_repo: list[GroupRates] = Field(default_factory=list)
-    secondary: list[MetricMean] = Field(default_factory=list)
+    per_repo: dict[str, list[RateCI]]  # repository → its rates (episodes pooled; exploratory)
+    secondary: list[MetricMean]
 
 
 class RunAggregate(_Frozen):
-    """Per-arm results of one run directory, like lm-eval's results file: descriptive only, never a decision."""
+    """Per-arm results of one run (``aggregate.json``, ``evalsuite.run_summary``), like lm-eval's: never a decision."""
 
     schema_version: int = 1
     run_id: str
     created_at: str
-    task_set_name: str = ""
-    task_set_sha256: str = ""
-    git_commit: str | None = None
-    argv: list[str] = Field(default_factory=list)
-    config: dict[str, float | int | str | bool | None] = Field(default_factory=dict)
-    versions: dict[str, str] = Field(default_factory=dict)
-    alpha: float = 0.05
+    task_set_name: str
+    task_set_sha256: str
+    git_commit: str | None
+    argv: list[str]
+    config: dict[str, float | int | str | bool | None]
+    versions: dict[str, str]
     arms: list[ArmAggregate]
     decision: Literal["none"] = "none"
-    note: str = ("Descriptive: no preregistered decision. Rates pool episodes (Wilson CI, which ignores seeds and "
-                 "repositories; se_clustered is the repository-clustered SE). Use `tgsuite analyze` with a frozen "
-                 "plan for a decision.")
+    note: str
 
 class ArmSummary(_Frozen):
     arm: str

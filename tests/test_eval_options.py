@@ -173,7 +173,7 @@ def test_cli_endpoint_arm_settings_key_and_aggregate(mini: TaskSet, finish_serve
     assert code["rate"] == 1.0 and code["n"] == 2 and 0.0 < code["ci_low"] < 1.0 and code["ci_high"] == 1.0
     assert arms["oracle"]["joint_table"]["neither"] + arms["oracle"]["joint_table"]["code_only"] + \
         arms["oracle"]["joint_table"]["both"] == 2
-    assert [g["repo"] for g in arms["oracle"]["per_repo"]] == [mini.instances[0].repo]
+    assert list(arms["oracle"]["per_repo"]) == [mini.instances[0].repo]
     missing = _eval(["--tasks", mini.path, "--out", str(tmp_path / "r2"), "--policy", f"openai:{srv.url}#m",
                      "--api-key-env", "TGS_UNSET_VAR"], env={"TGS_UNSET_VAR": ""})
     assert missing.returncode == 2 and "TGS_UNSET_VAR" in missing.stderr and "fix:" in missing.stderr
