@@ -1,0 +1,141 @@
+"""Turn SWE-bench records plus local git clones into a task set (``tgsuite tasks import-swebench``).
+
+For each record (JSON Lines or a JSON list, SWE-bench's field names) the repository ``owner/name`` is looked up in
+``--repos DIR`` as ``owner__name/``, ``owner/name/`` or ``name/`` (a git clone that contains ``base_commit``); the
+files at ``base_commit`` (``git archive``) become the instance's snapshot, ``snapshots/<id>.tar.gz``.
+
+What is kept: every SWE-bench field; fields the schema does not know (``hints_text``, ``version``,
+``environment_setup_commit``, ``created_at``, and any other) go to ``extra`` instead of being refused, and so does
+the original ``base_commit`` (``extra["swebench_base_commit"]``): the record's ``base_commit`` becomes the commit
+the plain-file snapshot materialises to (``harness.tasks.git_commit_sha``), which grading diffs against.
+``FAIL_TO_PASS``/``PASS_TO_PASS`` may be JSON strings as in the Hugging Face dumps.
+
+Test command: the record's own ``test_cmd`` when it has one, else ``--test-cmd`` (default ``python -m pytest``);
+``--env KEY=VALUE`` prefixes it with ``env KEY=VALUE`` (the grading script runs it under ``timeout``, which takes a
+command, not shell assignments). Grading reads pytest's JUnit report, so only pytest-run tests grade today.
+
+Not covered (refused or left out, never faked): symbolic links in the snapshot are dropped (counted in
+``extra["snapshot_symlinks_dropped"]``); git submodules are not fetched; per-(repository, version) environments
+(the repository's own dependencies) are not built — instances run in the image their ``image`` field names;
+file modes are not kept (snapshots are mode 0644: run scripts through the interpreter, e.g. ``python bin/test``).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import subprocess
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.schema import TaskInstance
+from harness.tasks import TaskSetError, git_commit_sha, parse_record, write_task_set
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TEST_CMD = "python -m pytest"
+
+
+@dataclass(frozen=True)
+class ImportSummary:
+    out: Path
+    instances: int
+    repos: list[str]
+    symlinks_dropped: dict[str, int] = field(default_factory=dict)
+
+
+def read_records(path: str | Path) -> list[tuple[str, dict[str, Any]]]:
+    """(where, record) pairs from JSON Lines or one JSON list; raises TaskSetError naming the line."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    try:
+        if text.lstrip().startswith("["):
+            items = json.loads(text)
+            pairs = [(f"{path}[{i}]", obj) for i, obj in enumerate(items)]
+        else:
+            pairs = [(f"{path}:{n}", json.loads(line)) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    except json.JSONDecodeError as exc:
+        raise TaskSetError(f"{path}: not JSON Lines or a JSON list ({exc}); fix: one SWE-bench record per line") from None
+    for where, obj in pairs:
+        if not isinstance(obj, dict):
+            raise TaskSetError(f"{where}: a record must be a JSON object, got {type(obj).__name__}")
+    if not pairs:
+        raise TaskSetError(f"{path}: no records")
+    return pairs
+
+
+def find_clone(repos_dir: Path, repo: str, where: str) -> Path:
+    """The local clone of ``owner/name`` under ``repos_dir`` (``owner__name``, ``owner/name`` or ``name``)."""
+    owner, _, name = repo.partition("/")
+    for cand in (repos_dir / f"{owner}__{name}", repos_dir / owner / name, repos_dir / (name or owner)):
+        if (cand / ".git").exists():
+            return cand
+    raise TaskSetError(f"{where}: no git clone of {repo!r} in {repos_dir} (looked for {owner}__{name}/, {repo}/, "
+                       f"{name}/); fix: git clone https://github.com/{repo} {repos_dir / f'{owner}__{name}'}")
+
+
+def files_at(clone: Path, commit: str, where: str) -> tuple[dict[str, bytes], int]:
+    """Regular files of ``commit`` (``git archive``) and the number of symbolic links left out."""
+    res = subprocess.run(["git", "-c", "safe.directory=*", "archive", "--format=tar", commit], cwd=clone,
+                         capture_output=True, timeout=600)
+    if res.returncode != 0:
+        raise TaskSetError(f"{where}: {clone} has no commit {commit} ({res.stderr.decode(errors='replace').strip()}); "
+                           "fix: git fetch the full history into the clone")
+    files: dict[str, bytes] = {}
+    links = 0
+    with tarfile.open(fileobj=io.BytesIO(res.stdout)) as tar:
+        for member in tar.getmembers():
+            if member.issym() or member.islnk():
+                links += 1
+            elif member.isfile():
+                data = tar.extractfile(member)
+                files[member.name] = data.read() if data is not None else b""
+    return files, links
+
+
+def to_instance(rec: dict[str, Any], files: dict[str, bytes], *, where: str, test_cmd: str,
+                env: dict[str, str], links: int) -> TaskInstance:
+    """One record → ``TaskInstance`` (module docstring: unknown fields to ``extra``, base commit remapped)."""
+    known = set(TaskInstance.model_fields)
+    extra = dict(rec.get("extra") or {}) | {k: v for k, v in rec.items() if k not in known}
+    extra["swebench_base_commit"] = rec.get("base_commit")
+    if links:
+        extra["snapshot_symlinks_dropped"] = links
+    cmd = rec.get("test_cmd") or test_cmd
+    if env:
+        cmd = "env " + " ".join(f"{k}={v}" for k, v in env.items()) + " " + cmd
+    body = {k: v for k, v in rec.items() if k in known} | {"extra": extra, "test_cmd": cmd,
+                                                            "base_commit": git_commit_sha(files)}
+    return parse_record(body, where=where)
+
+
+def import_swebench(records: str | Path, repos_dir: str | Path, out_dir: str | Path, *,
+                    test_cmd: str = DEFAULT_TEST_CMD, env: dict[str, str] | None = None,
+                    overwrite: bool = False) -> ImportSummary:
+    """Import every record (module docstring); raises TaskSetError naming the record and the fix."""
+    instances, snapshots, dropped = [], {}, {}
+    for where, rec in read_records(records):
+        for key in ("instance_id", "repo", "base_commit"):
+            if not isinstance(rec.get(key), str) or not rec[key]:
+                raise TaskSetError(f"{where}: field {key!r} is missing or not a string; fix: a SWE-bench record has "
+                                   "instance_id, repo (owner/name), base_commit, patch, test_patch, FAIL_TO_PASS")
+        clone = find_clone(Path(repos_dir), rec["repo"], where)
+        files, links = files_at(clone, rec["base_commit"], where)
+        inst = to_instance(rec, files, where=where, test_cmd=test_cmd, env=dict(env or {}), links=links)
+        if inst.instance_id in snapshots:
+            raise TaskSetError(f"{where}: instance {inst.instance_id!r} appears twice; fix: keep one record per id")
+        instances.append(inst)
+        snapshots[inst.instance_id] = files
+        if links:
+            dropped[inst.instance_id] = links
+            log.warning("%s: %d symbolic link(s) at %s left out of the snapshot", inst.instance_id, links,
+                        rec["base_commit"])
+    out = write_task_set(out_dir, instances, snapshots, overwrite=overwrite, snapshot_format="tar.gz")
+    return ImportSummary(out=Path(out), instances=len(instances), repos=sorted({i.repo for i in instances}),
+                         symlinks_dropped=dropped)
+
+
+__all__ = ["DEFAULT_TEST_CMD", "ImportSummary", "find_clone", "import_swebench", "read_records", "to_instance"]
