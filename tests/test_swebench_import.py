@@ -1,5 +1,7 @@
 """``tgsuite tasks import-swebench``: SWE-bench records + local clones → a task set; on real PyPI packages (sdists
-of six, more-itertools and idna, each committed as a clone with a planted bug) it validates and grades in Docker."""
+of six, more-itertools, idna and python-dateutil, each committed as a clone with a planted bug) it validates and
+grades in Docker — idna's test command sets an environment variable its hidden test checks, dateutil runs in an
+environment image (six installed offline from wheels the host downloaded)."""
 
 from __future__ import annotations
 
@@ -86,7 +88,18 @@ PACKAGES = [
                                    "    assert not idna.valid_label_length('a' * 64)\n"},
      ["tests/test_idna.py::IDNATests::test_valid_label_length", "tests/test_tgsuite_env.py::test_env_and_label_limit"],
      ["tests/test_idna.py::IDNATests::test_check_hyphen_ok"], {"TGS_IDNA_MODE": "strict"}),
+    # a src/ layout that needs a dependency (six) the base image lacks: an environment image, built offline
+    ("python-dateutil==2.9.0.post0", "src/dateutil/relativedelta.py", "        if abs(self.hours) > 23:\n",
+     "        if abs(self.hours) > 24:\n",
+     {"tests/test_tgsuite_rd.py": "from dateutil.relativedelta import relativedelta\n\n\n"
+                                  "def test_hours_carry_into_days():\n"
+                                  "    assert relativedelta(hours=24) == relativedelta(days=1)\n\n\n"
+                                  "def test_months_carry_into_years():\n"
+                                  "    assert relativedelta(months=13) == relativedelta(years=1, months=1)\n"},
+     ["tests/test_tgsuite_rd.py::test_hours_carry_into_days"], ["tests/test_tgsuite_rd.py::test_months_carry_into_years"],
+     {"PYTHONPATH": "src:/opt/tgsuite-env"}),
 ]
+ENVIRONMENTS = {"pypi/python-dateutil": {"2.9.0.post0": ["six==1.17.0"]}}
 
 
 @pytest.fixture(scope="module")
@@ -140,11 +153,16 @@ def test_real_packages_import_validate_and_grade_in_docker(sdists: Path, tmp_pat
         env = rec.pop("env", {})
         (repos / "r.jsonl").write_text(json.dumps(rec) + "\n")
         out = tmp_path / "tasks" / rec["instance_id"]
+        (repos / "envs.json").write_text(json.dumps(ENVIRONMENTS))
         cmd = [sys.executable, "-m", "repro.cli", "tasks", "import-swebench", "--records", str(repos / "r.jsonl"),
-               "--repos", str(repos), "--out", str(out), *[a for k, v in env.items() for a in ("--env", f"{k}={v}")]]
+               "--repos", str(repos), "--out", str(out), "--environments", str(repos / "envs.json"),
+               *[a for k, v in env.items() for a in ("--env", f"{k}={v}")]]
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-2000:]
         task_sets.append(out)
+    (dateutil,) = load_task_set(task_sets[-1]).instances
+    assert dateutil.image.startswith("tgsuite/env:") and dateutil.extra["environment"] == ["six==1.17.0"]
+    assert load_task_set(task_sets[0]).instances[0].image == "base"
     for out in task_sets:
         report = validate_task_set(out, runs=1, sandbox="docker")
         assert not report.rejected, [(r.instance_id, r.reason) for r in report.rejected]

@@ -22,9 +22,13 @@ records' base commits in its history. Snapshots are the files at base_commit (sn
 --env KEY=VALUE (repeatable) sets environment variables for the tests: the test command becomes
 `env KEY=VALUE ... <test cmd>`.
 
-Not done here: the repositories' own dependencies are not installed (instances run in the base image: Python 3
-and pytest), symbolic links and executable bits are not kept in snapshots, and tests graded must be run by pytest
-(grading reads its JUnit report).
+--environments FILE.json: {"owner/name": {"VERSION": ["pkg==1.0", ...]}} — for each (repository, version) the
+host downloads the wheels with pip, a container without network installs them on the base image, and the result is
+cached as tgsuite/env:<content hash>; those instances run there (the record's "version" picks the entry). E.g.
+  {"dateutil/dateutil": {"2.9": ["six==1.17.0"]}}  with  --env PYTHONPATH=src:/opt/tgsuite-env  (a src/ layout)
+
+Not done here: the repository itself is not installed, symbolic links and executable bits are not kept in
+snapshots, and tests graded must be run by pytest (grading reads its JUnit report).
 """
 
 
@@ -51,20 +55,49 @@ def register_import(sub: Any) -> None:
     p.add_argument("--test-cmd", default=None, help="test command for records without one (default python -m pytest)")
     p.add_argument("--env", action="append", type=_env_pair, default=[], metavar="KEY=VALUE",
                    help="environment variable for the tests (repeatable)")
+    p.add_argument("--environments", default=None, metavar="FILE.json",
+                   help='per (repository, version) pins, {"owner/name": {"VERSION": ["pkg==1.0", ...]}}: builds an '
+                        "environment image for each (wheels downloaded here, installed offline; cached)")
     p.add_argument("--overwrite", action="store_true", help="replace a task set already in --out")
     p.set_defaults(func=run)
 
 
+def _environments(path: str | None) -> tuple[dict[str, dict[str, list[str]]] | None, Any]:
+    """The --environments mapping and an image builder for it (None, None without the option)."""
+    if path is None:
+        return None, None
+    import json
+    from pathlib import Path
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise CLIError(f"--environments {path}: cannot read it as JSON ({exc})") from None
+    ok = isinstance(data, dict) and all(isinstance(v, dict) and all(
+        isinstance(p, list) and all(isinstance(x, str) for x in p) for p in v.values()) for v in data.values())
+    if not ok:
+        raise CLIError(f'--environments {path}: expected {{"owner/name": {{"VERSION": ["pkg==1.0"]}}}}')
+    from harness import images
+    from harness.env_images import ensure_env_image
+
+    client = images.connect()
+    return data, lambda pins: ensure_env_image(client, pins)[0]
+
+
 def run(args: argparse.Namespace) -> int:
+    from harness.images import ImageBuildError
+    from harness.sandbox import SandboxUnavailable
     from harness.swebench_import import DEFAULT_TEST_CMD, import_swebench
     from harness.tasks import TaskSetError
 
     try:
+        environments, image_for = _environments(args.environments)
         summary = import_swebench(args.records, args.repos, args.out, test_cmd=args.test_cmd or DEFAULT_TEST_CMD,
-                                  env=dict(args.env), overwrite=args.overwrite)
+                                  env=dict(args.env), overwrite=args.overwrite, environments=environments,
+                                  image_for=image_for)
     except FileExistsError as exc:
         raise CLIError(f"{exc}; fix: choose another --out or pass --overwrite") from None
-    except (OSError, TaskSetError) as exc:
+    except (OSError, TaskSetError, ValueError, ImageBuildError, SandboxUnavailable) as exc:
         raise CLIError(str(exc)) from None
     print(f"wrote {summary.instances} tasks from {len(summary.repos)} repositories to {summary.out}")
     for iid, n in sorted(summary.symlinks_dropped.items()):
