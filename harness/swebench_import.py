@@ -9,7 +9,9 @@ What is kept: every SWE-bench field; fields the schema does not know (``hints_te
 the original ``base_commit`` (``extra["swebench_base_commit"]``): the record's ``base_commit`` becomes the commit
 the plain-file snapshot materialises to (``harness.tasks.materialize_snapshot``, checked on the written snapshot),
 which grading diffs against.
-``FAIL_TO_PASS``/``PASS_TO_PASS`` may be JSON strings as in the Hugging Face dumps.
+``FAIL_TO_PASS``/``PASS_TO_PASS`` may be JSON strings as in the Hugging Face dumps. When the ``swebench`` package
+is installed, the name of SWE-bench's log parser for the repository goes to ``extra["swebench_log_parser"]``
+(``harness.swebench_compat``; e.g. ``parse_log_django``: such instances are not gradable by the JUnit path yet).
 
 Test command: the record's own ``test_cmd`` when it has one, else ``--test-cmd`` (default ``python -m pytest``);
 ``--env KEY=VALUE`` prefixes it with ``env KEY=VALUE`` (the grading script runs it under ``timeout``, which takes a
@@ -116,6 +118,9 @@ def to_instance(rec: dict[str, Any], files: dict[str, bytes], *, where: str, tes
         extra["snapshot_symlinks_dropped"] = links
     if environment:
         extra["environment"] = list(environment)
+    parser = _log_parser(rec["repo"])
+    if parser is not None:
+        extra["swebench_log_parser"] = parser
     cmd = rec.get("test_cmd") or test_cmd
     if env:
         cmd = "env " + " ".join(f"{k}={v}" for k, v in env.items()) + " " + cmd
@@ -147,6 +152,16 @@ def _quiet_tasks_log() -> Iterator[None]:
         yield
     finally:
         tasks_log.setLevel(level)
+
+
+def _log_parser(repo: str) -> str | None:
+    """SWE-bench's parser name for the repository (``harness.swebench_compat``), None without swebench."""
+    from harness.swebench_compat import SwebenchUnavailable, parser_name
+
+    try:
+        return parser_name(repo)
+    except SwebenchUnavailable:
+        return None
 
 
 def environment_for(rec: dict[str, Any], environments: Mapping[str, Mapping[str, list[str]]]) -> list[str] | None:

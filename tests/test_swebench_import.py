@@ -54,6 +54,16 @@ def test_import_keeps_unknown_fields_and_remaps_the_base_commit(tmp_path: Path) 
     assert got.FAIL_TO_PASS == ["tests/test_calc.py::test_add"] and got.test_cmd == "env TGS_X=1 python -m pytest"
     assert materialize_snapshot(tmp_path / "ts", got, tmp_path / "m") == got.base_commit  # no mismatch
     assert (tmp_path / "m" / "calc.py").is_file() and not (tmp_path / "m" / "link").exists()
+    assert "swebench_log_parser" not in got.extra  # swebench has no parser for acme/calc
+
+
+def test_import_records_swebench_s_log_parser(tmp_path: Path) -> None:
+    pytest.importorskip("swebench")
+    inst, repo = make_calc_task(tmp_path / "clones", "django__django")
+    rec = _record(inst, repo="django/django", instance_id="django__django-1")
+    (tmp_path / "r.jsonl").write_text(json.dumps(rec) + "\n")
+    import_swebench(tmp_path / "r.jsonl", tmp_path / "clones", tmp_path / "ts")
+    assert load_task_set(tmp_path / "ts").instances[0].extra["swebench_log_parser"] == "parse_log_django"
 
 
 def test_import_errors_name_the_record_and_the_fix(tmp_path: Path) -> None:
