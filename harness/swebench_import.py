@@ -188,8 +188,8 @@ def import_swebench(records: str | Path, repos_dir: str | Path, out_dir: str | P
         pins = environment_for(rec, environments or {})
         image = None
         if pins is not None and image_for is not None:
-            key = tuple(sorted(pins))
-            image = built[key] if key in built else built.setdefault(key, image_for(list(key)))
+            pin_key = tuple(sorted(pins))
+            image = built[pin_key] if pin_key in built else built.setdefault(pin_key, image_for(list(pin_key)))
         inst = to_instance(rec, files, where=where, test_cmd=test_cmd, env=dict(env or {}), links=links,
                            image=image, environment=pins)
         if inst.instance_id in snapshots:

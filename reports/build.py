@@ -115,8 +115,10 @@ def build_view(
 
 
 def summarize(a: AnalysisResult, view: ReportView, protocol: FrozenProtocol | None, files: list[str]) -> ReportSummary:
+    verdict = view.verdict.verdict
+    assert verdict != "NO PREREGISTERED DECISION", "an analysis always carries a decision"  # noqa: S101 - narrows
     return ReportSummary(
-        verdict=view.verdict.verdict, reasons=[c.text for c in view.verdict.criterion_reasons] + view.verdict.decision_reasons,
+        verdict=verdict, reasons=[c.text for c in view.verdict.criterion_reasons] + view.verdict.decision_reasons,
         plan_name=a.plan_name, plan_version=a.plan_version, protocol_hash=a.protocol_hash,
         protocol_hash_verified=None if protocol is None else protocol.sha256 == a.protocol_hash, estimand=a.estimand,
         arms=dict(a.arms),

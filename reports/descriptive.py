@@ -10,6 +10,7 @@ only, like the rest of ``reports``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 from evalsuite.schema import ArmAggregate, RunAggregate
 from harness.schema import EpisodeResult
@@ -19,7 +20,7 @@ from reports.model import Cell, KeyValue, ReportView, Section, Table, VerdictVie
 from reports.sections import joint_table_view, label, rate_text
 
 ENDPOINTS = ("code_ok", "behaviour_ok", "joint_ok")
-NO_DECISION = "NO PREREGISTERED DECISION"
+NO_DECISION: Literal["NO PREREGISTERED DECISION"] = "NO PREREGISTERED DECISION"
 
 
 def verdict_view(agg: RunAggregate) -> VerdictView:

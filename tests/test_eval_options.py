@@ -122,12 +122,12 @@ def test_max_concurrency_caps_requests_in_flight(finish_server, limit: int | Non
 
 
 def test_instance_globs_and_unknown_patterns() -> None:
-    class I:
+    class Inst:
         def __init__(self, iid: str) -> None:
             self.instance_id = iid
 
     ids = ["a__x-1", "a__x-2", "b__y-1"]
-    insts = [I(i) for i in ids]
+    insts = [Inst(i) for i in ids]
     assert [i.instance_id for i in select_instances(insts, ["a__x-*"], ids, "T")] == ["a__x-1", "a__x-2"]
     assert [i.instance_id for i in select_instances(insts, ["b__y-1", "a__x-2"], ids, "T")] == ["a__x-2", "b__y-1"]
     with pytest.raises(CLIError, match=r"\['c\*'\] matches no instance in T"):

@@ -51,8 +51,8 @@ def test_empty_arm_and_run_dir(tmp_path: Path) -> None:
 
 def test_aggregate_is_written_next_to_results(tmp_path: Path) -> None:
     from harness.runner import run_eval
-    from tests.harness_fakes import FakeFactory, FixPolicy, NullFinishPolicy, make_calc_task
     from harness.schema import TaskSet
+    from tests.harness_fakes import FakeFactory, FixPolicy, NullFinishPolicy, make_calc_task
 
     inst, repo = make_calc_task(tmp_path / "repos", "calc-0")
     ts = TaskSet(name="calc", path=str(tmp_path), sha256="d" * 64, instances=[inst])
