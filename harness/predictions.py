@@ -29,7 +29,7 @@ from pydantic import ValidationError
 
 from harness.infra import ControlCache, RetryPolicy, atomic_write_text
 from harness.interfaces import EpisodeLimits
-from harness.runner import plan_work, rebuild_results, run_lock
+from harness.runner import ARM_NAME, plan_work, rebuild_results, run_lock
 from harness.runner_episode import EpisodeContext, EpisodeJob, SandboxFactory, run_patch_attempt
 from harness.runner_manifest import build_manifest, check_resume_compatible, write_manifest
 from harness.schema import EpisodeResult, Prediction, SwebenchReport, TaskSet
@@ -107,12 +107,15 @@ def check_against_tasks(preds: Sequence[Prediction], task_set: TaskSet, source: 
 def grade_predictions(task_set: TaskSet, preds: Sequence[Prediction], out_dir: str | Path, *,
                       sandbox_factory: SandboxFactory, workers: int = 1, retry: RetryPolicy | None = None,
                       excluded_tests: dict[str, list[str]] | None = None, grade_timeout_s: float = 900.0,
-                      argv: Sequence[str] = ()) -> list[EpisodeResult]:
+                      argv: Sequence[str] = (), arm: str | None = None) -> list[EpisodeResult]:
     """Grade (or resume grading) every prediction into ``out_dir``; returns the results of the predicted
-    instances (the latest attempt of each). ``task_set`` may hold more instances than were predicted."""
+    instances (the latest attempt of each). ``task_set`` may hold more instances than were predicted. ``arm``
+    names the results' arm (default: ``arm_name`` of the model); ``analyze`` reads ``<plan arm>@s<seed>``."""
     out, retry = Path(out_dir), retry or RetryPolicy()
     check_against_tasks(preds, task_set, "predictions")
-    arm = arm_name(preds[0].model_name_or_path)
+    arm = arm or arm_name(preds[0].model_name_or_path)
+    if not ARM_NAME.match(arm):
+        raise ValueError(f"arm name {arm!r} must match {ARM_NAME.pattern}; fix: e.g. --arm tg@s0")
     patches = {p.instance_id: p.model_patch or "" for p in preds}
     instances = [i for i in task_set.instances if i.instance_id in patches]
     specs = {arm: f"predictions:{preds[0].model_name_or_path}"}

@@ -185,6 +185,13 @@ def test_cli_grade_writes_swebench_report(mini: TaskSet, tmp_path: Path) -> None
     assert len((out / "results.jsonl").read_text().splitlines()) == len(rows)
     agg = json.loads((out / "aggregate.json").read_text())
     assert [a["n_scored"] for a in agg["arms"]] == [len(rows)] and agg["config"]["source"] == "predictions"
+    named = subprocess.run([*cmd[:-4], "--out", str(tmp_path / "g2"), "--sandbox", "local", "--arm", "tg@s0"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert named.returncode == 0, named.stderr[-2000:]
+    assert {json.loads(ln)["arm"] for ln in (tmp_path / "g2" / "results.jsonl").read_text().splitlines()} == {"tg@s0"}
+    bad_arm = subprocess.run([*cmd[:-4], "--out", str(tmp_path / "g3"), "--sandbox", "local", "--arm", "a/b"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert bad_arm.returncode == 2 and "--arm tg@s0" in bad_arm.stderr
     _write(preds, [{**rows[0], "instance_id": "nope"}])
     bad = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "not in task set" in bad.stderr and "fix:" in bad.stderr

@@ -27,10 +27,11 @@ one model per file; other fields are kept. Every predicted instance must be in -
 Output (RUN_DIR): SWE-bench's run report <model>.<run id>.json (resolved_ids, unresolved_ids, error_ids,
 empty_patch_ids, completed_ids, incomplete_ids, submitted_ids and their counts; a patch that does not apply is an
 error there, as in SWE-bench), and eval's layout: manifest.json, episodes/<id>/<arm>/s0/a<k>/{patch.diff, grade/,
-result.json}, results.jsonl, aggregate.json (arm = the model name with '/' as '__'; no behaviour is judged: there is no
-conversation). Each patch is graded exactly as `tgsuite eval` grades an agent's patch: a fresh sandbox, the hidden
-tests, the gold control run for an invalid grade, infrastructure errors retried and never scored. Instances
-rejected by validation.json are not graded (they count as errors). Resume: run the same command again.
+result.json}, results.jsonl, aggregate.json (arm = --arm, default the model name with '/' as '__'; no behaviour
+is judged: there is no conversation, so only the coding endpoint means something in `analyze`).
+Each patch is graded exactly as `tgsuite eval` grades an agent's patch: a fresh sandbox, the hidden tests, the gold
+control run for an invalid grade, infrastructure errors retried and never scored. Instances rejected by
+validation.json are not graded (they count as errors). Resume: run the same command again.
 """
 
 
@@ -44,6 +45,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--tasks", required=True, metavar="DIR", help="task set folder (with tasks.jsonl)")
     p.add_argument("--predictions", required=True, metavar="FILE", help="predictions, JSON Lines or a JSON list")
     p.add_argument("--out", required=True, metavar="RUN_DIR", help="run directory (created, or resumed)")
+    p.add_argument("--arm", default=None, metavar="NAME",
+                   help="arm name of the results (default: the model name, '/' as '__'); for `tgsuite analyze` "
+                        "name it after the plan's arm and training seed, e.g. --arm tg@s0")
     p.add_argument("--workers", type=int, default=1, help="patches graded at once (default 1)")
     p.add_argument("--sandbox", choices=["docker", "local"], default="docker",
                    help="default docker; local runs the tests on this machine, NOT isolated")
@@ -98,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
         factory.preflight()
         results = grade_predictions(ts, preds, out, sandbox_factory=factory, workers=args.workers,
                                     retry=RetryPolicy(max_attempts=args.max_attempts), excluded_tests=excluded,
-                                    grade_timeout_s=args.grade_timeout, argv=["tgsuite", *sys.argv[1:]]) if preds else []
+                                    grade_timeout_s=args.grade_timeout, argv=["tgsuite", *sys.argv[1:]],
+                                    arm=args.arm) if preds else []
     except SandboxUnavailable as exc:
         raise CLIError(f"sandbox preflight failed ({exc.kind}): {exc}") from None
     except ValueError as exc:
