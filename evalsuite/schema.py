@@ -163,6 +163,45 @@ class JointTable(_Frozen):
         return self.both + self.behaviour_only + self.code_only + self.neither
 
 
+
+
+class MetricMean(_Frozen):
+    """Mean of a secondary per-episode metric over the scored episodes that have it (``se`` = sqrt(var/n))."""
+
+    metric: str
+    n: int
+    mean: float | None
+    se: float | None = None
+
+
+class ArmAggregate(_Frozen):
+    arm: str
+    policy: str
+    n_episodes: int
+    n_scored: int  # infrastructure errors and invalid instances are in ``statuses``, never in a denominator
+    statuses: dict[str, int]
+    rates: list[RateCI]
+    joint_table: JointTable
+    per_repo: dict[str, list[RateCI]]  # repository → its rates (episodes pooled; exploratory)
+    secondary: list[MetricMean]
+
+
+class RunAggregate(_Frozen):
+    """Per-arm results of one run (``aggregate.json``, ``evalsuite.run_summary``), like lm-eval's: never a decision."""
+
+    schema_version: int = 1
+    run_id: str
+    created_at: str
+    task_set_name: str
+    task_set_sha256: str
+    git_commit: str | None
+    argv: list[str]
+    config: dict[str, float | int | str | bool | None]
+    versions: dict[str, str]
+    arms: list[ArmAggregate]
+    decision: Literal["none"] = "none"
+    note: str
+
 class ArmSummary(_Frozen):
     arm: str
     role: Literal["treatment", "baseline"]

@@ -191,6 +191,37 @@ def run_attempt(job: EpisodeJob, policy: Policy, ctx: EpisodeContext) -> Episode
     return result
 
 
+
+def run_patch_attempt(job: EpisodeJob, patch: str, ctx: EpisodeContext) -> EpisodeResult:
+    """Grade a patch made elsewhere (``tgsuite grade``: another harness's predictions) exactly as ``run_attempt``
+    grades an agent's patch: same fresh grading sandbox, ``grade_patch``, gold control for invalid grades and
+    outcome rules; always writes ``patch.diff``, ``grade/`` and ``result.json``.
+
+    There is no conversation, so no behaviour is judged (``behaviour`` empty, ``behaviour_ok`` False) and the
+    outcome is decided as for an agent that called ``finish`` within its limits.
+    """
+    d = episode_dir(ctx.out_dir, job.instance.instance_id, job.arm, job.seed, job.attempt)
+    d.mkdir(parents=True, exist_ok=True)
+    timer = _Timer()
+    grade: Grade | None = None
+    (d / "patch.diff").write_text(patch)
+    done = Trajectory(instance_id=job.instance.instance_id, policy=job.arm, seed=job.seed, messages=[], finished=True)
+    try:
+        with timer.phase("grade"):
+            grade = _grade(job, patch, ctx, d / "grade", timer)
+        outcome = agent_outcome(done, patch, grade)
+        if outcome.status == "ambiguous" and grade is not None:
+            with timer.phase("control"):
+                outcome = settle_ambiguous(grade, _control(job, ctx))
+    except Exception as exc:  # noqa: BLE001 - as in run_attempt: infra never reads as a model failure
+        log.warning("%s/%s a%d: %s during grade", job.instance.instance_id, job.arm, job.attempt,
+                    type(exc).__name__, exc_info=log.isEnabledFor(logging.DEBUG))
+        outcome = classify_exception(exc, phase="grade")
+    result = _result(job, ctx, None, grade, outcome)
+    atomic_write_text(d / "timing.json", json.dumps(timer.t, indent=1))
+    atomic_write_text(d / RESULT_FILE, result.model_dump_json(indent=1))
+    return result
+
 def _extract(sb: Sandbox, base: str, instance: TaskInstance, factory: SandboxFactory) -> str:
     """``harness.episode_grading.candidate_patch`` (the procedure the RL reward uses too)."""
     return candidate_patch(sb, base, instance, factory)

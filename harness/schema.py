@@ -267,3 +267,42 @@ class RunManifest(_Frozen):
     behaviour_checkers: list[str] = Field(default_factory=list)
     protocol_hash: str | None = None
     host: dict[str, Any] = Field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Predictions from other harnesses (SWE-bench's format) and SWE-bench's run report
+# --------------------------------------------------------------------------------------------------------------
+
+
+class Prediction(_Frozen):
+    """One line of a SWE-bench predictions file; fields SWE-bench does not define are kept in ``extra``."""
+
+    instance_id: str = Field(min_length=1)
+    model_name_or_path: str = Field(min_length=1)
+    model_patch: str | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
+class SwebenchReport(_Frozen):
+    """SWE-bench's run report (``swebench.harness.reporting.make_run_report``, schema_version 2), same field names.
+
+    Semantics as SWE-bench's: ``completed`` = graded to a decision (resolved or unresolved); ``error`` = no
+    decision (the patch did not apply, the instance's environment is broken, or infrastructure failed after
+    retries); ``incomplete`` = in the task set but not predicted; ``empty_patch`` = predicted an empty patch.
+    """
+
+    total_instances: int
+    submitted_instances: int
+    completed_instances: int
+    resolved_instances: int
+    unresolved_instances: int
+    empty_patch_instances: int
+    error_instances: int
+    completed_ids: list[str]
+    incomplete_ids: list[str]
+    empty_patch_ids: list[str]
+    submitted_ids: list[str]
+    resolved_ids: list[str]
+    unresolved_ids: list[str]
+    error_ids: list[str]
+    schema_version: int = 2

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from evalsuite.schema import AnalysisResult
+from evalsuite.schema import AnalysisResult, RunAggregate
 from harness.schema import EpisodeResult, RunManifest
 from protocols.schema import FrozenProtocol
 from reports import (
@@ -129,8 +129,10 @@ def build_view(
 
 
 def summarize(a: AnalysisResult, view: ReportView, protocol: FrozenProtocol | None, files: list[str]) -> ReportSummary:
+    verdict = view.verdict.verdict
+    assert verdict != "NO PREREGISTERED DECISION", "an analysis always carries a decision"  # noqa: S101 - narrows
     return ReportSummary(
-        verdict=view.verdict.verdict, reasons=[c.text for c in view.verdict.criterion_reasons] + view.verdict.decision_reasons,
+        verdict=verdict, reasons=[c.text for c in view.verdict.criterion_reasons] + view.verdict.decision_reasons,
         plan_name=a.plan_name, plan_version=a.plan_version, protocol_hash=a.protocol_hash,
         protocol_hash_verified=None if protocol is None else protocol.sha256 == a.protocol_hash, estimand=a.estimand,
         arms=dict(a.arms),
@@ -209,3 +211,29 @@ def build_report(
     log.info("report: %s (%s, %d episodes, %d trajectory pages)", out / "index.html", view.verdict.verdict,
              len(eps), len(written))
     return summary
+
+
+def build_descriptive_report(
+    run_dir: str | Path,
+    aggregate: RunAggregate,
+    *,
+    out_dir: str | Path,
+    max_trajectory_pages: int = DEFAULT_MAX_TRAJECTORY_PAGES,
+    now: str | None = None,
+) -> tuple[int, int]:
+    """A report for a run without a plan (``reports.descriptive``): ``index.html``, ``trajectories/*.html`` and
+    ``aggregate.json`` (the aggregate it shows) in ``out_dir``. Returns (episodes, trajectory pages)."""
+    from reports.descriptive import descriptive_view
+
+    run = episodes.load_run(Path(run_dir))
+    eps = list(run.episodes)
+    paged = pages.select_pages(eps, max_trajectory_pages)
+    now = now or dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    view = descriptive_view(aggregate, eps, paged=paged, max_pages=max_trajectory_pages, now=now)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = _write_pages(out, [run], paged)
+    _write(out / "index.html", render.render_index(view))
+    _write(out / "aggregate.json", aggregate.model_dump_json(indent=1) + "\n")
+    log.info("descriptive report: %s (%d episodes, %d trajectory pages)", out / "index.html", len(eps), len(written))
+    return len(eps), len(written)

@@ -57,7 +57,7 @@ class Figure(_View):
 
 
 class VerdictView(_View):
-    verdict: Literal["SHIP", "NO-SHIP", "INCONCLUSIVE"]
+    verdict: Literal["SHIP", "NO-SHIP", "INCONCLUSIVE", "NO PREREGISTERED DECISION"]
     tone: Tone
     headline: str
     rule: str

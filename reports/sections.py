@@ -8,7 +8,7 @@ table's counts into row percentages for reading.
 
 from __future__ import annotations
 
-from evalsuite.schema import AnalysisResult, ArmSummary, CriterionResult, RateCI
+from evalsuite.schema import AnalysisResult, ArmSummary, CriterionResult, JointTable, RateCI
 from reports import figures
 from reports import format as fmt
 from reports.model import Cell, Figure, Section, Table, Tone, VerdictView
@@ -125,25 +125,30 @@ def criteria_section(a: AnalysisResult) -> Section:
                    f"baseline = {a.arms.get('baseline', '?')}.")
 
 
-def _rate(r: RateCI | None) -> str:
+def rate_text(r: RateCI | None) -> str:
+    """A rate with its CI and n for a table cell: '50.0% [15.0%, 85.0%] (n = 4)'."""
     if r is None:
         return fmt.DASH
     return f"{fmt.pct(r.rate)} {fmt.interval(r.ci_low, r.ci_high, scale='pct')} (n = {r.n:,})"
 
 
 def _joint_table(s: ArmSummary) -> Table:
+    return joint_table_view(s.arm, f"{s.arm} ({s.role})", s.joint_table)
+
+
+def joint_table_view(arm: str, label: str, jt: JointTable) -> Table:
     """The behaviour × code 2×2 table of one arm, with each count as a share of all scored episodes."""
-    jt, n = s.joint_table, s.joint_table.n
+    n = jt.n
 
     def cell(k: int, tone: Tone, title: str = "") -> Cell:
         return Cell(text=f"{k:,} ({fmt.pct(k / n) if n else fmt.DASH})", tone=tone, title=title)
 
     return Table(
-        id=f"joint-{s.arm}", header=["", "code OK", "code failed"],
+        id=f"joint-{arm}", header=["", "code OK", "code failed"],
         rows=[[Cell(text="behaviour OK"), cell(jt.both, "pass"),
                cell(jt.behaviour_only, "warn", "the style is right but the task failed")],
               [Cell(text="behaviour failed"), cell(jt.code_only, "warn"), cell(jt.neither, "fail")]],
-        caption=f"{s.arm} ({s.role}): behaviour × code, {n:,} scored episodes. Top right = "
+        caption=f"{label}: behaviour × code, {n:,} scored episodes. Top right = "
         "'the style is right but the task failed'.",
     )
 
@@ -157,7 +162,7 @@ def outcomes_section(a: AnalysisResult) -> Section:
         id="arm-rates", header=["arm", "role", "seeds", "scored episodes", *endpoints],
         rows=[[Cell(text=s.arm), Cell(text=s.role), Cell(text=", ".join(map(str, s.seeds))),
                Cell(text=f"{s.n_scored_episodes:,}"),
-               *[Cell(text=_rate(next((r for r in s.rates if r.endpoint == e), None))) for e in endpoints]]
+               *[Cell(text=rate_text(next((r for r in s.rates if r.endpoint == e), None))) for e in endpoints]]
               for s in a.arm_summaries],
         caption="Rates with their CI as computed by the analysis (method per rate: "
         + ", ".join(sorted({r.method for s in a.arm_summaries for r in s.rates})) + ").",

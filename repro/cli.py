@@ -22,6 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "repro.commands.tasks",
     "repro.commands.eval",
     "repro.commands.data",
+    "repro.commands.grade",
     "repro.commands.train",
     "repro.commands.protocol",
     "repro.commands.analyze",

@@ -37,6 +37,9 @@ class RunCfg(_Section):
     checkpoint_every: int = Field(0, ge=0, description="0 = only at the end")
     keep_checkpoints: int = Field(0, ge=0, description="0 = keep all")
     progress: bool = True
+    tracker: Literal["jsonl", "tensorboard"] = Field(
+        "jsonl", description="metrics.jsonl always; 'tensorboard' also writes event files to OUT/tb "
+                             "(`pip install 'tgsuite[tensorboard]'`; view with `tensorboard --logdir OUT/tb`)")
     log_grad_split: bool = Field(False, description="log ‖∇L_GRPO‖ and λ‖∇L_KL‖ (one extra backward per micro-batch)")
 
 

@@ -136,7 +136,7 @@ def _fit(model: torch.nn.Module, teacher: torch.nn.Module, examples: list[Distil
     d = cfg.distill
     rng = random.Random(cfg.run.seed)
     order: list[int] = []
-    writer = MetricsWriter(out / "metrics.jsonl")
+    writer = MetricsWriter(out / "metrics.jsonl", tensorboard=cfg.run.tracker == "tensorboard")
     flop_params = count_params(model)["flop_params"]
     bar = progress(d.steps, 0, cfg.run.progress, desc="distill")
     for step in range(d.steps):

@@ -1,5 +1,12 @@
 """Metrics tracking: one JSON line per step in ``metrics.jsonl``, optional TensorBoard, a tqdm progress bar.
 
+TensorBoard (config key ``run.tracker = "tensorboard"``, e.g. ``--set run.tracker=tensorboard``): every numeric
+metric of a step is also written as a scalar of the same key to ``<run dir>/tb`` through
+``torch.utils.tensorboard.SummaryWriter`` (install the ``tensorboard`` extra; watch with
+``tensorboard --logdir <run dir>/tb``). ``null`` values are skipped there (TensorBoard has no missing value). A
+requested tracker that cannot be loaded is an error, never a silent fall-back. On resume, TensorBoard's own
+``purge_step`` drops the events written after the checkpoint.
+
 Keys are namespaced (METHOD §6.11): ``loss/*``, ``reward/*``, ``guidance/*``, ``behaviour/*``, ``task/*``,
 ``pg/*``, ``kl/*``, ``async/*``, ``time/*``. Values that cannot be computed for a step (e.g. KL statistics on a step
 without KL tokens) are written as ``null`` — never as a number that looks valid. On resume the file is truncated
@@ -26,7 +33,7 @@ def _clean(value: Any) -> Any:
 
 
 class MetricsWriter:
-    """Append-only JSONL writer with an optional TensorBoard mirror (used when ``tensorboard`` is installed)."""
+    """Append-only JSONL writer with an optional TensorBoard mirror (``tensorboard=True``; module docstring)."""
 
     def __init__(self, path: Path, *, resume_from_step: int | None = None, tensorboard: bool = False) -> None:
         self.path = Path(path)
@@ -40,10 +47,11 @@ class MetricsWriter:
         if tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
-
-                self._tb = SummaryWriter(str(self.path.parent / "tb"))
-            except Exception as exc:  # tensorboard is optional
-                logger.warning("TensorBoard requested but unavailable (%s); writing JSONL only", exc)
+            except ImportError as exc:
+                raise RuntimeError(f"run.tracker = 'tensorboard' but TensorBoard cannot be loaded ({exc}); fix: "
+                                   "pip install 'tgsuite[tensorboard]', or set run.tracker = 'jsonl'") from exc
+            purge = None if resume_from_step is None else resume_from_step + 1
+            self._tb = SummaryWriter(str(self.path.parent / "tb"), purge_step=purge)
 
     def log(self, step: int, metrics: dict[str, Any]) -> dict[str, Any]:
         row = {"step": int(step), **{k: _clean(v) for k, v in sorted(metrics.items())}}
@@ -51,8 +59,9 @@ class MetricsWriter:
             fh.write(json.dumps(row) + "\n")
         if self._tb is not None:
             for key, value in row.items():
-                if isinstance(value, int | float) and key != "step":
+                if isinstance(value, int | float) and not isinstance(value, bool) and key != "step":
                     self._tb.add_scalar(key, value, step)
+            self._tb.flush()
         return row
 
     def close(self) -> None:

@@ -313,7 +313,8 @@ def train_rl(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = N
         params["teacher_copy"] = count_params(root.teacher_lm)["total"]  # ema/fixed: memory only, FLOPs unchanged
     encoder = ChatEncoder(setup.tokenizer)
     stream = TaskStream(setup.tasks, cfg.run.seed, cfg.tasks.shuffle, cfg.tasks.epochs)
-    writer = MetricsWriter(out / "metrics.jsonl", resume_from_step=step0 if latest is not None else None)
+    writer = MetricsWriter(out / "metrics.jsonl", resume_from_step=step0 if latest is not None else None,
+                           tensorboard=cfg.run.tracker == "tensorboard")
     _truncate_best(out / "best.jsonl", step0 if latest is not None else 0)
     git_commit, git_dirty = ck.git_state()
     created = ck.now_iso()

@@ -98,3 +98,16 @@ def test_doctor_names_the_gpu(capsys: pytest.CaptureFixture[str]) -> None:
 
     rc, out, _ = _run(capsys, "doctor", "--no-docker", "--min-free-gb", "0")
     assert any(ln.startswith("ok   gpu") and torch.cuda.get_device_name(0) in ln for ln in out.splitlines())
+
+
+def test_doctor_says_which_torch_build_and_flags_a_cpu_build_beside_a_gpu() -> None:
+    import torch
+
+    from repro.commands.doctor import torch_checks
+
+    build = f"cuda {torch.version.cuda}" if torch.version.cuda else "cpu"
+    plain = torch_checks(gpus=[])[0]
+    assert plain.detail == f"{torch.__version__} ({build} build)"
+    if not torch.version.cuda:
+        flagged = torch_checks(gpus=["GPU 0: NVIDIA H200 (UUID: GPU-x)"])[0]
+        assert flagged.status == "warn" and "cpu build" in flagged.detail and "TGSUITE_TORCH=cuda" in flagged.fix

@@ -8,12 +8,15 @@ Named on the command line as:
   (``harness.policies.openai.OpenAIPolicy``), e.g. ``openai:http://127.0.0.1:8000/v1#Qwen/Qwen3-8B``.
 
 ``make_policy(spec, **options)`` builds one; ``options`` go to the class (e.g. ``temperature=0.7``). Heavy imports
-(torch, transformers) happen only for ``hf:``.
+(torch, transformers) happen only for ``hf:``. ``build_arm_policy(spec, generation=..., endpoint=...)`` applies
+run-wide ``GenerationSettings`` / ``EndpointSettings`` to the arms they concern.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from harness.interfaces import Policy
@@ -41,6 +44,71 @@ def parse_policy_spec(spec: str) -> tuple[str, dict[str, str]]:
             raise ValueError(f"policy {spec!r}: write openai:<base url>#<model>; {SPEC_HELP}")
         return "openai", {"base_url": base, "model": model}
     raise ValueError(f"unknown policy {spec!r}; {SPEC_HELP}")
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """Sampling settings given once for every model arm (``tgsuite eval --temperature/--top-p/--max-tokens``).
+
+    ``None`` keeps the policy's own default. They apply to ``hf:`` (``max_tokens`` → ``max_new_tokens``) and
+    ``openai:`` arms; scripted arms (oracle, null, expert) do not sample and take none of them.
+    """
+
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.temperature is not None and self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+
+    def options_for(self, kind: str) -> dict[str, Any]:
+        """The constructor options of a policy of ``kind`` (from ``parse_policy_spec``); empty for scripted ones."""
+        if kind not in ("hf", "openai"):
+            return {}
+        length = "max_new_tokens" if kind == "hf" else "max_tokens"
+        opts = {"temperature": self.temperature, "top_p": self.top_p, length: self.max_tokens}
+        return {k: v for k, v in opts.items() if v is not None}
+
+    def as_config(self) -> dict[str, float | int | None]:
+        return {f"generation.{k}": v for k, v in asdict(self).items()}
+
+
+@dataclass(frozen=True)
+class EndpointSettings:
+    """Options of ``openai:`` arms: the NAME of the environment variable holding the API key (the key itself is read
+    from the environment when the policy is built, kept in memory only) and the most requests in flight per arm."""
+
+    api_key_env: str | None = None
+    max_concurrency: int | None = None
+
+    def options(self) -> dict[str, Any]:
+        """Constructor options for ``OpenAIPolicy``; raises ValueError when the named variable is unset or empty."""
+        opts: dict[str, Any] = {}
+        if self.api_key_env is not None:
+            if not os.environ.get(self.api_key_env):
+                raise ValueError(f"the environment variable {self.api_key_env!r} (named by --api-key-env) is not set; "
+                                 f"fix: export {self.api_key_env}=<your key> before running")
+            opts["api_key_env"] = self.api_key_env
+        if self.max_concurrency is not None:
+            opts["max_concurrency"] = self.max_concurrency
+        return opts
+
+
+def build_arm_policy(spec: str, *, generation: GenerationSettings | None = None,
+                     endpoint: EndpointSettings | None = None, tasks: Any = None) -> Policy:
+    """``make_policy`` with the run-wide settings applied to the arms they concern (``oracle`` gets ``tasks``)."""
+    kind, _ = parse_policy_spec(spec)
+    options = (generation or GenerationSettings()).options_for(kind)
+    if kind == "openai":
+        options |= (endpoint or EndpointSettings()).options()
+    if kind == "oracle":
+        options["tasks"] = tasks
+    return make_policy(spec, **options)
 
 
 def make_policy(spec: str, **options: Any) -> Policy:

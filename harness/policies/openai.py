@@ -22,6 +22,10 @@ other HTTP errors (401, 404, a 400 that is not about context length), ``ModelEnd
 ``harness.sandbox.SandboxUnavailable`` with ``kind="MODEL_ENDPOINT"``, i.e. an INFRA failure (HARNESS §7.6) that
 the runner retries and never scores. A 400 saying the context length was exceeded is the agent's limit:
 ``finish_reason="context"``.
+
+Concurrency: ``max_concurrency=N`` caps the requests this policy has in flight (a semaphore shared by every episode
+of the arm), independently of how many episodes the runner runs at once; the wait counts in ``latency_s``.
+The API key lives only in this object (never in ``spec``/``name``, so never in a manifest).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import json
 import logging
 import os
 import random
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -124,6 +129,7 @@ class OpenAIPolicy:
         send_seed: bool = True,
         tool_role: Literal["tool", "user"] = "tool",
         extra_body: dict[str, Any] | None = None,
+        max_concurrency: int | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
@@ -140,6 +146,10 @@ class OpenAIPolicy:
         self.logprobs, self.return_token_ids, self.send_seed = logprobs, return_token_ids, send_seed
         self.tool_role = tool_role
         self.extra_body = dict(extra_body or {})
+        if max_concurrency is not None and max_concurrency < 1:
+            raise ValueError(f"OpenAIPolicy: max_concurrency must be >= 1 (or None for no limit), got {max_concurrency}")
+        self.max_concurrency = max_concurrency
+        self._slots = threading.BoundedSemaphore(max_concurrency) if max_concurrency else None
         self._sleep = sleep
 
     def _messages(self, messages: list[Message]) -> list[dict[str, Any]]:
@@ -225,7 +235,11 @@ class OpenAIPolicy:
     def act(self, messages: list[Message], *, tools: list[dict[str, Any]], rng: random.Random) -> PolicyOutput:
         body = self.payload(messages, tools, rng)
         t0 = time.perf_counter()
-        data = self._post_with_retries(body)
+        if self._slots is None:
+            data = self._post_with_retries(body)
+        else:
+            with self._slots:  # at most max_concurrency requests in flight, however many episodes run at once
+                data = self._post_with_retries(body)
         latency = time.perf_counter() - t0
         if "_context_exceeded" in data:
             return PolicyOutput(text="", finish_reason="context", info={"detail": data["_context_exceeded"]})

@@ -44,14 +44,31 @@ def _python() -> Check:
     return Check("python", "ok", text)
 
 
-def _torch() -> list[Check]:
+def nvidia_gpus() -> list[str]:
+    """GPUs ``nvidia-smi -L`` lists (empty without the tool or a driver); independent of the torch build."""
+    import subprocess
+
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in out.splitlines() if line.startswith("GPU ")]
+
+
+def torch_checks(gpus: list[str] | None = None) -> list[Check]:
     try:
         import torch
     except Exception as exc:
-        fix = "run `bash scripts/setup.sh` (installs torch 2.13.0, the CPU build on CPU machines)"
+        fix = "run `bash scripts/setup.sh` (installs torch 2.13.0; TGSUITE_TORCH=cpu|cuda chooses the build)"
         return [Check("torch", "fail", f"not importable ({exc})", fix), Check("gpu", "warn", "unknown (no torch)")]
     build = f"cuda {torch.version.cuda}" if torch.version.cuda else "cpu"
     checks = [Check("torch", "ok", f"{torch.__version__} ({build} build)")]
+    visible = nvidia_gpus() if gpus is None else gpus
+    if not torch.version.cuda and visible:
+        checks[0] = Check("torch", "warn", f"{torch.__version__} (cpu build) but nvidia-smi lists {len(visible)} GPU(s)",
+                          "TGSUITE_TORCH=cuda bash scripts/setup.sh installs the CUDA build")
     if torch.cuda.is_available():
         names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
         checks.append(Check("gpu", "ok", ", ".join(names)))
@@ -123,7 +140,7 @@ def _local_sandbox() -> Check:
 
 def run_checks(*, docker: bool = True, min_free_gb: float = 5.0, path: str = ".") -> list[Check]:
     """All checks, in display order. ``docker=False`` makes Docker problems warnings instead of failures."""
-    checks = [_python(), *_torch()]
+    checks = [_python(), *torch_checks()]
     checks.insert(2, Check("cpus", "ok" if (os.cpu_count() or 1) >= 2 else "warn", str(os.cpu_count())))
     checks.append(_disk(path, min_free_gb))
     docker_checks = _docker(required=docker)

@@ -110,7 +110,7 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("tasks", help="make the mini task family; validate task sets",
+    parser = subparsers.add_parser("tasks", help="make the mini task family; import SWE-bench records; validate",
                                    description=__doc__)
     sub = parser.add_subparsers(dest="tasks_command", metavar="SUBCOMMAND")
     parser.set_defaults(func=lambda _args: parser.print_help() or 2)
@@ -151,3 +151,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     va.add_argument("--out", default=None, help="report path (default DIR/validation.json)")
     va.add_argument("--timeout", type=float, default=900.0, help="seconds per grading run (default 900)")
     va.set_defaults(func=_validate)
+
+    from repro.commands.tasks_import import register_import
+
+    register_import(sub)

@@ -1,0 +1,181 @@
+"""Grade predictions made by any agent or harness (``tgsuite grade``), in SWE-bench's predictions format.
+
+A predictions file is JSON Lines (or one JSON list, as SWE-bench also accepts) of
+``{"instance_id", "model_name_or_path", "model_patch"}``. Each patch is graded by the same procedure as
+``tgsuite eval`` grades an agent's patch (``harness.runner_episode.run_patch_attempt``: a fresh grading sandbox,
+``harness.grading.grade_patch``, the gold control run for invalid grades, infrastructure errors retried and never
+scored). The run directory has eval's layout (``manifest.json``, ``episodes/<id>/<arm>/s0/a<k>/``,
+``results.jsonl``) so ``tgsuite analyze`` and ``tgsuite report`` read it, plus SWE-bench's run report
+(``<model>.<run id>.json``, ``harness.schema.SwebenchReport``).
+
+Covered: one model per file (the arm is a slug of ``model_name_or_path``), resume (finished predictions are kept),
+SWE-bench's report semantics (a patch that does not apply is an *error* there, as in SWE-bench; in
+``results.jsonl`` it stays the model's failure ``patch_apply_failed``). Not covered: behaviour requirements (no
+conversation exists, so ``behaviour_ok`` is False and ``behaviour`` is empty: only the coding endpoint of
+``analyze`` is meaningful on such a run).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from harness.infra import ControlCache, RetryPolicy, atomic_write_text
+from harness.interfaces import EpisodeLimits
+from harness.runner import ARM_NAME, plan_work, rebuild_results, run_lock
+from harness.runner_episode import EpisodeContext, EpisodeJob, SandboxFactory, run_patch_attempt
+from harness.runner_manifest import build_manifest, check_resume_compatible, write_manifest
+from harness.schema import EpisodeResult, Prediction, SwebenchReport, TaskSet
+
+log = logging.getLogger(__name__)
+
+KNOWN_FIELDS = frozenset({"instance_id", "model_name_or_path", "model_patch"})
+
+
+def _parse_records(path: Path) -> list[tuple[str, object]]:
+    text = path.read_text()
+    if text.lstrip().startswith("["):
+        try:
+            items = json.loads(text)
+        except ValueError as exc:
+            raise ValueError(f"{path}: not a JSON list ({exc}); fix: write one prediction per line") from None
+        return [(f"{path}[{i}]", obj) for i, obj in enumerate(items)]
+    out: list[tuple[str, object]] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                out.append((f"{path}:{n}", json.loads(line)))
+            except ValueError as exc:
+                raise ValueError(f"{path}:{n}: not JSON ({exc}); fix: one JSON object per line") from None
+    return out
+
+
+def load_predictions(path: str | Path) -> list[Prediction]:
+    """Read a predictions file; fields other than SWE-bench's three are kept in ``Prediction.extra``.
+
+    Raises ``ValueError`` naming the file, line and field for: bad JSON, a missing or empty ``instance_id`` /
+    ``model_name_or_path``, a non-string patch, an instance predicted twice, several models in one file.
+    """
+    path = Path(path)
+    preds: list[Prediction] = []
+    for where, obj in _parse_records(path):
+        if not isinstance(obj, dict):
+            raise ValueError(f"{where}: a prediction must be a JSON object, got {type(obj).__name__}")
+        known = {k: v for k, v in obj.items() if k in KNOWN_FIELDS}
+        try:
+            preds.append(Prediction(**known, extra={k: v for k, v in obj.items() if k not in KNOWN_FIELDS}))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field = ".".join(str(x) for x in err["loc"])
+            raise ValueError(f"{where}: field {field!r}: {err['msg']}; fix: SWE-bench's format is "
+                             '{"instance_id": ..., "model_name_or_path": ..., "model_patch": "<diff>"}') from None
+    if not preds:
+        raise ValueError(f"{path}: no predictions; fix: one JSON object per line")
+    seen: set[str] = set()
+    for p in preds:
+        if p.instance_id in seen:
+            raise ValueError(f"{path}: instance {p.instance_id!r} is predicted twice; fix: keep one line per instance")
+        seen.add(p.instance_id)
+    models = sorted({p.model_name_or_path for p in preds})
+    if len(models) > 1:
+        raise ValueError(f"{path}: {len(models)} models ({', '.join(models[:3])}); fix: one predictions file per "
+                         "model_name_or_path, each graded into its own --out")
+    return preds
+
+
+def arm_name(model_name_or_path: str) -> str:
+    """A directory-safe arm name for a model (SWE-bench writes ``/`` as ``__``; other odd characters → ``-``)."""
+    slug = re.sub(r"[^A-Za-z0-9_.@-]", "-", model_name_or_path.replace("/", "__")).strip("-.") or "model"
+    return slug if slug[0].isalnum() else f"m{slug}"
+
+
+def check_against_tasks(preds: Sequence[Prediction], task_set: TaskSet, source: str) -> None:
+    """Every predicted instance must exist in the task set (SWE-bench refuses unknown ids too)."""
+    unknown = sorted({p.instance_id for p in preds} - {i.instance_id for i in task_set.instances})
+    if unknown:
+        raise ValueError(f"{source}: {len(unknown)} predicted instance(s) not in task set {task_set.name} "
+                         f"(first: {unknown[0]!r}); fix: grade against the task set the predictions were made for")
+
+
+def grade_predictions(task_set: TaskSet, preds: Sequence[Prediction], out_dir: str | Path, *,
+                      sandbox_factory: SandboxFactory, workers: int = 1, retry: RetryPolicy | None = None,
+                      excluded_tests: dict[str, list[str]] | None = None, grade_timeout_s: float = 900.0,
+                      argv: Sequence[str] = (), arm: str | None = None) -> list[EpisodeResult]:
+    """Grade (or resume grading) every prediction into ``out_dir``; returns the results of the predicted
+    instances (the latest attempt of each). ``task_set`` may hold more instances than were predicted. ``arm``
+    names the results' arm (default: ``arm_name`` of the model); ``analyze`` reads ``<plan arm>@s<seed>``."""
+    out, retry = Path(out_dir), retry or RetryPolicy()
+    check_against_tasks(preds, task_set, "predictions")
+    arm = arm or arm_name(preds[0].model_name_or_path)
+    if not ARM_NAME.match(arm):
+        raise ValueError(f"arm name {arm!r} must match {ARM_NAME.pattern}; fix: e.g. --arm tg@s0")
+    patches = {p.instance_id: p.model_patch or "" for p in preds}
+    instances = [i for i in task_set.instances if i.instance_id in patches]
+    specs = {arm: f"predictions:{preds[0].model_name_or_path}"}
+    with run_lock(out):
+        check_resume_compatible(out, task_set, specs)
+        write_manifest(out, build_manifest(run_id=out.resolve().name, task_set=task_set, arm_specs=specs, seeds=[0],
+                                           factory=sandbox_factory, limits=EpisodeLimits(), protocol_hash=None,
+                                           argv=list(argv), policies={}))
+        ctx = EpisodeContext(run_id=out.resolve().name, out_dir=out, factory=sandbox_factory,
+                             limits=EpisodeLimits(), controls=ControlCache(out / "controls"),
+                             grade_timeout_s=grade_timeout_s, excluded_tests=dict(excluded_tests or {}))
+        plan = plan_work(out, instances, [arm], [0], retry=retry)
+        log.info("grade %s: %d predictions to grade, %d already graded", arm, len(plan.todo), len(plan.done))
+        with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="grade") as pool:
+            list(pool.map(lambda job: _with_retries(job, patches[job.instance.instance_id], ctx, retry), plan.todo))
+        return rebuild_results(out, instances, [arm], [0])
+
+
+def _with_retries(job: EpisodeJob, patch: str, ctx: EpisodeContext, retry: RetryPolicy) -> EpisodeResult:
+    while True:
+        res = run_patch_attempt(job, patch, ctx)
+        if not retry.should_retry(res, job.attempt):
+            return res
+        job = EpisodeJob(job.instance, job.arm, job.seed, job.attempt + 1, job.episode_seed)
+        time.sleep(retry.delay(job.attempt))
+
+
+def swebench_report(task_set: TaskSet, preds: Sequence[Prediction], results: Sequence[EpisodeResult]) -> SwebenchReport:
+    """SWE-bench's run report from our results, with SWE-bench's category rules (module docstring)."""
+    by_id = {r.instance_id: r for r in results}
+    submitted = sorted(p.instance_id for p in preds)
+    empty = sorted(p.instance_id for p in preds if not (p.model_patch or ""))
+    resolved, unresolved, error = [], [], []
+    for iid in submitted:
+        if iid in empty:
+            continue
+        r = by_id.get(iid)
+        if r is None or not r.scored or r.status == "patch_apply_failed":
+            error.append(iid)
+        elif r.resolved:
+            resolved.append(iid)
+        else:
+            unresolved.append(iid)
+    incomplete = sorted({i.instance_id for i in task_set.instances} - set(submitted))
+    completed = sorted(resolved + unresolved)
+    return SwebenchReport(
+        total_instances=len(task_set.instances), submitted_instances=len(submitted),
+        completed_instances=len(completed), resolved_instances=len(resolved),
+        unresolved_instances=len(unresolved), empty_patch_instances=len(empty), error_instances=len(error),
+        completed_ids=completed, incomplete_ids=incomplete, empty_patch_ids=empty, submitted_ids=submitted,
+        resolved_ids=resolved, unresolved_ids=unresolved, error_ids=error,
+    )
+
+
+def write_swebench_report(out_dir: str | Path, model_name_or_path: str, report: SwebenchReport) -> Path:
+    """Write ``<model with / as __>.<run id>.json`` (SWE-bench's file name) into ``out_dir``; returns its path."""
+    out = Path(out_dir)
+    path = out / f"{model_name_or_path.replace('/', '__')}.{out.resolve().name}.json"
+    atomic_write_text(path, json.dumps(report.model_dump(mode="json"), indent=4) + "\n")
+    return path
+
+
+__all__ = ["arm_name", "grade_predictions", "load_predictions", "swebench_report", "write_swebench_report"]
