@@ -1,0 +1,1 @@
+"""evalsuite.canary: anytime-valid online (gray-release) decisions; see docs/CANARY.md."""
