@@ -163,6 +163,30 @@ def one_sided_halfwidth(var_hat: float, *, tau2: float, alpha: float) -> float:
     return nm_bound_one_sided(1.0 / var_hat, alpha=alpha, rho=1.0 / tau2) * var_hat
 
 
+def one_sided_halfwidth_vec(var_hat: ArrayLike, *, tau2: float, alpha: float, iters: int = 80) -> np.ndarray:
+    """Vectorised :func:`one_sided_halfwidth` (bisection on x = d*/sqrt(V), which depends on r = tau2/V only).
+
+    For simulations over many replications and looks; agrees with the brentq version to ~1e-12 (tested).
+    """
+    _check_alpha(alpha)
+    V = np.asarray(var_hat, float)
+    _check_var(V)
+    r = tau2 / V
+    target = math.log(1.0 / alpha)
+
+    def f(x: np.ndarray) -> np.ndarray:
+        return 0.5 * np.log(4.0 / (1.0 + r)) + r * x * x / (2.0 * (1.0 + r)) + stats.norm.logcdf(x * np.sqrt(r / (1.0 + r)))
+
+    lo, hi = np.zeros_like(r), np.ones_like(r)
+    while np.any(f(hi) < target):
+        hi = np.where(f(hi) < target, 2.0 * hi, hi)
+    for _ in range(iters):
+        mid = 0.5 * (lo + hi)
+        below = f(mid) < target
+        lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+    return 0.5 * (lo + hi) * np.sqrt(V)
+
+
 def always_valid_p(log_lr_history: ArrayLike) -> float:
     """Always-valid p-value after the looks so far: ``min(1, min_k 1/Lambda_k) = min(1, exp(-max_k log Lambda_k))``."""
     h = np.asarray(log_lr_history, float)

@@ -89,12 +89,15 @@ def analyze_look(plan: CanaryPlan, table: aggregate.EpisodeTable, designs: Seque
 
 
 def monitor(plan: CanaryPlan, table: aggregate.EpisodeTable, times: Sequence[float] | None = None) -> list[LookResult]:
-    """Every look in order (default schedule: :func:`look_times`); the state is threaded from look to look."""
+    """Every look in order (default schedule: :func:`look_times`) up to and including the first terminal one
+    (ROLLBACK or PROMOTE ends the canary); the state is threaded from look to look."""
     designs = [design_metric(plan, m) for m in plan.metrics]
     state, out = MonitorState(), []
     for t in times if times is not None else look_times(plan, table):
         look, state = analyze_look(plan, table, designs, as_of=t, state=state)
         out.append(look)
+        if look.terminal:
+            break
     return out
 
 
