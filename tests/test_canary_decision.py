@@ -183,3 +183,18 @@ def test_worked_look_harm_fires_through_decide():
     v1 = decide(plan, metrics=[m], gates=[], elapsed_hours=10.0, units=20000)
     assert v1.decision == "ROLLBACK" and v1.terminal
     assert decide(plan, metrics=[], gates=[], elapsed_hours=11.0, units=20000, previous=v1) is v1
+
+
+def test_relative_margins_are_oriented_by_direction():
+    """ln(R_T/R_C) > ln(1 − δ) when higher is better; ln(R_T/R_C) < ln(1 + δ) when lower is better (CANARY §2.1
+    states only the first; the oriented bar of the second is −ln(1 + δ))."""
+    base = small_plan().metrics
+    up = {**base[0].model_dump(), "margin_type": "relative", "margin": 0.1, "baseline": 0.6}
+    down = {**base[2].model_dump(), "margin_type": "relative", "margin": 0.1, "baseline": 0.2}
+    plan = small_plan(metrics=[up, down])
+    d_up, d_down = design_metric(plan, plan.metrics[0]), design_metric(plan, plan.metrics[1])
+    assert d_up.scale == d_down.scale == "logratio"
+    assert d_up.bar == pytest.approx(np.log(0.9)) and d_down.bar == pytest.approx(-np.log(1.1))
+    # the horizon variance moves to the log scale with the anticipated baseline
+    v = 1 / (0.1 * 3000) + 1 / (0.9 * 3000)
+    assert d_up.var_horizon == pytest.approx(up["anticipated_unit_var"] * v / 0.36)

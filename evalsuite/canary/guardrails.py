@@ -92,8 +92,8 @@ def _estimate(agg: UnitAggregates, scale: str) -> tuple[Estimate | None, str]:
     return effect(rt, rc, scale="logratio" if scale == "logratio" else "diff"), ""
 
 
-def _ni_bound(plan: CanaryPlan, d: MetricDesign, theta: float, var: float, st: MetricState,
-              look_index: int) -> tuple[float | None, MetricState, str]:  # fmt: skip
+def _ni_bound(plan: CanaryPlan, d: MetricDesign, theta: float, var: float, st: MetricState
+              ) -> tuple[float | None, MetricState, str]:  # fmt: skip
     if d.bar is None:
         return None, st, ""
     if plan.method == "msprt":
@@ -124,8 +124,8 @@ def _status(d: MetricDesign, st: MetricState) -> MetricStatus:
     return "inconclusive"
 
 
-def evaluate_metric(plan: CanaryPlan, d: MetricDesign, agg: UnitAggregates, st: MetricState,
-                    look_index: int) -> tuple[MetricLook, MetricState]:  # fmt: skip
+def evaluate_metric(plan: CanaryPlan, d: MetricDesign, agg: UnitAggregates, st: MetricState
+                    ) -> tuple[MetricLook, MetricState]:  # fmt: skip
     """The metric's look result and its new state (unchanged when the metric is not yet ready)."""
     m = d.metric
     n_t, n_c = int(agg.canary.sum()), int((~agg.canary).sum())
@@ -146,7 +146,7 @@ def evaluate_metric(plan: CanaryPlan, d: MetricDesign, agg: UnitAggregates, st: 
         hi = theta + mixture.one_sided_halfwidth(est.var, tau2=d.tau2_harm, alpha=d.alpha_harm)
         llr = float(mixture.msprt_log_lr_one_sided(-theta, est.var, tau2=d.tau2_harm, theta0=0.0))
         st = replace(st, upper=min(st.upper, hi), llr_harm=max(st.llr_harm, llr))
-    _, st, note = _ni_bound(plan, d, theta, est.var, st, look_index)
+    _, st, note = _ni_bound(plan, d, theta, est.var, st)
     return _look(base, st, _status(d, st), note, est), st
 
 

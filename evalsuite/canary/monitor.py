@@ -20,7 +20,7 @@ from evalsuite.canary import aggregate, srm
 from evalsuite.canary.decide import Verdict, decide, waiting_metrics
 from evalsuite.canary.guardrails import MetricDesign, MetricState, alpha_allocation, design_metric, evaluate_metric
 from evalsuite.canary.logs import read_assignments, read_episodes
-from evalsuite.canary.schema import CanaryResult, Gate, LookResult, SRMLook
+from evalsuite.canary.schema import CanaryResult, Gate, GateLevel, LookResult, SRMLook
 from protocols.canary import check_before
 from protocols.schema import CanaryPlan, FrozenCanaryPlan
 
@@ -58,7 +58,7 @@ def _gates(plan: CanaryPlan, s: SRMLook, table: aggregate.EpisodeTable, as_of: f
                   detail=f"{s.canary_units} canary / {s.control_units} control units, design share "
                          f"{plan.canary_share:g}; anytime-valid p {s.p_anytime:.3g} (alpha {plan.alpha_srm:g})")]
     share, n = aggregate.crossover_share(table, as_of=as_of)
-    level = "block" if share > plan.crossover_block else "warn" if share > plan.crossover_warn else "ok"
+    level: GateLevel = "block" if share > plan.crossover_block else "warn" if share > plan.crossover_warn else "ok"
     gates.append(Gate(name="crossover", level=level, detail=f"{n} unit(s) ({share:.2%}) served the other arm's "
                       f"model (warn > {plan.crossover_warn:.1%}, block > {plan.crossover_block:.1%})"))
     gates.append(Gate(name="burn_in", level="warn" if waiting else "ok",
@@ -74,8 +74,7 @@ def analyze_look(plan: CanaryPlan, table: aggregate.EpisodeTable, designs: Seque
     results, new_states = [], dict(state.metrics)
     for d in designs:
         agg = aggregate.unit_aggregates(table, d.metric, as_of=as_of)
-        res, new_states[d.metric.name] = evaluate_metric(plan, d, agg, state.metrics.get(d.metric.name, MetricState()),
-                                                         state.looks)  # fmt: skip
+        res, new_states[d.metric.name] = evaluate_metric(plan, d, agg, state.metrics.get(d.metric.name, MetricState()))
         results.append(res)
     s = _srm_gate(plan, history)
     waiting = [m.name for m in waiting_metrics(plan, results)]
