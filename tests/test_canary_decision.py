@@ -168,21 +168,27 @@ def test_no_promotion_before_min_duration_or_in_burn_in(runs):
 
 
 def test_worked_look_harm_fires_through_decide():
-    """§5.6 row 2 (1,100/2,000 vs 10,800/18,000): the one-sided harm bound is below 0 -> ROLLBACK."""
-    plan = small_plan(metrics=[small_plan().metrics[0].model_dump()])
-    d = design_metric(plan, plan.metrics[0])
-    p_t, p_c = 0.55, 0.6
-    v = p_t * (1 - p_t) / 2000 + p_c * (1 - p_c) / 18000
-    upper = -0.05 + mixture.one_sided_halfwidth(v, tau2=d.tau2_harm, alpha=d.alpha_harm)
-    assert upper < 0
+    """§5.6 rows 1-2 (1,150 or 1,100 of 2,000 vs 10,800/18,000) under the module's rule: the one-sided harm bound at
+    alpha_rollback / 6 (the bundled plan's six harm tests) is below 0 for row 2 only -> ROLLBACK there."""
     from evalsuite.canary.schema import MetricLook
 
+    plan = small_plan(horizon_units=20_000)
+    d = design_metric(plan, plan.metrics[0])
+    assert d.alpha_harm == pytest.approx(0.05 / 6)
+    p_c, uppers = 0.6, {}
+    for s_t in (1150, 1100):
+        p_t = s_t / 2000
+        v = p_t * (1 - p_t) / 2000 + p_c * (1 - p_c) / 18000
+        uppers[s_t] = (p_t - p_c) + mixture.one_sided_halfwidth(v, tau2=d.tau2_harm, alpha=d.alpha_harm)
+    assert uppers[1150] > 0 > uppers[1100]
     m = MetricLook(name="task_completion", role="primary", scale="diff", sign=1, n_canary=2000, n_control=18000,
-                   ratio_canary=p_t, ratio_control=p_c, effect=-0.05, var=v, lower=None, upper=upper, bar=-0.02,
-                   alpha_harm=d.alpha_harm, p_harm=0.001, p_ni=1.0, method_ni="msprt", status="harm")  # fmt: skip
+                   ratio_canary=0.55, ratio_control=p_c, effect=-0.05, var=None, lower=None, upper=uppers[1100],
+                   bar=-0.02, alpha_harm=d.alpha_harm, p_harm=0.001, p_ni=1.0, method_ni="msprt", status="harm")  # fmt: skip
     v1 = decide(plan, metrics=[m], gates=[], elapsed_hours=10.0, units=20000)
-    assert v1.decision == "ROLLBACK" and v1.terminal
+    assert v1.decision == "ROLLBACK" and v1.terminal and v1.reasons[0].startswith("harm on task_completion")
     assert decide(plan, metrics=[], gates=[], elapsed_hours=11.0, units=20000, previous=v1) is v1
+    m1 = m.model_copy(update={"upper": uppers[1150], "effect": -0.025, "status": "inconclusive"})
+    assert decide(plan, metrics=[m1], gates=[], elapsed_hours=10.0, units=2000).decision == "CONTINUE"
 
 
 def test_relative_margins_are_oriented_by_direction():
