@@ -12,7 +12,7 @@ memory.
 4. The whole pipeline on A/A replay logs (replay generator -> monitor with the bundled plan scaled to 3,000
    units): share of logs that end in a false ROLLBACK, and seconds per canary.
 
-Run: .venv/bin/python benchmarks/canary_bench.py [--reps 10000] [--pipeline-reps 200]
+Run: PYTHONPATH=. .venv/bin/python benchmarks/canary_bench.py [--reps 10000] [--pipeline-reps 200] [--only 1,2,3,4]
 """
 
 from __future__ import annotations
@@ -70,22 +70,32 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=10_000)
     ap.add_argument("--pipeline-reps", type=int, default=200)
+    ap.add_argument("--only", default="1,2,3,4", help="comma list of sections to run")
     a = ap.parse_args()
+    only = set(a.only.split(","))
     rng = np.random.default_rng(20261201)
-    _timed("1. i.i.d. H0, look every 50 units", a.reps,
-           lambda: simulate.iid(a.reps, rng=rng, n_units=20_000, share=0.1, step=50, start=500))
-    _timed("1b. i.i.d. H0, look every 250 units", a.reps,
-           lambda: simulate.iid(a.reps, rng=rng, n_units=20_000, share=0.1, step=250, start=500))
-    harm_reps = max(500, a.reps // 4)
+    if "1" in only:
+        _section1(a.reps, rng)
+    if "2" in only:
+        _timed("2. clustered H0 (ICC 0.3)", a.reps,
+               lambda: simulate.clustered(a.reps, rng=rng, n_units=10_000, share=0.5, step=100, start=400))
+    if "3" in only:
+        _timed("3. NI boundary (effect = -margin)", a.reps, lambda: simulate.ni_boundary(a.reps, rng=rng))
+    if "4" in only:
+        t0 = time.perf_counter()
+        _timed("4. full pipeline on A/A replay logs (3,000 units, bundled plan)", a.pipeline_reps,
+               lambda: _pipeline(a.pipeline_reps, rng))
+        print(f"  seconds per replayed canary: {(time.perf_counter() - t0) / a.pipeline_reps:.2f}")
+
+
+def _section1(reps: int, rng: np.random.Generator) -> None:
+    _timed("1. i.i.d. H0, look every 50 units", reps,
+           lambda: simulate.iid(reps, rng=rng, n_units=20_000, share=0.1, step=50, start=500))
+    _timed("1b. i.i.d. H0, look every 250 units", reps,
+           lambda: simulate.iid(reps, rng=rng, n_units=20_000, share=0.1, step=250, start=500))
+    harm_reps = max(500, reps // 4)
     _timed("1c. i.i.d. harm -0.03, look every 50 units", harm_reps,
            lambda: simulate.iid(harm_reps, rng=rng, n_units=20_000, share=0.1, step=50, start=500, delta=-0.03))
-    _timed("2. clustered H0 (ICC 0.3)", a.reps,
-           lambda: simulate.clustered(a.reps, rng=rng, n_units=10_000, share=0.5, step=100, start=400))
-    _timed("3. NI boundary (effect = -margin)", a.reps, lambda: simulate.ni_boundary(a.reps, rng=rng))
-    t0 = time.perf_counter()
-    _timed("4. full pipeline on A/A replay logs (3,000 units, bundled plan)", a.pipeline_reps,
-           lambda: _pipeline(a.pipeline_reps, rng))
-    print(f"  seconds per replayed canary: {(time.perf_counter() - t0) / a.pipeline_reps:.2f}")
 
 
 if __name__ == "__main__":

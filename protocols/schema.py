@@ -361,7 +361,7 @@ class CanaryPlan(_Frozen):
     look_every_hours: float = Field(default=24.0, gt=0.0)  # the look schedule `tgsuite canary` replays
     gst_looks: int = Field(default=7, ge=1, le=100)  # planned looks of the gst design (equally spaced in units)
     min_units_per_arm: int = Field(default=200, ge=2)
-    min_events_per_arm: int = Field(default=10, ge=0)
+    min_events: int = Field(default=20, ge=0)  # events in both arms together before a metric decides
     min_duration_hours: float = Field(default=168.0, ge=0.0)
     max_duration_hours: float = Field(default=504.0, gt=0.0)
     on_srm: Literal["rollback", "hold"] = "rollback"

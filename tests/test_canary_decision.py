@@ -204,3 +204,26 @@ def test_relative_margins_are_oriented_by_direction():
     # the horizon variance moves to the log scale with the anticipated baseline
     v = 1 / (0.1 * 3000) + 1 / (0.9 * 3000)
     assert d_up.var_horizon == pytest.approx(up["anticipated_unit_var"] * v / 0.36)
+
+
+def test_a_broken_canary_is_rolled_back_not_degenerate(tmp_path):
+    """0 % vs 100 % completion: every unit of an arm has the same ratio, so the delta-method variance is 0 in both
+    arms; the variance floor keeps the harm test defined and the canary is rolled back right after burn-in
+    (before the floor it ran to the horizon with status 'degenerate')."""
+    run = write_eval_run(tmp_path, arms={"tg": 1e-12, "grpo": 1 - 1e-12}, rng=np.random.default_rng(4))
+    plan = small_plan()
+    t, _ = table(plan, run, share=0.1)
+    looks = monitor(plan, t)
+    tc = next(m for m in looks[-1].metrics if m.name == "task_completion")
+    assert looks[-1].decision == "ROLLBACK" and looks[-1].reasons[0].startswith("harm on task_completion")
+    assert tc.effect == pytest.approx(-1.0) and "variance floor" in tc.note and looks[-1].elapsed_hours <= 5 * 24
+
+
+def test_variance_floor_only_widens():
+    est = delta.ratio_and_var([5, 5, 5], [5, 5, 5])
+    assert est.var == 0.0
+    floored, used = delta.with_variance_floor(est, kind="binary")
+    assert used and floored.var == pytest.approx((15.5 / 16) * (0.5 / 16) / 15)
+    noisy = delta.ratio_and_var([0, 5, 1, 4], [5, 5, 5, 5])
+    assert delta.with_variance_floor(noisy, kind="binary") == (noisy, False)
+    assert delta.with_variance_floor(delta.ratio_and_var([0, 0], [3, 4]), kind="count")[0].var == pytest.approx(0.5 / 49)

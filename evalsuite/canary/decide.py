@@ -66,7 +66,7 @@ def _promotable(plan: CanaryPlan, metrics: Sequence[MetricLook]) -> tuple[bool, 
 def waiting_metrics(plan: CanaryPlan, metrics: Sequence[MetricLook]) -> list[MetricLook]:
     """Decision metrics that keep PROMOTE waiting: every metric with a margin until it is past burn-in, and a
     harm-only metric until it has ``min_units_per_arm`` matured units per arm. A harm-only metric that stays below
-    ``min_events_per_arm`` events (e.g. rare hallucination reports) does not block PROMOTE: it has shown no harm,
+    ``min_events`` events (e.g. rare hallucination reports) does not block PROMOTE: it has shown no harm,
     but no exact fast-path CS watches it either (not implemented; CANARY §1.4)."""
     return [m for m in metrics if m.status in ("burn_in", "degenerate") and
             (m.bar is not None or (m.alpha_harm is not None and min(m.n_canary, m.n_control) < plan.min_units_per_arm))]

@@ -71,6 +71,27 @@ def ratio_and_var(num: ArrayLike, den: ArrayLike) -> RatioEstimate:
     return RatioEstimate(ratio=r, var=max(var, 0.0), n_units=n, total_num=float(y.sum()), total_den=float(m.sum()))
 
 
+def with_variance_floor(est: RatioEstimate, *, kind: Literal["binary", "count"]) -> tuple[RatioEstimate, bool]:
+    """Raise the delta-method variance to the variance of independent episodes at a regularised rate, if larger.
+
+    ``binary`` (at most one event per denominator item): r̃(1 − r̃)/ΣN with r̃ = (ΣY + ½)/(ΣN + 1); ``count``
+    (Poisson-like): r̃/ΣN with r̃ = (ΣY + ½)/ΣN. The unit-level variance is 0 when every unit has the same ratio
+    (e.g. a broken model that never completes a task), which would make the plug-in CS undefined exactly when the
+    evidence is strongest; the floor keeps it positive. Taking the larger variance only widens bounds, so it never
+    makes a test anti-conservative. Returns the estimate and whether the floor was used.
+    """
+    if est.total_den <= 0:
+        return est, False
+    if kind == "binary":
+        r = (est.total_num + 0.5) / (est.total_den + 1.0)
+        floor = r * (1.0 - r) / est.total_den
+    else:
+        floor = (est.total_num + 0.5) / est.total_den / est.total_den
+    if est.var >= floor:
+        return est, False
+    return RatioEstimate(est.ratio, floor, est.n_units, est.total_num, est.total_den), True
+
+
 def effect(treatment: RatioEstimate, control: RatioEstimate, *, scale: Scale = "diff") -> Estimate:
     """The canary − control effect: ``R_T − R_C`` or ``ln(R_T / R_C)``, variances added (independent arms)."""
     if scale == "diff":

@@ -16,7 +16,8 @@ O'Brien–Fleming design at variance-based information fractions (Jennison & Tur
 anytime-valid (the hybrid of CANARY §5.6). Each bound's mixing scale tau^2 is fixed by the plan before any data
 (``tau2_for_horizon`` at the anticipated horizon variance).
 
-Covered: difference and log-ratio scales, burn-in and degenerate-variance statuses. Not covered: the exact
+Covered: difference and log-ratio scales, burn-in and degenerate-variance statuses, a variance floor
+(``delta.with_variance_floor``) when every unit of an arm has the same ratio. Not covered: the exact
 fast-path CSs for rare hard guardrails (CANARY §1.4 a2/a3): a metric below its burn-in decides nothing.
 
 References: Berger RL. Multiparameter hypothesis testing and acceptance sampling. Technometrics 24:295-300, 1982;
@@ -28,10 +29,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from evalsuite.canary import gsd, mixture
 from evalsuite.canary.aggregate import UnitAggregates
-from evalsuite.canary.delta import Estimate, effect, ratio_and_var
+from evalsuite.canary.delta import Estimate, effect, ratio_and_var, with_variance_floor
 from evalsuite.canary.schema import MetricLook, MetricStatus
 from protocols.schema import CanaryMetric, CanaryPlan
 
@@ -80,16 +82,25 @@ def design_metric(plan: CanaryPlan, metric: CanaryMetric) -> MetricDesign:
                         tau2_ni=mixture.tau2_for_horizon(var_h, alpha=plan.alpha_promote, sides=1))  # fmt: skip
 
 
-def _estimate(agg: UnitAggregates, scale: str) -> tuple[Estimate | None, str]:
+# numerators with at most one event per denominator item (the rest are counts)
+BINARY_NUMERATORS = frozenset({"task_completed", "code_produced", "code_ran", "rework", "feedback_up",
+                               "feedback_down", "tool_errors"})  # fmt: skip
+
+
+def _estimate(agg: UnitAggregates, metric: CanaryMetric, scale: str) -> tuple[Estimate | None, str]:
     t, c = agg.canary, ~agg.canary
     if t.sum() < 2 or c.sum() < 2:
         return None, "fewer than 2 matured units in an arm"
     if agg.den[t].sum() <= 0 or agg.den[c].sum() <= 0:
         return None, "no eligible episodes (denominator 0) in an arm yet"
-    rt, rc = ratio_and_var(agg.num[t], agg.den[t]), ratio_and_var(agg.num[c], agg.den[c])
+    binary = metric.numerator in BINARY_NUMERATORS and metric.cap is None
+    kind: Literal["binary", "count"] = "binary" if binary else "count"
+    rt, ft = with_variance_floor(ratio_and_var(agg.num[t], agg.den[t]), kind=kind)
+    rc, fc = with_variance_floor(ratio_and_var(agg.num[c], agg.den[c]), kind=kind)
     if scale == "logratio" and (rt.ratio <= 0 or rc.ratio <= 0):
         return None, "a ratio is 0, so the log ratio is undefined yet"
-    return effect(rt, rc, scale="logratio" if scale == "logratio" else "diff"), ""
+    note = "variance floor used (every unit of an arm had the same ratio)" if ft or fc else ""
+    return effect(rt, rc, scale="logratio" if scale == "logratio" else "diff"), note
 
 
 def _ni_bound(plan: CanaryPlan, d: MetricDesign, theta: float, var: float, st: MetricState
@@ -129,17 +140,18 @@ def evaluate_metric(plan: CanaryPlan, d: MetricDesign, agg: UnitAggregates, st: 
     """The metric's look result and its new state (unchanged when the metric is not yet ready)."""
     m = d.metric
     n_t, n_c = int(agg.canary.sum()), int((~agg.canary).sum())
-    est, why = _estimate(agg, d.scale)
+    est, why = _estimate(agg, m, d.scale)
     base = dict(name=m.name, role=m.role, scale=d.scale, sign=m.sign, n_canary=n_t, n_control=n_c, bar=d.bar,
                 alpha_harm=d.alpha_harm, method_ni="none" if d.bar is None else plan.method)  # fmt: skip
     if est is None or est.var <= 0:
         status: MetricStatus = "burn_in" if est is None else "degenerate"
         note = why or "zero variance: every unit has the same value; no decision on this metric"
         return _look(base, st, status, note, est), st
-    events = min(est.treatment.total_num, est.control.total_num)
-    if min(n_t, n_c) < plan.min_units_per_arm or events < plan.min_events_per_arm:
+    # events pooled over the arms: a canary with 0 events against a control with thousands is evidence, not burn-in
+    events = est.treatment.total_num + est.control.total_num
+    if min(n_t, n_c) < plan.min_units_per_arm or events < plan.min_events:
         note = (f"burn-in: {min(n_t, n_c)} matured units in the smaller arm (need {plan.min_units_per_arm}), "
-                f"{events:g} events (need {plan.min_events_per_arm})")  # fmt: skip
+                f"{events:g} events in both arms (need {plan.min_events})")  # fmt: skip
         return _look(base, st, "burn_in", note, est), st
     theta = m.sign * est.delta
     if d.alpha_harm is not None:
@@ -147,7 +159,7 @@ def evaluate_metric(plan: CanaryPlan, d: MetricDesign, agg: UnitAggregates, st: 
         llr = float(mixture.msprt_log_lr_one_sided(-theta, est.var, tau2=d.tau2_harm, theta0=0.0))
         st = replace(st, upper=min(st.upper, hi), llr_harm=max(st.llr_harm, llr))
     _, st, note = _ni_bound(plan, d, theta, est.var, st)
-    return _look(base, st, _status(d, st), note, est), st
+    return _look(base, st, _status(d, st), "; ".join(x for x in (why, note) if x), est), st
 
 
 def _fin(x: float) -> float | None:
