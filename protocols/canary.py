@@ -23,7 +23,7 @@ from protocols.schema import CanaryPlan, FrozenCanaryPlan
 
 
 def _format(exc: ValidationError, source: str) -> str:
-    return format_validation_error(exc, source).replace("protocols/plans/paper_claims.toml", "protocols/plans/canary.toml")
+    return format_validation_error(exc, source).replace("protocols/plans/paper_claims.toml", "protocols/plans/canary/gray_release.toml")
 
 
 def canary_plan_from_dict(data: dict[str, Any], *, source: str = "<dict>") -> CanaryPlan:
@@ -37,7 +37,7 @@ def load_canary_plan(path: str | Path) -> CanaryPlan:
     """Read a canary plan TOML; raise :class:`ProtocolError` naming the file and field on any problem."""
     p = Path(path)
     if not p.is_file():
-        raise ProtocolError(f"{p}: canary plan not found; start from protocols/plans/canary.toml")
+        raise ProtocolError(f"{p}: canary plan not found; start from protocols/plans/canary/gray_release.toml")
     try:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:

@@ -38,6 +38,10 @@ def _fmt(x: float | None) -> str:
     return "n/a" if x is None else f"{x:+.4f}"
 
 
+def _p(x: float) -> str:
+    return "< 1e-300" if x == 0 else f"{x:.2g}"  # exp(-log Lambda) underflows for overwhelming evidence
+
+
 def _harm(plan: CanaryPlan, metrics: Sequence[MetricLook]) -> list[str]:
     rules = {m.name: m.rollback_on for m in plan.metrics}
     out = []
@@ -46,7 +50,7 @@ def _harm(plan: CanaryPlan, metrics: Sequence[MetricLook]) -> list[str]:
             continue
         if rules[m.name] == "any_harm" and m.upper < 0:
             out.append(f"harm on {m.name}: upper bound {_fmt(m.upper)} < 0 at alpha {m.alpha_harm:.4g} "
-                       f"(effect {_fmt(m.effect)}, always-valid p {m.p_harm:.2g})")  # fmt: skip
+                       f"(effect {_fmt(m.effect)}, always-valid p {_p(m.p_harm)})")  # fmt: skip
         elif rules[m.name] == "inferior" and m.bar is not None and m.upper < m.bar:
             out.append(f"{m.name} inferior: upper bound {_fmt(m.upper)} < -margin {_fmt(m.bar)}")
     return out

@@ -16,16 +16,19 @@ from pathlib import Path
 from repro.commands._common import CLIError
 
 EPILOG = """\
-worked example (the whole flow offline, from an eval run of two checkpoints):
+worked example (measured: a real `tgsuite eval` run, 12 mini tasks x 2 seeds in Docker, the scripted `expert`
+policy as control and the `null` policy (it never edits) as the canary):
   $ tgsuite canary --freeze protocols/plans/canary/gray_release.toml --out prereg/gray_release.frozen.json
-  $ tgsuite canary --replay runs/eval-tg-grpo --treatment tg --control grpo --plan prereg/gray_release.frozen.json \\
-        --units 20000 --days 14 --seed 1 --out runs/canary-log
-  wrote runs/canary-log/episodes.jsonl (100,012 episodes) and runs/canary-log/assignments.jsonl (20,000 units)
+  froze canary plan gray_release: sha256 dc1cdd280540… at 2026-12-01T10:46:10Z; wrote prereg/gray_release.frozen.json
+  $ tgsuite canary --replay runs/expert-vs-null --treatment null --control expert \\
+        --plan prereg/gray_release.frozen.json --units 20000 --days 14 --seed 1 --out runs/canary-log
+  wrote runs/canary-log/episodes.jsonl (100,170 episodes) and runs/canary-log/assignments.jsonl (20,000 units); ...
   $ tgsuite canary --plan prereg/gray_release.frozen.json --episodes runs/canary-log/episodes.jsonl \\
         --assignments runs/canary-log/assignments.jsonl --out runs/canary-report
-  decision: ROLLBACK  (look 4 of 4, 2026-12-05T10:00:00Z; plan gray_release, sha256 fda9338a6bf8…)
-    - harm on task_completion: upper bound -0.0312 < 0 at alpha 0.008333 (effect -0.0641, always-valid p 1.2e-05)
-  ...one line per metric: status, effect, lower (NI) and upper (harm) bounds...
+  decision: ROLLBACK  (look 3, 2026-12-04T11:00:13Z; plan gray_release, sha256 dc1cdd280540…)
+    - harm on task_completion: upper bound -0.9979 < 0 at alpha 0.008333 (effect -1.0000, always-valid p < 1e-300)
+      task_completion        inferior     effect -1.0000  lower -1.0019  upper -0.9979  units 287/2603
+      ... one line per metric ...
   wrote runs/canary-report/canary.json and runs/canary-report/canary.html
 
 The episodes log is JSON Lines, one object per episode: episode_id, unit_id (the randomisation unit), arm
