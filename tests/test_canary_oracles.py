@@ -13,11 +13,11 @@ from evalsuite.canary import delta, gsd, mixture, srm
 
 
 def test_o1_normal_mixture_reference_values():
-    rho = mixture.best_rho(100, 0.05)
+    rho = mixture.best_rho(100, alpha=0.05)
     assert rho == pytest.approx(12.60056, abs=1e-5)
     assert float(mixture.nm_log_m_two_sided(10, 100, rho=rho)) == pytest.approx(-0.6510052, abs=1e-6)
     assert float(mixture.nm_bound_two_sided(100, alpha=0.05, rho=rho)) == pytest.approx(30.35209, abs=1e-5)
-    rho1 = mixture.best_rho(100, 0.10)  # one-sided at 0.05 uses best_rho(v, 2 alpha)
+    rho1 = mixture.best_rho(100, alpha=0.10)  # one-sided at 0.05 uses best_rho(v, 2 alpha)
     assert float(mixture.nm_log_m_one_sided(10, 100, rho=rho1)) == pytest.approx(-0.06502391, abs=1e-7)
     assert mixture.nm_bound_one_sided(100, alpha=0.05, rho=rho1) == pytest.approx(27.66071, abs=1e-5)
 
@@ -26,7 +26,7 @@ def test_o1_normal_mixture_reference_values():
 
 
 def test_o2_msprt_equals_mixture_and_johari():
-    rho = mixture.best_rho(100, 0.05)
+    rho = mixture.best_rho(100, alpha=0.05)
     v_hat, tau2 = 0.01, 1 / rho
     assert float(mixture.msprt_log_lr(0.1, v_hat, tau2=tau2)) == pytest.approx(-0.6510052, abs=1e-6)
     assert float(mixture.cs_halfwidth(v_hat, tau2=tau2, alpha=0.05)) / v_hat == pytest.approx(30.35209, abs=1e-5)
@@ -34,7 +34,7 @@ def test_o2_msprt_equals_mixture_and_johari():
     johari = 0.5 * math.log(2 * s2 / (2 * s2 + n * t2)) + n * n * t2 * dbar**2 / (4 * s2 * (2 * s2 + n * t2))
     assert float(mixture.msprt_log_lr(dbar, 2 * s2 / n, tau2=t2)) == pytest.approx(johari, abs=1e-12)
     # one-sided: estimator scale == Howard's one-sided mixture, and the half-width == the sum-scale boundary · V
-    rho1 = mixture.best_rho(100, 0.10)
+    rho1 = mixture.best_rho(100, alpha=0.10)
     assert float(mixture.msprt_log_lr_one_sided(0.1, 0.01, tau2=1 / rho1)) == pytest.approx(-0.06502391, abs=1e-7)
     assert mixture.one_sided_halfwidth(0.01, tau2=1 / rho1, alpha=0.05) / 0.01 == pytest.approx(27.66071, abs=1e-5)
 

@@ -49,7 +49,7 @@ def _tuning_factor(alpha: float) -> float:
     return 2.0 * l + math.log(1.0 + 2.0 * l)
 
 
-def best_rho(v_opt: float, alpha: float) -> float:
+def best_rho(v_opt: float, *, alpha: float) -> float:
     """Mixture precision rho that minimises the two-sided boundary at intrinsic time ``v_opt`` (Howard §3.5).
 
     ``rho = v_opt / (2 ln(1/alpha) + ln(1 + 2 ln(1/alpha)))``; for a one-sided boundary at level a pass ``alpha=2a``
