@@ -10,7 +10,9 @@ memory.
 3. Non-inferiority at the boundary (true effect = −margin = −0.02), 50/50, 20,000 units, 77 looks: P(PROMOTE)
    of the one-sided mixture bound at alpha_promote 0.025 vs a naive one-sided z.
 4. The whole pipeline on A/A replay logs (replay generator -> monitor with the bundled plan scaled to 3,000
-   units): share of logs that end in a false ROLLBACK, and seconds per canary.
+   units): share of logs that end in a false ROLLBACK (harm, SRM or a gate), in PROMOTE, and in ROLLBACK for
+   "horizon reached without establishing non-inferiority" (expected at a 10 % share: a small canary cannot prove
+   non-inferiority, CANARY §0.6), and seconds per canary.
 
 Run: PYTHONPATH=. .venv/bin/python benchmarks/canary_bench.py [--reps 10000] [--pipeline-reps 200] [--only 1,2,3,4]
 """
@@ -55,7 +57,7 @@ def _pipeline(reps: int, rng: np.random.Generator) -> dict[str, float]:
     plan = small_plan(canary_share=0.1, horizon_units=3000, max_duration_hours=10_000)
     with tempfile.TemporaryDirectory() as d:
         run = write_eval_run(Path(d), arms={"tg": 0.5, "grpo": 0.5}, rng=np.random.default_rng(0))
-        rollback = promote = 0
+        rollback = promote = horizon = 0
         for _ in range(reps):
             log = replay([run], treatment="tg", control="grpo", rng=rng,
                          cfg=ReplayConfig(start=datetime(2026, 3, 2, tzinfo=UTC), n_units=3000, aa=True))  # fmt: skip
@@ -63,7 +65,8 @@ def _pipeline(reps: int, rng: np.random.Generator) -> dict[str, float]:
             harm = [lk for lk in looks if lk.decision == "ROLLBACK" and "horizon" not in lk.reasons[0]]
             rollback += bool(harm)
             promote += looks[-1].decision == "PROMOTE"
-    return {"false_rollback": rollback / reps, "promote": promote / reps}
+            horizon += looks[-1].decision == "ROLLBACK" and not harm
+    return {"false_rollback": rollback / reps, "promote": promote / reps, "inconclusive_at_horizon": horizon / reps}
 
 
 def main() -> None:
