@@ -27,6 +27,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "repro.commands.protocol",
     "repro.commands.analyze",
     "repro.commands.report",
+    "repro.commands.canary",
     "repro.commands.reproduce",
 )
 

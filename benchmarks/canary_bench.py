@@ -1,0 +1,105 @@
+"""Error rates of the canary decisions under continuous monitoring (CANARY.md §6), with more replications than the
+tests, plus the cost of one full `tgsuite canary` replay. Prints rates with their Monte Carlo SE, times and peak
+memory.
+
+1. i.i.d. Bernoulli units, H0, 10 % canary, 20,000 units, a look every 50 units from unit 500 (391 looks):
+   anytime-valid CS (two-sided, and the one-sided harm bound that ROLLBACK uses), naive repeated z (every 50 and
+   every 250 units), one fixed-horizon test, LD-OBF GST with 10 looks. Then a 3-point harm (power).
+2. Clustered H0: 1 + Poisson(4) episodes per unit, ICC 0.3, 10,000 units, 50/50, 97 looks: unit-level
+   delta-method variance vs episode-level binomial variance, each with the CS and with the naive z.
+3. Non-inferiority at the boundary (true effect = −margin = −0.02), 50/50, 20,000 units, 77 looks: P(PROMOTE)
+   of the one-sided mixture bound at alpha_promote 0.025 vs a naive one-sided z.
+4. The whole pipeline on A/A replay logs (replay generator -> monitor with the bundled plan scaled to 3,000
+   units): share of logs that end in a false ROLLBACK (harm, SRM or a gate), in PROMOTE, and in ROLLBACK for
+   "horizon reached without establishing non-inferiority" (expected at a 10 % share: a small canary cannot prove
+   non-inferiority, CANARY §0.6), and seconds per canary.
+
+Run: PYTHONPATH=. .venv/bin/python benchmarks/canary_bench.py [--reps 10000] [--pipeline-reps 200] [--only 1,2,3,4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+import tracemalloc
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+from evalsuite.canary import aggregate, simulate
+from evalsuite.canary.monitor import monitor
+from evalsuite.canary.replay import ReplayConfig, replay
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from canary_fixtures import small_plan, write_eval_run  # noqa: E402
+
+
+def _show(title: str, rates: dict[str, float], reps: int, seconds: float, peak: int) -> None:
+    print(f"\n{title}  ({reps} reps, {seconds:.1f} s, peak {peak / 2**20:.0f} MiB)")
+    for k, v in rates.items():
+        print(f"  {k:16s} {v:7.4f}  ± {simulate.mc_se(v, reps):.4f}")
+
+
+def _timed(title: str, reps: int, fn) -> None:  # type: ignore[no-untyped-def]
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    rates = fn()
+    dt = time.perf_counter() - t0
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    _show(title, rates, reps, dt, peak)
+
+
+def _pipeline(reps: int, rng: np.random.Generator) -> dict[str, float]:
+    plan = small_plan(canary_share=0.1, horizon_units=3000, max_duration_hours=10_000)
+    with tempfile.TemporaryDirectory() as d:
+        run = write_eval_run(Path(d), arms={"tg": 0.5, "grpo": 0.5}, rng=np.random.default_rng(0))
+        rollback = promote = horizon = 0
+        for _ in range(reps):
+            log = replay([run], treatment="tg", control="grpo", rng=rng,
+                         cfg=ReplayConfig(start=datetime(2026, 3, 2, tzinfo=UTC), n_units=3000, aa=True))  # fmt: skip
+            looks = monitor(plan, aggregate.build_table(log.episodes, plan, log.assignments))
+            harm = [lk for lk in looks if lk.decision == "ROLLBACK" and "horizon" not in lk.reasons[0]]
+            rollback += bool(harm)
+            promote += looks[-1].decision == "PROMOTE"
+            horizon += looks[-1].decision == "ROLLBACK" and not harm
+    return {"false_rollback": rollback / reps, "promote": promote / reps, "inconclusive_at_horizon": horizon / reps}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=10_000)
+    ap.add_argument("--pipeline-reps", type=int, default=200)
+    ap.add_argument("--only", default="1,2,3,4", help="comma list of sections to run")
+    a = ap.parse_args()
+    only = set(a.only.split(","))
+    rng = np.random.default_rng(20261201)
+    if "1" in only:
+        _section1(a.reps, rng)
+    if "2" in only:
+        _timed("2. clustered H0 (ICC 0.3)", a.reps,
+               lambda: simulate.clustered(a.reps, rng=rng, n_units=10_000, share=0.5, step=100, start=400))
+    if "3" in only:
+        _timed("3. NI boundary (effect = -margin)", a.reps, lambda: simulate.ni_boundary(a.reps, rng=rng))
+    if "4" in only:
+        t0 = time.perf_counter()
+        _timed("4. full pipeline on A/A replay logs (3,000 units, bundled plan)", a.pipeline_reps,
+               lambda: _pipeline(a.pipeline_reps, rng))
+        print(f"  seconds per replayed canary: {(time.perf_counter() - t0) / a.pipeline_reps:.2f}")
+
+
+def _section1(reps: int, rng: np.random.Generator) -> None:
+    _timed("1. i.i.d. H0, look every 50 units", reps,
+           lambda: simulate.iid(reps, rng=rng, n_units=20_000, share=0.1, step=50, start=500))
+    _timed("1b. i.i.d. H0, look every 250 units", reps,
+           lambda: simulate.iid(reps, rng=rng, n_units=20_000, share=0.1, step=250, start=500))
+    harm_reps = max(500, reps // 4)
+    _timed("1c. i.i.d. harm -0.03, look every 50 units", harm_reps,
+           lambda: simulate.iid(harm_reps, rng=rng, n_units=20_000, share=0.1, step=50, start=500, delta=-0.03))
+
+
+if __name__ == "__main__":
+    main()  # fmt: skip
