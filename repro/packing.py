@@ -1,8 +1,10 @@
 """Packed sequences: many documents in one forward, no attention across documents, loss only where it belongs.
 
-A *document* is ``(ids, act)``: token ids and a 0/1 mask of the same length, ``act[t] = 1`` when token ``t`` is a
-training target (predicted from tokens ``< t`` of the same document; ``act[0]`` is never used). SFT documents mark
-assistant tokens; pretraining documents mark every token, or only the part a task asks to produce.
+A *document* is ``(ids, act)``: token ids and a mask of the same length, ``act[t] > 0`` when token ``t`` is a
+training target (predicted from tokens ``< t`` of the same document; ``act[0]`` is never used). The value is the
+target's class, kept in ``Packed.classes`` so one forward can serve several loss terms (SFT: 1 = assistant token,
+2 = an observation token of the auxiliary context loss). Pretraining documents mark every token, or only the part a
+task asks to produce.
 
 ``pack(docs, max_doc_len=...)`` concatenates the documents into one row of ``N`` tokens and returns a
 :class:`Packed` batch: ``input_ids [1, N]``; ``position_ids [1, N]`` restarting at 0 for every document (RoPE sees
@@ -47,6 +49,7 @@ class Packed:
     input_ids: torch.Tensor      # [1, N] long
     position_ids: torch.Tensor   # [1, N] long, 0.. per document
     targets: torch.Tensor        # [1, N] long, IGNORE where no loss
+    classes: torch.Tensor        # [1, N] long, act value of the target (0 where no loss)
     cu_seqlens: tuple[int, ...]  # document boundaries, 0 .. N
     n_docs: int
     n_split: int
@@ -74,6 +77,7 @@ def pack(docs: Sequence[Document], *, max_doc_len: int = 1 << 20) -> Packed:
     ids_all: list[int] = []
     pos_all: list[int] = []
     tgt_all: list[int] = []
+    cls_all: list[int] = []
     cu, n_split = [0], 0
     for ids, act in docs:
         pieces = [p for p in _pieces(ids, act, max_doc_len) if p[0]]
@@ -83,11 +87,13 @@ def pack(docs: Sequence[Document], *, max_doc_len: int = 1 << 20) -> Packed:
             ids_all += p_ids
             pos_all += range(n)
             tgt_all += [y if a else IGNORE for y, a in zip(p_ids[1:], p_act[1:], strict=True)] + [IGNORE]
+            cls_all += [int(a) for a in p_act[1:]] + [0]
             cu.append(cu[-1] + n)
     if not ids_all:
         raise ValueError("pack() got no tokens: pass at least one non-empty document.")
     as_row = lambda xs: torch.tensor(xs, dtype=torch.long).unsqueeze(0)  # noqa: E731
-    return Packed(as_row(ids_all), as_row(pos_all), as_row(tgt_all), tuple(cu), n_docs=len(docs), n_split=n_split)
+    return Packed(as_row(ids_all), as_row(pos_all), as_row(tgt_all), as_row(cls_all), tuple(cu), n_docs=len(docs),
+                  n_split=n_split)
 
 
 _local = threading.local()
