@@ -142,3 +142,24 @@ def test_cli_pretrain_runs_and_resumes(tmp_path: Path, capsys: pytest.CaptureFix
     text = capsys.readouterr().out
     assert "done: step 6 of 6" in text and "probes at step 6" in text
     assert main(["train", "pretrain", "--preset", "nope", "--out", str(out)]) == 2
+
+
+def test_export_and_resume_from_a_state_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run exported after 2 steps and continued elsewhere ends with the weights of an uninterrupted run."""
+    from safetensors.torch import load_file
+
+    from repro.cli import main
+
+    a, b, state = tmp_path / "a", tmp_path / "b", tmp_path / "state"
+    assert main(["train", "pretrain", "--preset", "nano", "--out", str(a), "--max-steps", "2"]) == 0
+    assert main(["train", "pretrain", "--preset", "nano", "--out", str(a), "--export-resume", str(state)]) == 0
+    assert main(["train", "pretrain", "--preset", "nano", "--out", str(b), "--resume-from", str(state)]) == 0
+    assert main(["train", "pretrain", "--preset", "nano", "--out", str(a)]) == 0
+    wa = load_file(a / "checkpoints" / "step_6" / "model.safetensors")
+    wb = load_file(b / "checkpoints" / "step_6" / "model.safetensors")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    capsys.readouterr()
+    assert main(["train", "pretrain", "--preset", "nano", "--out", str(b), "--resume-from", str(state)]) == 2
+    assert "already has checkpoints" in capsys.readouterr().err
+    assert main(["train", "pretrain", "--preset", "nano", "--out", str(tmp_path / "c"), "--resume-from",
+                 str(tmp_path)]) == 2

@@ -13,6 +13,8 @@ Worked example:
   tgsuite train pretrain --preset mini --out runs/pretrain             # hours on 2 CPU cores; resumable
   tgsuite train pretrain --preset mini --out runs/pretrain --stop-after-min 30   # 30 minutes now, more later
   tgsuite train pretrain --preset nano --out /tmp/pt                   # seconds (tests)
+  tgsuite train pretrain --out runs/pretrain --export-resume state/    # carry the run to another machine ...
+  tgsuite train pretrain --preset mini --out runs/p2 --resume-from state/   # ... and continue it there
 
 Re-running the same command resumes from the newest checkpoint in --out (written every few minutes, at every
 stage end and on Ctrl-C / SIGTERM) and sees exactly the batches an uninterrupted run would. Progress:
@@ -28,12 +30,26 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--max-steps", type=int, help="stop after this many more optimizer steps")
     p.add_argument("--stop-after-min", type=float, help="stop (with a checkpoint) after this many minutes")
     p.add_argument("--threads", type=int, help="torch intra-op threads (default: the recipe's)")
+    p.add_argument("--resume-from", type=Path, help="start --out from a resume state (a folder written by "
+                   "--export-resume), e.g. the one committed in the repository")
+    p.add_argument("--export-resume", type=Path, metavar="DIR", help="copy --out's resume state (config, tokenizer, "
+                   "newest checkpoint) to DIR, replacing it, and exit without training")
     p.set_defaults(func=_pretrain)
 
 
 def _pretrain(args: argparse.Namespace) -> int:
     from repro.pretrain.loop import PretrainError, run_pretrain
     from repro.pretrain.presets import preset
+    from repro.pretrain.resume import ResumeError, export_resume, seed_from
+
+    try:
+        if args.export_resume is not None:
+            print(f"exported {export_resume(args.out, args.export_resume)}")
+            return 0
+        if args.resume_from is not None:
+            print(f"seeded {args.out} from {seed_from(args.resume_from, args.out)}")
+    except ResumeError as exc:
+        raise CLIError(str(exc)) from exc
 
     try:
         cfg = preset(args.preset)
