@@ -9,7 +9,9 @@ rarely does unprompted — the paper's starting condition (METHOD §6; issue #6 
 Training. Loss = token-mean cross-entropy on assistant tokens only (``EncodedConversation.act``: thinking, visible
 text, tool calls and ``<|im_end|>``; never system/user/tool/hint tokens or chat headers), computed from final hidden
 states with ``repro.losses.chunked_token_logprobs`` (no [T, V] logits). AdamW, linear warm-up then cosine decay,
-gradient clipping, one sequence per forward, optimizer step every ``batch_tokens`` assistant tokens.
+gradient clipping; episodes packed into forwards of ``pack_tokens`` tokens (``repro.packing``: no attention across
+episodes) under the ``precision`` policy (``repro.precision``, default ``bf16-mixed``: fp32 master weights and
+optimizer state, bf16 matmuls), optimizer step every ``batch_tokens`` assistant tokens.
 
 Evaluation (held-out split, temperature ``eval_temperature``): ``harness.runner.run_eval`` with
 ``repro.sampler.SamplerPolicy`` in LocalSandboxes, graded by the hidden tests — coding success (resolved rate),
@@ -36,8 +38,9 @@ from typing import Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from repro.losses import chunked_token_logprobs
-from repro.models import build_model, count_params, final_hidden_states, lm_head_weight
+from repro.models import build_model, count_params
+from repro.packing import pack, packed_token_logprobs
+from repro.precision import Precision, autocast, master_weights_ok
 from repro.tokenizer import ChatEncoder, train_tokenizer
 
 log = logging.getLogger(__name__)
@@ -66,6 +69,10 @@ class SFTConfig(BaseModel):
     weight_decay: float = 0.01
     warmup_steps: int = 5
     batch_tokens: int = 4096
+    pack_tokens: int = Field(8192, ge=16, description="tokens per packed forward (several episodes, no attention "
+                             "across them; repro.packing)")
+    precision: Precision = Field("bf16-mixed", description="fp32, or bf16-mixed: fp32 master weights and AdamW "
+                                 "state, bf16 matmuls under autocast (repro.precision)")
     max_len: int = 6144
     grad_clip: float = 1.0
     context_weight: float = Field(0.0, ge=0.0, description="weight of an auxiliary next-token loss on the "
@@ -174,22 +181,29 @@ def _lr_at(step: int, total: int, cfg: SFTConfig) -> float:
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
 
 
+def batch_losses(model, docs: list[tuple[list[int], list[int]]], *, context: bool = False,
+                 precision: Precision = "fp32") -> tuple[torch.Tensor, int, torch.Tensor, int]:
+    """(Σ −log π(y_t) over assistant tokens, their count, the same over the other tokens, their count), t ≥ 1,
+    summed over ``docs`` = (ids, act mask) run as one packed forward (``repro.packing``: no attention across
+    documents). With ``context=False`` only assistant positions reach the LM head and the context part is (0, 0)."""
+    classes = [[(1 if a else (2 if context and t else 0)) for t, a in enumerate(act)] for _, act in docs]
+    zero = torch.zeros((), dtype=torch.float32)
+    if not any(c for cl in classes for c in cl[1:]):
+        return zero, 0, zero, 0
+    batch = pack([(ids, cl) for (ids, _), cl in zip(docs, classes, strict=True)])
+    with autocast(precision):
+        lp, where = packed_token_logprobs(model, batch)
+    is_act = batch.classes[0][where] == 1
+    n_act = int(is_act.sum())
+    if not context:
+        return -lp.sum(), n_act, zero, 0
+    return -lp[is_act].sum(), n_act, -lp[~is_act].sum(), int(where.numel()) - n_act
+
+
 def sft_losses(model, ids: list[int], act: list[int], *, context: bool = False
                ) -> tuple[torch.Tensor, int, torch.Tensor, int]:
-    """(Σ −log π(y_t) over assistant tokens, their count, the same over the other tokens, their count), t ≥ 1.
-    With ``context=False`` only assistant positions reach the LM head and the context part is (0, 0)."""
-    x = torch.tensor([ids])
-    m = torch.tensor(act[1:], dtype=torch.bool)
-    pos = torch.arange(1, len(ids)) if context else torch.arange(1, len(ids))[m]
-    zero = x.new_zeros((), dtype=torch.float32)
-    if len(pos) == 0:
-        return zero, 0, zero, 0
-    h = final_hidden_states(model, x)[0]
-    lp, _ = chunked_token_logprobs(h[pos - 1], lm_head_weight(model), x[0, pos])
-    if not context:
-        return -lp.sum(), len(pos), zero, 0
-    n_act = int(m.sum())
-    return -lp[m].sum(), n_act, -lp[~m].sum(), len(pos) - n_act
+    """``batch_losses`` of one sequence in float32 (the closed form the tests check)."""
+    return batch_losses(model, [(ids, act)], context=context)
 
 
 def sft_loss(model, ids: list[int], act: list[int]) -> tuple[torch.Tensor, int]:
@@ -198,16 +212,40 @@ def sft_loss(model, ids: list[int], act: list[int]) -> tuple[torch.Tensor, int]:
     return nll, n
 
 
+def _micro_batches(data: list[tuple[list[int], list[int]]], order: list[int], cfg: SFTConfig
+                   ) -> list[tuple[list[tuple[list[int], list[int]]], bool]]:
+    """Consecutive examples (in ``order``) grouped into packed forwards of at most ``pack_tokens`` tokens, none
+    crossing an optimizer step (every ``batch_tokens`` assistant tokens); the flag marks a step's last forward."""
+    out, cur, size, acc = [], [], 0, 0
+    for idx in order:
+        ids, act = data[idx]
+        if cur and size + len(ids) > cfg.pack_tokens:
+            out.append((cur, False))
+            cur, size = [], 0
+        cur.append((ids, act))
+        size += len(ids)
+        acc += sum(act)
+        if acc >= cfg.batch_tokens:
+            out.append((cur, True))
+            cur, size, acc = [], 0, 0
+    if cur:
+        out.append((cur, True))
+    return out
+
+
 def sft_train(model, examples: list[tuple[list[int], list[int]]], cfg: SFTConfig, metrics_path: Path,
               epoch_examples: Callable[[int], list[tuple[list[int], list[int]]]] | None = None) -> dict:
     """Assistant-token cross-entropy over ``examples`` = (ids, act mask); returns training statistics.
-    ``epoch_examples(e)``, when given, supplies epoch e's examples instead (same count and order of episodes)."""
+    ``epoch_examples(e)``, when given, supplies epoch e's examples instead (same count and order of episodes).
+    Examples are packed into forwards of ``pack_tokens`` tokens under the ``precision`` policy; an optimizer step
+    follows every ``batch_tokens`` assistant tokens (the step's exact token mean)."""
     gen = random.Random(f"sft-order:{cfg.seed}")
     per_epoch = sum(sum(a) for _, a in examples)
     ctx_ratio = max(1.0, sum(len(i) - 1 for i, _ in examples) / max(1, per_epoch) - 1.0)  # ctx tokens per act token
     w_ctx = cfg.context_weight / ctx_ratio  # so that the context part is ≈ its own token mean
     total_steps = max(1, cfg.epochs * math.ceil(per_epoch / cfg.batch_tokens))
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
+    master_weights_ok(model, cfg.precision)
     model.train()
     step, acc_tokens, acc_loss, n_tok, t0 = 0, 0, 0.0, 0, time.perf_counter()
     acc_ctx, acc_nctx = 0.0, 0
@@ -217,18 +255,17 @@ def sft_train(model, examples: list[tuple[list[int], list[int]]], cfg: SFTConfig
             epoch_data = examples if epoch_examples is None else epoch_examples(epoch)
             order = list(range(len(epoch_data)))
             gen.shuffle(order)
-            for j, idx in enumerate(order):
-                ids, act = epoch_data[idx]
-                nll, n_act, ctx_nll, n_ctx = sft_losses(model, ids, act, context=cfg.context_weight > 0)
+            for docs, ends_step in _micro_batches(epoch_data, order, cfg):
+                nll, n_act, ctx_nll, n_ctx = batch_losses(model, docs, context=cfg.context_weight > 0,
+                                                          precision=cfg.precision)
                 if n_act or n_ctx:
                     ((nll + w_ctx * ctx_nll) / cfg.batch_tokens).backward()
                 acc_ctx += float(ctx_nll.detach())
                 acc_nctx += n_ctx
                 acc_tokens += n_act
                 acc_loss += float(nll.detach())
-                n_tok += len(ids)
-                last = epoch == cfg.epochs - 1 and j == len(order) - 1
-                if acc_tokens and (acc_tokens >= cfg.batch_tokens or last):
+                n_tok += sum(len(i) for i, _ in docs)
+                if acc_tokens and ends_step:
                     for g in opt.param_groups:
                         g["lr"] = _lr_at(step, total_steps, cfg)
                     scale = cfg.batch_tokens / acc_tokens  # turn the fixed divisor into an exact token mean

@@ -22,6 +22,16 @@ _NOUN = ("otter", "falcon", "ledger", "lantern", "harbor", "meadow", "pebble", "
          "lagoon", "maple", "nectar", "orbit", "prism", "ridge", "saffron", "tundra", "willow")
 
 
+def name_parts() -> tuple[str, ...]:
+    """Every organisation, adjective and noun a repository name can be built from."""
+    return (*_ORGS, *_ADJ, *_NOUN)
+
+
+def split_of(full_name: str) -> str:
+    """``train`` or ``heldout``: the half of the name space a full ``org/adjective-noun`` name belongs to."""
+    return _split_of(full_name)
+
+
 def _split_of(full_name: str) -> str:
     """Repository names are partitioned between splits by a hash bit, so splits never share a repository."""
     return "train" if hashlib.sha256(full_name.encode()).digest()[0] % 2 == 0 else "heldout"

@@ -1,4 +1,4 @@
-"""tgsuite train sft|rl|distill|loop|arms: train the model (SFT, RL with GRPO or targeted guidance, self-distillation)."""
+"""tgsuite train sft|rl|distill|loop|pretrain|arms: train the model (SFT, RL with GRPO or targeted guidance, self-distillation)."""
 
 from __future__ import annotations
 
@@ -69,6 +69,9 @@ def register(subparsers: Any) -> None:
     sft.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                      help="override an SFT setting, e.g. --set episodes=40 (fields of repro.sft.SFTConfig)")
     sft.set_defaults(func=_sft)
+    from repro.commands.train_pretrain import add_parser as add_pretrain
+
+    add_pretrain(sub)
     arms = sub.add_parser("arms", help="list the arm presets and what each overrides")
     arms.set_defaults(func=_arms)
     p.set_defaults(func=lambda a: (p.print_help(), 2)[1])

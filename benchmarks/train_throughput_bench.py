@@ -1,0 +1,140 @@
+"""Training throughput on this CPU: today's SFT path against the packed bf16-mixed path, in the same run.
+
+    python benchmarks/train_throughput_bench.py [--threads 2] [--steps 4] [--shape mini]
+
+What is timed (each a full optimizer step: forward, backward, AdamW), on synthetic documents shaped like mini expert
+episodes (lengths drawn around 2.4k tokens, ~11 % assistant targets; ``--doc-tokens`` to change):
+
+- ``baseline``: ``repro.sft.sft_losses`` one sequence per forward, float32, with the context loss on (the mini
+  preset's SFT path before packing: ``context_weight = 1``); also without the context loss;
+- ``packed-fp32``: ``repro.packing``, documents packed into forwards of at most ``--budget`` tokens, float32;
+- ``packed-bf16``: the same under the ``bf16-mixed`` policy (``repro.precision``: fp32 master weights and AdamW
+  state, bf16 autocast);
+- ``packed-bf16-alldocs``: packed-bf16 with a loss on every token (the pretraining case).
+
+Prints tokens/s (all tokens that went through the model, padding excluded), the ratio to the baseline, and the
+fraction of the bf16 matmul peak: the model FLOPs (6·N·tokens plus attention) per second against a large bf16
+matmul measured in the same run (``torch.mm`` 2048², the best of 5). Peak RSS at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import resource
+import time
+
+import torch
+
+from repro.models import ModelShape, build_model, count_params
+from repro.packing import pack, packed_nll
+from repro.precision import autocast
+from repro.sft import sft_losses
+
+
+def matmul_peak(threads: int, dtype: torch.dtype = torch.bfloat16, n: int = 2048) -> float:
+    """GFLOP/s of an n×n matmul (best of 5)."""
+    torch.set_num_threads(threads)
+    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    torch.mm(a, b)
+    best = 0.0
+    for _ in range(5):
+        t = time.perf_counter()
+        torch.mm(a, b)
+        best = max(best, 2 * n ** 3 / (time.perf_counter() - t) / 1e9)
+    return best
+
+
+def synthetic_docs(rng: random.Random, vocab: int, n: int, mean_len: int, act_share: float) -> list:
+    docs = []
+    for _ in range(n):
+        length = max(64, int(rng.gauss(mean_len, mean_len * 0.3)))
+        ids = [rng.randrange(10, vocab) for _ in range(length)]
+        act = [1 if rng.random() < act_share else 0 for _ in range(length)]
+        docs.append((ids, act))
+    return docs
+
+
+def model_flops(model: torch.nn.Module, shape: ModelShape, tokens: int, seq: int) -> float:
+    n = count_params(model)
+    attn = 12 * shape.num_hidden_layers * shape.num_attention_heads * shape.head_dim * seq * tokens / 2
+    return 6 * n * tokens + attn
+
+
+def time_baseline(model, docs, steps: int, *, context: bool) -> tuple[float, int]:
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    tok, t0 = 0, None
+    for i in range(steps + 1):
+        if i == 1:
+            t0, tok = time.perf_counter(), 0
+        ids, act = docs[i % len(docs)]
+        nll, n, cnll, cn = sft_losses(model, ids, act, context=context)
+        (nll / max(1, n) + cnll / max(1, cn)).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        tok += len(ids)
+    return tok / (time.perf_counter() - t0), tok
+
+
+def time_packed(model, docs, steps: int, *, budget: int, precision: str) -> tuple[float, int]:
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    batches, cur, room = [], [], budget
+    for d in docs:
+        if len(d[0]) > room and cur:
+            batches.append(pack(cur))
+            cur, room = [], budget
+        cur.append(d)
+        room -= len(d[0])
+    tok, t0 = 0, None
+    for i in range(steps + 1):
+        if i == 1:
+            t0, tok = time.perf_counter(), 0
+        b = batches[i % len(batches)]
+        with autocast(precision):
+            nll, n = packed_nll(model, b)
+        (nll / max(1, n)).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        tok += b.n_tokens
+    return tok / (time.perf_counter() - t0), tok
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--shape", default="mini")
+    ap.add_argument("--vocab", type=int, default=4096)
+    ap.add_argument("--doc-tokens", type=int, default=2400)
+    ap.add_argument("--budget", type=int, default=8192, help="tokens per packed forward")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    from repro.models import PRESETS
+
+    shape = PRESETS[args.shape]
+    rng = random.Random(0)
+    docs = synthetic_docs(rng, args.vocab, 24, args.doc_tokens, 0.11)
+    all_docs = [(ids, [1] * len(ids)) for ids, _ in docs]
+    peak = matmul_peak(args.threads)
+    print(f"bf16 matmul peak: {peak:.0f} GFLOP/s ({args.threads} threads); fp32: "
+          f"{matmul_peak(args.threads, torch.float32):.0f} GFLOP/s")
+    rows = []
+    base_tps, _ = time_baseline(build_model(args.shape, args.vocab, seed=0).train(), docs, args.steps, context=True)
+    rows.append(("baseline: mini SFT (fp32, 1 seq, +context)", base_tps, docs))
+    tps, _ = time_baseline(build_model(args.shape, args.vocab, seed=0).train(), docs, args.steps, context=False)
+    rows.append(("sft_losses fp32 1 seq, assistant only", tps, docs))
+    for name, prec, dd in (("packed-fp32", "fp32", docs), ("packed-bf16", "bf16-mixed", docs),
+                           ("packed-bf16-alldocs", "bf16-mixed", all_docs)):
+        m = build_model(args.shape, args.vocab, seed=0).train()
+        tps, _ = time_packed(m, dd, args.steps, budget=args.budget, precision=prec)
+        rows.append((name, tps, dd))
+    m = build_model(args.shape, args.vocab, seed=0)
+    print(f"model {args.shape}: {count_params(m) / 1e6:.2f}M parameters; packed batches of <= {args.budget} tokens")
+    for name, tps, _ in rows:
+        frac = model_flops(m, shape, 1, args.doc_tokens) * tps / 1e9 / peak
+        print(f"{name:38s} {tps:8.0f} tok/s  x{tps / base_tps:5.2f}  {frac:6.1%} of bf16 matmul peak")
+    print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()

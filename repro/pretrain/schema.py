@@ -1,0 +1,113 @@
+"""Typed records of pretraining: the config (model, optimisation, curriculum), probe scores and the manifest."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from repro.precision import Precision
+
+DocKind = Literal["repeat", "kv", "line", "episode", "episode_known", "world"]
+
+
+class Stage(BaseModel):
+    """One curriculum stage: ``steps`` optimizer steps, each batch a mixture of document kinds by ``mix`` weight."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    name: str = Field(pattern=r"^[A-Za-z0-9_]+$")
+    steps: int = Field(ge=1)
+    mix: dict[DocKind, float] = Field(min_length=1, description="document kind -> weight (normalised)")
+
+    @model_validator(mode="after")
+    def _weights(self) -> Stage:
+        if any(w < 0 for w in self.mix.values()) or sum(self.mix.values()) <= 0:
+            raise ValueError(f"stage {self.name}: mix weights must be >= 0 with a positive sum, got {self.mix}.")
+        return self
+
+
+class WorldCorpus(BaseModel):
+    """Stage B's source: the mini world's TRAIN split (``repro.pretrain.world``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    repos: int = Field(24, ge=1, description="train-split repositories generated for the corpus")
+    tasks_per_repo: int = Field(4, ge=1)
+    episodes: int = Field(192, ge=1, description="expert episodes collected once (renamed afresh at every use)")
+    hint_share: float = Field(0.3, ge=0, le=1)
+    seed: int = 1
+
+
+class PretrainConfig(BaseModel):
+    """Everything that decides a pretraining run's result; its hash (``recipe_sha256``) is the data recipe."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    model: Literal["nano", "mini"] = "mini"
+    vocab_size: int = Field(4096, ge=300)
+    tokenizer_docs: int = Field(600, ge=10, description="synthetic documents (plus the world sample) the BPE "
+                                "tokenizer is trained on")
+    precision: Precision = "bf16-mixed"
+    batch_tokens: int = Field(16384, ge=64, description="tokens per optimizer step (packed)")
+    max_doc_len: int = Field(2048, ge=16)
+    lr: float = Field(2e-3, gt=0)
+    min_lr_ratio: float = Field(0.1, ge=0, le=1)
+    warmup_steps: int = Field(100, ge=0)
+    decay_frac: float = Field(0.2, ge=0, le=1, description="warmup-stable-decay: the last share of all steps "
+                              "decays linearly to min_lr_ratio·lr")
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    stages: tuple[Stage, ...] = Field(min_length=1)
+    world: WorldCorpus = WorldCorpus()
+    probe_every: int = Field(50, ge=1)
+    probe_docs: int = Field(64, ge=4)
+    checkpoint_every_s: float = Field(300.0, gt=0)
+    seed: int = 0
+    torch_threads: int = Field(2, ge=1)
+
+    @model_validator(mode="after")
+    def _unique(self) -> PretrainConfig:
+        names = [s.name for s in self.stages]
+        if len(set(names)) != len(names):
+            raise ValueError(f"stage names must be unique, got {names}.")
+        return self
+
+    @property
+    def total_steps(self) -> int:
+        return sum(s.steps for s in self.stages)
+
+    def stage_at(self, step: int) -> Stage:
+        """The stage that step ``step`` (0-based) belongs to."""
+        for s in self.stages:
+            if step < s.steps:
+                return s
+            step -= s.steps
+        raise ValueError(f"step beyond the curriculum ({self.total_steps} steps).")
+
+    def recipe_sha256(self) -> str:
+        """sha256 of everything that decides the data and the optimisation (not threads or checkpoint timing)."""
+        d = self.model_dump(mode="json", exclude={"torch_threads", "checkpoint_every_s"})
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
+
+
+class ProbeScores(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    step: int
+    tokens_seen: int
+    induction: float = Field(description="token accuracy on the second copy of held-out random-token runs")
+    path_exact: float = Field(description="share of held-out episodes whose read_file path is copied exactly")
+    old_exact: float = Field(description="share of held-out episodes whose edit_file old line is copied exactly")
+    loss: dict[str, float] = Field(default_factory=dict, description="mean target NLL per probe kind")
+
+
+class PretrainState(BaseModel):
+    """``pretrain_state.json`` beside the checkpoints: where the run is (readable without torch)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    recipe_sha256: str
+    step: int
+    tokens_seen: int
+    wall_s: float
+    stage: str
+    probes: list[ProbeScores] = Field(default_factory=list)
+    status: Literal["running", "done"] = "running"
