@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.commands import doctor, images
+from tgsuite.commands import doctor, images
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,7 +52,7 @@ def test_not_enough_disk_fails(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_bad_argument_is_one_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
-    from repro.commands._common import CLIError
+    from tgsuite.commands._common import CLIError
 
     with pytest.raises(CLIError, match="--min-free-gb"):
         _run(capsys, "doctor", "--min-free-gb", "-1")
@@ -61,7 +61,7 @@ def test_bad_argument_is_one_clear_error(capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_images_build_with_dead_engine_is_a_cli_error(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from repro.commands._common import CLIError
+    from tgsuite.commands._common import CLIError
 
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-daemon.sock")
     with pytest.raises(CLIError, match="Fix: start the engine"):
@@ -85,8 +85,8 @@ def test_images_build_and_show_when_present(capsys: pytest.CaptureFixture[str], 
 
 
 def test_console_script_doctor_and_help() -> None:
-    """The installed `tgsuite` entry point (needs every command module of repro.cli to import)."""
-    help_text = subprocess.run([sys.executable, "-m", "repro.cli", "doctor", "--help"], capture_output=True, text=True, cwd=ROOT)
+    """The installed `tgsuite` entry point (needs every command module of tgsuite.cli to import)."""
+    help_text = subprocess.run([sys.executable, "-m", "tgsuite.cli", "doctor", "--help"], capture_output=True, text=True, cwd=ROOT)
     assert help_text.returncode == 0, help_text.stderr
     assert "example" in help_text.stdout and "--no-docker" in help_text.stdout
 

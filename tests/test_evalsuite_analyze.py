@@ -175,9 +175,9 @@ def test_sensitivities_are_reported_with_agreement(tmp_path):
 
 
 def _cli(argv: list[str]) -> int:
-    from repro.commands import analyze as analyze_cmd
-    from repro.commands import protocol as protocol_cmd
-    from repro.commands._common import CLIError
+    from tgsuite.commands import analyze as analyze_cmd
+    from tgsuite.commands import protocol as protocol_cmd
+    from tgsuite.commands._common import CLIError
 
     parser = argparse.ArgumentParser(prog="tgsuite")
     sub = parser.add_subparsers(dest="command")

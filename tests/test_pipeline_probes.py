@@ -1,4 +1,4 @@
-"""repro.pipeline_probes: the hint_probes study stage with the eval stage faked (known answers, resume, errors, the
+"""tgsuite.pipeline.probes: the hint_probes study stage with the eval stage faked (known answers, resume, errors, the
 report panel), the pairing of plain and probe frames, and one run through the real runner (pairing by seed)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-import repro.pipeline_studies as ps
+import tgsuite.pipeline.studies as ps
 from evalsuite.rates import StatsInputError
 from evalsuite.schema import AnalysisResult, Exploratory
 from harness.feedback import parse_feedback
@@ -19,10 +19,11 @@ from harness.interfaces import PolicyOutput
 from harness.probes import PROBES
 from harness.schema import ArmSpec, EpisodeMetrics, EpisodeResult, Message, RunManifest
 from reports.probes import hint_probes_section
-from repro.pipeline import _paths
-from repro.pipeline_presets import SMOKE
-from repro.pipeline_probes import hint_probes_result, probe_pairs
-from repro.stages import StageRunner
+from tgsuite.pipeline import steps
+from tgsuite.pipeline.steps import pipeline_paths as _paths
+from tgsuite.pipeline.presets import SMOKE
+from tgsuite.pipeline.probes import hint_probes_result, probe_pairs
+from tgsuite.pipeline.stages import StageRunner
 
 N_INST = 6
 
@@ -66,7 +67,7 @@ def evals(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[str], str | None]]
         kind = parse_feedback(feedback).kind if feedback else None  # type: ignore[union-attr]
         return _write_run(run_dir, arms, feedback, kind)
 
-    monkeypatch.setattr(ps, "_stage_eval", fake_eval)
+    monkeypatch.setattr(steps, "stage_eval", fake_eval)
     return calls
 
 
@@ -112,13 +113,13 @@ def test_hint_probes_stage_known_answers_and_resume(tmp_path: Path, evals: list[
 def test_a_foreign_run_directory_is_an_analysis_error(tmp_path: Path, evals: list[Any],
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Probe episodes carrying another hint kind (e.g. a corrective run) are refused, and the study says why."""
-    fake = ps._stage_eval
+    fake = steps.stage_eval
 
     def wrong_kind(run_dir: Path, heldout: Path, arms: dict[str, str], *args: Any, **kw: Any) -> dict[str, Any]:
         out = fake(run_dir, heldout, arms, *args, **kw)
         return out if args[-1] is None else _write_run(run_dir, arms, None, "correct")
 
-    monkeypatch.setattr(ps, "_stage_eval", wrong_kind)
+    monkeypatch.setattr(steps, "stage_eval", wrong_kind)
     ex = ps.run_studies(StageRunner(tmp_path, echo=lambda s: None), _ctx(tmp_path), {"hint_probes"})
     assert ex.hint_probes == []
     err = json.loads((tmp_path / "studies" / "studies.json").read_text())["errors"]["hint_probes"]
@@ -176,7 +177,7 @@ def test_real_runner_pairs_probe_and_plain_episodes_by_seed(tmp_path: Path) -> N
     from harness.runner import run_eval
     from harness.runner_episode import read_trajectory
     from harness.schema import TaskSet
-    from repro.pipeline_probes import probe_frame
+    from tgsuite.pipeline.probes import probe_frame
     from tests.harness_fakes import FakeFactory, make_calc_task
 
     inst, repo = make_calc_task(tmp_path / "repos", "calc-0")

@@ -1,4 +1,4 @@
-"""repro.pipeline_studies: study stages with fake training and evaluation (no Docker, no model), checked end to end
+"""tgsuite.pipeline.studies: study stages with fake training and evaluation (no Docker, no model), checked end to end
 through the real run-directory reader, the real evalsuite study analyses and the real stage runner."""
 
 from __future__ import annotations
@@ -10,14 +10,15 @@ from typing import Any
 import pandas as pd
 import pytest
 
-import repro.pipeline_studies as ps
+import tgsuite.pipeline.studies as ps
 from evalsuite.schema import Exploratory
 from harness.feedback import parse_feedback
 from harness.schema import ArmSpec, EpisodeMetrics, EpisodeResult, RunManifest
 from repro.checkpoint import CheckpointInfo
-from repro.pipeline import _paths
-from repro.pipeline_presets import SMOKE
-from repro.stages import StageRunner
+from tgsuite.pipeline import steps
+from tgsuite.pipeline.steps import pipeline_paths as _paths
+from tgsuite.pipeline.presets import SMOKE
+from tgsuite.pipeline.stages import StageRunner
 
 N_INST = 6
 FLOPS_PER_STEP = {"grpo": 100.0, "tg": 150.0}  # TG's extra 50 = the teacher forward
@@ -84,8 +85,8 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
         kind = getattr(parse_feedback(feedback), "kind", None) if feedback else None  # probe:NAME -> probe kind
         return _write_run(run_dir, arms, corrective=feedback is not None, kind=kind)
 
-    monkeypatch.setattr(ps, "_stage_train", fake_train)
-    monkeypatch.setattr(ps, "_stage_eval", fake_eval)
+    monkeypatch.setattr(steps, "stage_train", fake_train)
+    monkeypatch.setattr(steps, "stage_eval", fake_eval)
     return calls
 
 
@@ -233,9 +234,8 @@ def test_missing_main_checkpoint_names_the_fix(tmp_path: Path, fakes: dict[str, 
 @pytest.mark.slow
 def test_can_do_with_the_real_runner_and_scripted_expert(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Integration (local sandbox, no model): the scripted expert's plain summary fails markdown@v1; with the
-    corrective hint before finish it passes. Both evals go through the real runner: repro.pipeline._stage_eval for
+    corrective hint before finish it passes. Both evals go through the real runner: tgsuite.pipeline.steps.stage_eval for
     the plain answers and (with the corrective hint) for the corrective ones, then the real pairing and can_do_study."""
-    import repro.pipeline as pipeline
     from evalsuite.outcomes import load_run
     from harness.minirepos import make_mini
     from harness.policies import make_policy
@@ -243,7 +243,7 @@ def test_can_do_with_the_real_runner_and_scripted_expert(tmp_path: Path, monkeyp
     def expert(model_dir: str, name: str, preset: Any) -> Any:
         return make_policy("expert")
 
-    monkeypatch.setattr(pipeline, "_eval_policy", expert)
+    monkeypatch.setattr(steps, "eval_policy", expert)
     paths = _paths(tmp_path)
     make_mini(paths["heldout_tasks"], split="heldout", repos=1, tasks_per_repo=1, seed=0)
     preset = SMOKE.model_copy(update={"eval_sandbox": "local", "workers": 1, "eval_max_turns": 8})
@@ -251,8 +251,8 @@ def test_can_do_with_the_real_runner_and_scripted_expert(tmp_path: Path, monkeyp
                           ckpts={"base": "unused"}, excluded={})
     models = {"base": ps.StudyModel("base", "base", -1, "unused")}
     runner = StageRunner(tmp_path, echo=lambda s: None)
-    plain_dir = ps._eval(runner, ctx, "plain", models, None)
-    corr_dir = ps._eval(runner, ctx, "corr", models, "correct@before_finish")
+    plain_dir = ps.eval_models(runner, ctx, "plain", models, None)
+    corr_dir = ps.eval_models(runner, ctx, "corr", models, "correct@before_finish")
     assert plain_dir.parent == corr_dir.parent == paths["eval"] / "studies"
     plain, corr = ps.study_frame(plain_dir, models), ps.study_frame(corr_dir, models)
     assert list(corr["runner_arm"]) == ["base"] and "correct" in {r.feedback_kind for r in load_run(corr_dir).results}

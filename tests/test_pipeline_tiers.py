@@ -1,4 +1,4 @@
-"""repro.pipeline_tiers: the behaviour-tier study's stage wiring with fake SFT, training and evaluation stages (no
+"""tgsuite.pipeline.tiers: the behaviour-tier study's stage wiring with fake SFT, training and evaluation stages (no
 Docker, no model), checked through the real task-set filter, run-directory reader, Wilson rates and stage runner."""
 
 from __future__ import annotations
@@ -8,15 +8,16 @@ from typing import Any
 
 import pytest
 
-import repro.pipeline_studies as ps
-import repro.pipeline_tiers as pt
+import tgsuite.pipeline.studies as ps
+import tgsuite.pipeline.tiers as pt
 from evalsuite.rates import wilson_ci
 from harness.minirepos import make_mini
 from harness.schema import ArmSpec, BehaviourResult, EpisodeResult, RunManifest
 from harness.tasks import load_task_set
-from repro.pipeline import _paths
-from repro.pipeline_presets import SMOKE
-from repro.stages import StageRunner
+from tgsuite.pipeline import steps
+from tgsuite.pipeline.steps import pipeline_paths as _paths
+from tgsuite.pipeline.presets import SMOKE
+from tgsuite.pipeline.stages import StageRunner
 
 SIZES = pt.TierSizes(seeds=(0, 1))
 
@@ -77,9 +78,9 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
         calls["eval"].append((heldout, sorted(arms), feedback))
         return _write_run(run_dir, heldout, arms)
 
-    monkeypatch.setattr(pt, "_stage_sft", fake_sft)
-    monkeypatch.setattr(pt, "_stage_train", fake_train)
-    monkeypatch.setattr(pt, "_stage_eval", fake_eval)
+    monkeypatch.setattr(steps, "stage_sft", fake_sft)
+    monkeypatch.setattr(steps, "stage_train", fake_train)
+    monkeypatch.setattr(steps, "stage_eval", fake_eval)
     return calls
 
 
@@ -147,7 +148,14 @@ def test_run_studies_dispatches_tiers_alone(tmp_path: Path, fakes: dict[str, lis
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     assert "behaviour_tiers" in ps.STUDIES and ps.parse_studies("behaviour_tiers") == {"behaviour_tiers"}
     monkeypatch.setitem(pt.TIER_SIZES, "smoke", pt.TierSizes(seeds=(0,), tiers=("ask_first@v1",)))
-    monkeypatch.setattr(ps, "_stage_eval", lambda *a, **k: pytest.fail("no plain study eval without its models"))
+    tiers_eval = steps.stage_eval  # the fixture's fake: the tier study's own eval is expected
+
+    def no_plain_eval(run_dir: Path, *a: Any, **k: Any) -> dict[str, Any]:
+        if not run_dir.name.startswith("tiers_eval"):
+            pytest.fail("no plain study eval without its models")
+        return tiers_eval(run_dir, *a, **k)
+
+    monkeypatch.setattr(steps, "stage_eval", no_plain_eval)
     ex = ps.run_studies(StageRunner(tmp_path, echo=lambda s: None), _ctx(tmp_path), {"behaviour_tiers"})
     assert ex.behaviour_tiers is not None and ex.noisy_feedback is None and not ex.hint_probes
     assert [(r.tier, r.arm) for r in ex.behaviour_tiers.rows] == [("ask_first@v1", a) for a in ("base", "grpo", "tg")]
@@ -163,7 +171,7 @@ def test_tier_sizes_cover_presets_and_tier_configs_load() -> None:
 
     from harness.behaviour import get_checker
     from repro.config import load_config
-    from repro.pipeline_presets import PRESETS
+    from tgsuite.pipeline.presets import PRESETS
     from repro.wiring import hint_source
 
     assert set(pt.TIER_SIZES) == set(PRESETS)

@@ -178,7 +178,7 @@ def test_bad_inputs_name_file_and_fix(tmp_path: Path) -> None:
 
 
 def _cli(argv: list[str]) -> int:
-    from repro.commands import report
+    from tgsuite.commands import report
 
     parser = argparse.ArgumentParser(prog="tgsuite")
     report.register(parser.add_subparsers(dest="command"))
@@ -198,7 +198,7 @@ def test_cli_renders_and_gates(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "last 32 logged steps" in doc
     page = next((tmp_path / "r" / "trajectories").glob("*.html")).read_text()
     assert "trajectory.jsonl: not found" in page and "No patch.diff was recorded" in page
-    from repro.commands._common import CLIError
+    from tgsuite.commands._common import CLIError
 
     with pytest.raises(CLIError, match="given twice"):
         _cli([*argv, "--training", f"tg:0={tr['tg'][0]}"])

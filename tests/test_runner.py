@@ -185,8 +185,8 @@ def test_regrade_redecides_from_stored_output(tmp_path: Path) -> None:
 
 
 def test_cli_argument_helpers(tmp_path: Path) -> None:
-    from repro.commands._common import CLIError
-    from repro.commands.eval import _protocol_hash, parse_arms, parse_seeds
+    from tgsuite.commands._common import CLIError
+    from tgsuite.commands.eval import _protocol_hash, parse_arms, parse_seeds
 
     assert parse_seeds("0,1,2") == [0, 1, 2]
     for bad in ("", "0,0", "a"):
@@ -250,7 +250,7 @@ def test_oracle_resolves_and_null_does_not_docker(mini_heldout: TaskSet, tmp_pat
 
 def test_cli_eval_then_resume_then_regrade(mini_heldout: TaskSet, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "repro.cli", "eval", "--tasks", mini_heldout.path, "--policy", "oracle",
+    cmd = [sys.executable, "-m", "tgsuite.cli", "eval", "--tasks", mini_heldout.path, "--policy", "oracle",
            "--policy", "nothing=null", "--seeds", "0", "--out", str(out), "--sandbox", "local", "--workers", "2",
            "--no-progress"]
     first = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -260,7 +260,7 @@ def test_cli_eval_then_resume_then_regrade(mini_heldout: TaskSet, tmp_path: Path
     again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and "0 episodes to run" in again.stderr
     assert {p: p.read_bytes() for p in _results(out)} == before
-    regrade = subprocess.run([sys.executable, "-m", "repro.cli", "eval", "--tasks", mini_heldout.path, "--out",
+    regrade = subprocess.run([sys.executable, "-m", "tgsuite.cli", "eval", "--tasks", mini_heldout.path, "--out",
                               str(out), "--regrade"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert regrade.returncode == 0, regrade.stderr[-2000:]
     bad_cmd = [c if c != "0" else "0,0" for c in cmd]  # the seed list

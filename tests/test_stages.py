@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from repro.stages import StageRunner, canonical_hash
+from tgsuite.pipeline.stages import StageRunner, canonical_hash
 
 
 def _runner(tmp_path: Path, **kw: object) -> StageRunner:

@@ -203,8 +203,8 @@ def test_tar_gz_task_sets_are_deterministic_and_materialise(tmp_path: Path) -> N
 def test_cli_make_mini_and_validate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import argparse
 
-    from repro.commands import tasks as cmd
-    from repro.commands._common import CLIError
+    from tgsuite.commands import tasks as cmd
+    from tgsuite.commands._common import CLIError
 
     parser = argparse.ArgumentParser(prog="tgsuite")
     cmd.register(parser.add_subparsers(dest="command"))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.cli import main
+from tgsuite.cli import main
 from repro.compute import plan, plan_shape
 from repro.config import load_config
 

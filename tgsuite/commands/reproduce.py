@@ -1,4 +1,4 @@
-"""``tgsuite reproduce``: the mini reproduction end to end (see ``repro.pipeline``)."""
+"""``tgsuite reproduce``: the mini reproduction end to end (see ``tgsuite.pipeline.reproduce``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from repro.commands._common import CLIError
+from tgsuite.commands._common import CLIError
 
 EPILOG = """\
 examples:
@@ -36,13 +36,13 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from repro.pipeline import reproduce
-    from repro.pipeline_presets import PRESETS
+    from tgsuite.pipeline.reproduce import reproduce
+    from tgsuite.pipeline.presets import PRESETS
 
     preset = PRESETS.get(args.preset)
     if preset is None:
         raise CLIError(f"unknown preset {args.preset!r}; choose one of {sorted(PRESETS)}")
-    from repro.pipeline_studies import parse_studies
+    from tgsuite.pipeline.studies import parse_studies
 
     try:
         studies = frozenset(parse_studies(args.studies))

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from harness.probes import PROBES, Probe
-from repro.pipeline_studies import StudyContext, StudyModel, StudySizes, _eval
-from repro.stages import StageRunner
+from tgsuite.pipeline.study_context import StudyContext, StudyModel, StudySizes, eval_models
+from tgsuite.pipeline.stages import StageRunner
 
 if TYPE_CHECKING:
     from evalsuite.schema import HintProbeResult, ProbeInfo
@@ -113,6 +113,6 @@ def run_hint_probes(runner: StageRunner, ctx: StudyContext, sizes: StudySizes, m
     plain = probe_frame(dirs["plain"], chosen)
     probed = {}
     for name, p in sorted(PROBES.items()):
-        dirs[f"probe_{name}"] = _eval(runner, ctx, f"study_eval_probe_{name}_v{p.version}", chosen, f"probe:{name}")
+        dirs[f"probe_{name}"] = eval_models(runner, ctx, f"study_eval_probe_{name}_v{p.version}", chosen, f"probe:{name}")
         probed[name] = probe_frame(dirs[f"probe_{name}"], chosen)
     return hint_probes_result(plain, probed)

@@ -6,7 +6,7 @@ import argparse
 import json
 import time
 
-from repro.commands._common import CLIError
+from tgsuite.commands._common import CLIError
 
 EPILOG = """\
 examples:
@@ -89,7 +89,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry (``python -m repro.commands.images build``), used by scripts/setup.sh."""
+    """Stand-alone entry (``python -m tgsuite.commands.images build``), used by scripts/setup.sh."""
     import logging
     import sys
 

@@ -148,7 +148,7 @@ def format_checks(checks: list[Check]) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from repro.commands._common import CLIError
+    from tgsuite.commands._common import CLIError
 
     if args.min_free_gb < 0:
         raise CLIError(f"--min-free-gb must be >= 0, got {args.min_free_gb}. Fix: e.g. --min-free-gb 5.")

@@ -1,6 +1,6 @@
 """The one console script, ``tgsuite``.
 
-Each sub-command lives in its own module under ``repro/commands/`` and exposes
+Each sub-command lives in its own module under ``tgsuite/commands/`` and exposes
 ``register(subparsers) -> None``; the module adds its parser(s) and sets ``func`` (returns an exit code).
 Every command is also a plain Python call in the package that owns the work; this file only wires them up.
 """
@@ -13,19 +13,19 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from repro.commands._common import CLIError
+from tgsuite.commands._common import CLIError
 
 # Order = order in `tgsuite --help`.
 COMMAND_MODULES: tuple[str, ...] = (
-    "repro.commands.doctor",
-    "repro.commands.images",
-    "repro.commands.tasks",
-    "repro.commands.eval",
-    "repro.commands.train",
-    "repro.commands.protocol",
-    "repro.commands.analyze",
-    "repro.commands.report",
-    "repro.commands.reproduce",
+    "tgsuite.commands.doctor",
+    "tgsuite.commands.images",
+    "tgsuite.commands.tasks",
+    "tgsuite.commands.eval",
+    "tgsuite.commands.train",
+    "tgsuite.commands.protocol",
+    "tgsuite.commands.analyze",
+    "tgsuite.commands.report",
+    "tgsuite.commands.reproduce",
 )
 
 DESCRIPTION = """\

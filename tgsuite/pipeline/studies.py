@@ -18,9 +18,9 @@ Studies (select any subset with :func:`parse_studies`; every one is labelled exp
   ``tg_no_think_kl``, the λ sweep) trained × seeds and evaluated like the main arms; per-arm rates with Wilson CIs
   are written to ``<out>/studies/studies.json`` (``Exploratory`` has no ablation field).
 - ``hint_probes``: side effects of fixed hints ("explain your change", "ask before editing" on an approved task) on
-  the can-do models, paired with their plain episodes: edit, resolved and blocked rates (``repro.pipeline_probes``).
+  the can-do models, paired with their plain episodes: edit, resolved and blocked rates (``tgsuite.pipeline.probes``).
 - ``behaviour_tiers``: format / style / tension tiers (``tool_args@v1``, ``markdown@v1``, ``ask_first@v1``): GRPO
-  and TG per tier from a base taught all three, on the UNSEEN held-out repositories (``repro.pipeline_tiers``).
+  and TG per tier from a base taught all three, on the UNSEEN held-out repositories (``tgsuite.pipeline.tiers``).
 
 Every study checkpoint is evaluated in one resumable run directory, ``<out>/eval/studies/study_eval_plain-<hash>`` (no
 hints), and the can-do corrective answers in ``<out>/eval/studies/study_eval_corrective-<hash>``. Runner arm names are ``<label>_s<seed>`` (``base``
@@ -32,16 +32,26 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from repro.pipeline import _stage_eval, _stage_train
-from repro.pipeline_presets import Preset
-from repro.stages import StageRunner, atomic_write_json, canonical_hash
+from tgsuite.pipeline.probes import run_hint_probes
+from tgsuite.pipeline.stages import StageRunner, atomic_write_json, canonical_hash
+from tgsuite.pipeline.study_context import (
+    HINT_QUALITY,
+    NOISY_MIXES,
+    STUDY_SIZES,
+    StudyContext,
+    StudyModel,
+    StudySizes,
+    StudyStages,
+    default_stages,
+    eval_models,
+    mix_score,
+)
+from tgsuite.pipeline.tiers import run_behaviour_tiers
 
 if TYPE_CHECKING:
     from evalsuite.schema import (
@@ -53,94 +63,19 @@ if TYPE_CHECKING:
         NoisyFeedbackResult,
     )
 
+__all__ = ["HINT_QUALITY", "NOISY_MIXES", "STUDY_SIZES", "StudyContext", "StudyModel", "StudySizes", "StudyStages",
+           "default_stages", "eval_models", "mix_score"]
+
 log = logging.getLogger(__name__)
 
 StudyName = Literal["noisy_feedback", "can_do", "equal_compute", "ablations", "hint_probes", "behaviour_tiers"]
 STUDIES: tuple[str, ...] = get_args(StudyName)
-HINT_QUALITY = {"correct": 0.0, "irrelevant": 0.5, "wrong": 1.0}  # the scale of evalsuite.studies.wrong_fraction
 ENDPOINTS = ("behaviour_ok", "code_ok", "joint_ok")
-
-
-def mix_score(mix: dict[str, float]) -> float:
-    """Expected hint-quality score of a training mix on ``evalsuite.studies``' scale (correct 0 … wrong 1)."""
-    return float(sum(w * HINT_QUALITY[k] for k, w in mix.items()))
 
 
 def mix_label(mix: dict[str, float]) -> str:
     """Readable label of a training mix, e.g. ``train:correct=0.75,wrong=0.25``."""
     return "train:" + ",".join(f"{k}={mix[k]:g}" for k in sorted(mix))
-
-
-class StudySizes(BaseModel):
-    """How big each study is for one preset (``STUDY_SIZES``)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    seeds: tuple[int, ...] = Field(description="training seeds of every study run; each must be a main-arm seed")
-    noisy_mixes: dict[str, dict[str, float]] = Field(description="name -> training hint mix (kind -> probability)")
-    can_do_labels: tuple[str, ...] = Field(default=("base", "grpo", "tg"),
-                                           description="'base' and/or main arms (can-do and hint-probe models)")
-    corrective: str = Field(default="correct@before_finish", description="harness.feedback.parse_feedback spec")
-    ablations: tuple[str, ...] = Field(description="arm presets of repro/configs/arms.toml")
-    tuning_trials: int = Field(default=1, ge=1, description="hyperparameter trials per arm (none are tuned here)")
-
-    @field_validator("noisy_mixes")
-    @classmethod
-    def _mixes(cls, v: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
-        for name, mix in v.items():
-            if set(mix) - set(HINT_QUALITY) or abs(sum(mix.values()) - 1.0) > 1e-6 or min(mix.values()) < 0:
-                raise ValueError(f"noisy_mixes[{name!r}] = {mix}: use kinds correct/irrelevant/wrong with "
-                                 "probabilities >= 0 summing to 1, e.g. {'correct': 0.75, 'wrong': 0.25}")
-            if mix_score(mix) <= 0:
-                raise ValueError(f"noisy_mixes[{name!r}] is all correct: that is the main tg arm; drop it")
-        return v
-
-
-NOISY_MIXES: dict[str, dict[str, float]] = {
-    "half_irrelevant": {"correct": 0.5, "irrelevant": 0.5},
-    "quarter_wrong": {"correct": 0.75, "wrong": 0.25},
-}
-STUDY_SIZES: dict[str, StudySizes] = {
-    # smoke: every study path once, one seed, one ablation; decides nothing
-    "smoke": StudySizes(seeds=(0,), noisy_mixes=NOISY_MIXES, can_do_labels=("base", "tg"),
-                        ablations=("tg_no_fmt_reward",)),
-    # mini: the real study, on all three training seeds
-    "mini": StudySizes(seeds=(0, 1, 2), noisy_mixes=NOISY_MIXES, can_do_labels=("base", "grpo", "tg"),
-                       ablations=("tg_all_turns", "tg_no_fmt_reward", "tg_no_think_kl", "tg_lambda_0.01",
-                                  "tg_lambda_0.03", "tg_lambda_0.3", "tg_lambda_1.0", "tg_lambda_3.0")),
-}
-
-
-@dataclass(frozen=True)
-class StudyContext:
-    """What ``repro.pipeline.reproduce`` has computed by the end of its main eval stage."""
-
-    preset: Preset
-    paths: dict[str, Path]  # repro.pipeline._paths(out)
-    protocol_sha256: str  # frozen["sha256"]
-    heldout_sha256: str  # held_ts["sha256"]
-    sft_report: dict[str, Any]  # sft["report"]
-    ckpts: dict[str, str]  # "base" and "<arm>@s<seed>" -> checkpoint directory
-    excluded: dict[str, list[str]]  # _excluded_tests(heldout)
-    sizes: StudySizes | None = None  # default STUDY_SIZES[preset.name]
-
-    def study_sizes(self) -> StudySizes:
-        if self.sizes is not None:
-            return self.sizes
-        if self.preset.name not in STUDY_SIZES:
-            raise ValueError(f"no study sizes for preset {self.preset.name!r}; add it to "
-                             f"repro.pipeline_studies.STUDY_SIZES (known: {', '.join(STUDY_SIZES)})")
-        return STUDY_SIZES[self.preset.name]
-
-
-@dataclass(frozen=True)
-class StudyModel:
-    """One evaluated model of the studies: runner arm name, study label, training seed (-1: base), directory."""
-
-    runner_arm: str
-    label: str
-    seed: int
-    path: str
 
 
 def parse_studies(spec: str) -> set[str]:
@@ -293,13 +228,13 @@ def _main_models(ctx: StudyContext, sizes: StudySizes, studies: set[str]) -> dic
 
 def _train(runner: StageRunner, ctx: StudyContext, label: str, arm: str, seed: int,
            extra: dict[str, Any]) -> StudyModel:
-    """Train one study run with ``repro.pipeline._stage_train`` (the preset's RL settings plus ``extra``)."""
+    """Train one study run with ``StudyContext.stages.train`` (the preset's RL settings plus ``extra``)."""
     run_dir = ctx.paths["train"] / "studies" / label / f"s{seed}"
     preset = ctx.preset.model_copy(update={"rl": {**ctx.preset.rl, **extra}})
     inputs = {"sft": ctx.sft_report.get("model_dir"), "sft_inputs": canonical_hash(ctx.sft_report),
               "rl": preset.rl, "arm": arm, "seed": seed, "protocol": ctx.protocol_sha256, "label": label}
     rec = runner.run(f"study_train_{label}_s{seed}", inputs,
-                     lambda: _stage_train(run_dir, ctx.paths, preset, arm, seed, ctx.protocol_sha256))
+                     lambda: ctx.stages.train(run_dir, ctx.paths, preset, arm, seed, ctx.protocol_sha256))
     return StudyModel(f"{label}_s{seed}", label, seed, rec["paths"]["checkpoint"])
 
 
@@ -329,34 +264,6 @@ def _train_studies(runner: StageRunner, ctx: StudyContext, sizes: StudySizes, st
         jobs += [(arm, arm, {}) for arm in sizes.ablations]
     models = [_train(runner, ctx, label, arm, seed, extra) for label, arm, extra in jobs for seed in sizes.seeds]
     return {m.runner_arm: m for m in models}, eqc_steps
-
-
-def _model_key(path: str) -> str:
-    """The checkpoint's weights hash when it has a checkpoint.json (retrained → re-evaluated), else its path."""
-    from repro.checkpoint import read_info
-
-    try:
-        return read_info(Path(path)).sha256
-    except (FileNotFoundError, ValueError):
-        return path
-
-
-def _eval(runner: StageRunner, ctx: StudyContext, name: str, models: dict[str, StudyModel],
-          feedback: str | None) -> Path:
-    """Evaluate ``models`` on the held-out set as stage ``name``; returns the run directory.
-
-    The directory is ``<out>/eval/studies/<name>-<input hash>``: an interrupted eval resumes in place, while new
-    inputs (a retrained checkpoint at the same path, another model set) start a fresh run instead of mixing in
-    episodes of the old weights (the runner identifies a policy by its path only)."""
-    arms = {m.runner_arm: m.path for m in models.values()}
-    p = ctx.preset.model_dump(mode="json")
-    inputs = {"models": {k: _model_key(v) for k, v in sorted(arms.items())}, "tasks": ctx.heldout_sha256,
-              "protocol": ctx.protocol_sha256, "eval": {k: v for k, v in p.items() if k.startswith("eval_")},
-              "feedback": feedback}
-    run_dir = ctx.paths["eval"] / "studies" / f"{name}-{canonical_hash(inputs)[:12]}"
-    runner.run(name, inputs, lambda: _stage_eval(run_dir, ctx.paths["heldout_tasks"], arms, ctx.preset,
-                                                 ctx.protocol_sha256, ctx.excluded, feedback))
-    return run_dir
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -405,8 +312,6 @@ def run_studies(runner: StageRunner, ctx: StudyContext, studies: set[str]) -> Ex
     ablation rates, the reason a study's analysis could not run)."""
     from evalsuite.rates import StatsInputError
     from evalsuite.schema import Exploratory
-    from repro.pipeline_probes import run_hint_probes
-    from repro.pipeline_tiers import run_behaviour_tiers
 
     unknown = sorted(set(studies) - set(STUDIES))
     if unknown:
@@ -417,13 +322,13 @@ def run_studies(runner: StageRunner, ctx: StudyContext, studies: set[str]) -> Ex
     models = _main_models(ctx, sizes, studies)
     trained, eqc_steps = _train_studies(runner, ctx, sizes, studies)
     models.update(trained)
-    dirs = {"plain": _eval(runner, ctx, "study_eval_plain", models, None)} if models else {}  # none: tiers only
+    dirs = {"plain": eval_models(runner, ctx, "study_eval_plain", models, None)} if models else {}  # none: tiers only
     frame = study_frame(dirs["plain"], models) if models else pd.DataFrame(columns=["label", *ENDPOINTS])
     out: dict[str, Any] = {"noisy_feedback": None, "equal_compute": None, "can_do_vs_does_do": []}
     errors: dict[str, str] = {}
     if "can_do" in studies:
         cd = {k: m for k, m in models.items() if m.label in sizes.can_do_labels}
-        dirs["corrective"] = _eval(runner, ctx, "study_eval_corrective", cd, sizes.corrective)
+        dirs["corrective"] = eval_models(runner, ctx, "study_eval_corrective", cd, sizes.corrective)
     analyses = {
         "noisy_feedback": lambda: noisy_result(frame, sizes.noisy_mixes),
         "equal_compute": lambda: equal_compute_result(frame, models, eqc_steps or 0, sizes.tuning_trials),

@@ -9,17 +9,17 @@ Three behaviour tiers, each a checker of ``harness.behaviour.CHECKERS``:
 
 Stages (all resumable, all under ``<out>/train/studies/tiers/`` and ``<out>/eval/studies/``):
 
-- ``tiers_sft``: an SFT base trained like the main one (``repro.pipeline._stage_sft`` with the preset's ``sft``
+- ``tiers_sft``: an SFT base trained like the main one (``tgsuite.pipeline.steps.stage_sft`` with the preset's ``sft``
   settings) but whose hinted expert episodes carry the reminder of one of the three tiers
   (``hint_checkers``; ``TierSizes.sft_hint_share`` of the episodes are hinted, split evenly over the tiers), so the
   base can comply when reminded and rarely does unprompted.
-- ``tiers_train_<arm>_<tier>_s<seed>``: for each tier, arms ``grpo`` and ``tg`` (``repro.pipeline._stage_train``,
+- ``tiers_train_<arm>_<tier>_s<seed>``: for each tier, arms ``grpo`` and ``tg`` (``tgsuite.pipeline.steps.stage_train``,
   the preset's RL settings plus ``reward.checker = <tier>``: the format reward, TG's failing-turn gating and its
   hints all target the tier) from that base, × the study's seeds.
 - ``tiers_tasks``: the held-out instances of the UNSEEN tier only (``template_tier == "unseen_templates"``:
   templates and names never used in training), written as their own task set with the three tier checkers added
   to each instance's ``behaviour``, so every episode is judged by all three.
-- ``tiers_eval``: the base and every tier checkpoint on that set, without hints (``repro.pipeline._stage_eval``).
+- ``tiers_eval``: the base and every tier checkpoint on that set, without hints (``tgsuite.pipeline.steps.stage_eval``).
 
 Analysis (descriptive, exploratory): per tier and arm (``base``, ``grpo``, ``tg``; training seeds pooled) the
 compliance rate (episodes whose tier checker passes / scored episodes), the same over episodes with at least one
@@ -38,9 +38,8 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from repro.pipeline import _stage_eval, _stage_sft, _stage_train
-from repro.pipeline_studies import StudyContext, StudyModel, _model_key
-from repro.stages import StageRunner, atomic_write_json, canonical_hash
+from tgsuite.pipeline.study_context import StudyContext, StudyModel, model_key
+from tgsuite.pipeline.stages import StageRunner, atomic_write_json, canonical_hash
 
 if TYPE_CHECKING:
     from evalsuite.schema import BehaviourTiersResult
@@ -73,7 +72,7 @@ TIER_SIZES: dict[str, TierSizes] = {
 def tier_sizes(preset_name: str) -> TierSizes:
     if preset_name not in TIER_SIZES:
         raise ValueError(f"no behaviour-tier sizes for preset {preset_name!r}; add it to "
-                         f"repro.pipeline_tiers.TIER_SIZES (known: {', '.join(TIER_SIZES)})")
+                         f"tgsuite.pipeline.tiers.TIER_SIZES (known: {', '.join(TIER_SIZES)})")
     return TIER_SIZES[preset_name]
 
 
@@ -133,7 +132,7 @@ def _sft(runner: StageRunner, ctx: StudyContext, sizes: TierSizes, root: Path) -
     preset = ctx.preset.model_copy(update={"sft": sft})
     paths = {**ctx.paths, "sft": root / "sft"}
     inputs = {"tasks": _train_tasks_sha(ctx), "sft": sft, "seed": ctx.preset.task_seed}
-    return runner.run("tiers_sft", inputs, lambda: _stage_sft(paths, preset))
+    return runner.run("tiers_sft", inputs, lambda: ctx.stages.sft(paths, preset))
 
 
 def _train(runner: StageRunner, ctx: StudyContext, sizes: TierSizes, root: Path,
@@ -141,7 +140,7 @@ def _train(runner: StageRunner, ctx: StudyContext, sizes: TierSizes, root: Path,
     """Every (tier, arm, seed) RL run from the tier base; returns the models and each one's trained tier."""
     models: dict[str, StudyModel] = {}
     trained: dict[str, str] = {}
-    paths = {**ctx.paths, "sft": root / "sft"}  # _stage_train starts from <paths["sft"]>/model
+    paths = {**ctx.paths, "sft": root / "sft"}  # stage_train starts from <paths["sft"]>/model
     for tier in sizes.tiers:
         preset = ctx.preset.model_copy(update={"rl": {**ctx.preset.rl, "reward.checker": tier}})
         for arm in sizes.arms:
@@ -150,7 +149,7 @@ def _train(runner: StageRunner, ctx: StudyContext, sizes: TierSizes, root: Path,
                 inputs = {"sft": sft["paths"]["model"], "sft_inputs": canonical_hash(sft.get("report", sft)),
                           "rl": preset.rl, "arm": arm, "seed": seed, "protocol": ctx.protocol_sha256}
                 rec = runner.run(f"tiers_train_{arm}_{slug(tier)}_s{seed}", inputs,
-                                 lambda a=arm, s=seed, d=run_dir, p=preset: _stage_train(d, paths, p, a, s,
+                                 lambda a=arm, s=seed, d=run_dir, p=preset: ctx.stages.train(d, paths, p, a, s,
                                                                                          ctx.protocol_sha256))
                 m = StudyModel(f"{arm}_{slug(tier)}_s{seed}", arm, seed, rec["paths"]["checkpoint"])
                 models[m.runner_arm] = m
@@ -158,14 +157,14 @@ def _train(runner: StageRunner, ctx: StudyContext, sizes: TierSizes, root: Path,
     return models, trained
 
 
-def _eval(runner: StageRunner, ctx: StudyContext, tasks: dict[str, Any], models: dict[str, StudyModel]) -> Path:
+def eval_models(runner: StageRunner, ctx: StudyContext, tasks: dict[str, Any], models: dict[str, StudyModel]) -> Path:
     arms = {m.runner_arm: m.path for m in models.values()}
     p = ctx.preset.model_dump(mode="json")
-    inputs = {"models": {k: _model_key(v) for k, v in sorted(arms.items())}, "tasks": tasks["sha256"],
+    inputs = {"models": {k: model_key(v) for k, v in sorted(arms.items())}, "tasks": tasks["sha256"],
               "protocol": ctx.protocol_sha256, "eval": {k: v for k, v in p.items() if k.startswith("eval_")}}
     run_dir = ctx.paths["eval"] / "studies" / f"tiers_eval-{canonical_hash(inputs)[:12]}"
     task_dir = Path(tasks["paths"]["tasks"]).parent
-    runner.run("tiers_eval", inputs, lambda: _stage_eval(run_dir, task_dir, arms, ctx.preset, ctx.protocol_sha256,
+    runner.run("tiers_eval", inputs, lambda: ctx.stages.evaluate(run_dir, task_dir, arms, ctx.preset, ctx.protocol_sha256,
                                                          ctx.excluded, None))
     return run_dir
 
@@ -244,7 +243,7 @@ def run_behaviour_tiers(runner: StageRunner, ctx: StudyContext, sizes: TierSizes
     task_dir = ctx.paths["heldout_tasks"].parent / "heldout_unseen_tiers"
     tasks = runner.run("tiers_tasks", {"heldout": ctx.heldout_sha256, "tiers": list(TIERS), "code": "tiers_tasks@1"},
                        lambda: write_unseen_tasks(ctx.paths["heldout_tasks"], task_dir, TIERS))
-    run_dir = _eval(runner, ctx, tasks, models)
+    run_dir = eval_models(runner, ctx, tasks, models)
     frame = tier_frame(run_dir, models, trained)
     res = tiers_result(frame, sizes, task_set=tasks["name"], n_instances=len(tasks["instance_ids"]))
     atomic_write_json(ctx.paths["eval"].parent / "studies" / "behaviour_tiers.json",
