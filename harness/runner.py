@@ -96,7 +96,7 @@ def plan_work(out_dir: Path, instances: Sequence[TaskInstance], arms: Sequence[s
         for arm in arms:
             for seed in seeds:
                 eseed = episode_seed(run_seed, inst.instance_id, seed)
-                attempts = _attempt_indices(episode_dir(out_dir, inst.instance_id, arm, seed))
+                attempts = attempt_indices(episode_dir(out_dir, inst.instance_id, arm, seed))
                 if not attempts:
                     todo.append(EpisodeJob(inst, arm, seed, 0, eseed))
                     continue
@@ -116,7 +116,7 @@ def plan_work(out_dir: Path, instances: Sequence[TaskInstance], arms: Sequence[s
     return Plan(todo, done, exhausted)
 
 
-def _attempt_indices(d: Path) -> list[int]:
+def attempt_indices(d: Path) -> list[int]:
     if not d.is_dir():
         return []
     return sorted(int(p.name[1:]) for p in d.iterdir() if p.is_dir() and re.fullmatch(r"a\d+", p.name))
@@ -275,7 +275,7 @@ def rebuild_results(out_dir: str | Path, instances: Sequence[TaskInstance] | Non
         if (keep_i is not None and iid not in keep_i) or (keep_a is not None and arm not in keep_a) or (
                 keep_s is not None and seed not in keep_s):
             continue
-        for a in reversed(_attempt_indices(sdir)):
+        for a in reversed(attempt_indices(sdir)):
             res = read_result(sdir / f"a{a}")
             if res is not None:
                 results.append(res)

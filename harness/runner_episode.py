@@ -176,7 +176,7 @@ def run_attempt(job: EpisodeJob, policy: Policy, ctx: EpisodeContext) -> Episode
                     type(exc).__name__, phase, exc_info=log.isEnabledFor(logging.DEBUG))
         outcome = classify_exception(exc, phase=phase)  # type: ignore[arg-type]
     with timer.phase("behaviour"):
-        result = _result(job, ctx, traj, grade, outcome)
+        result = episode_result(job, ctx, traj, grade, outcome)
     atomic_write_text(d / "timing.json", json.dumps(timer.t, indent=1))
     atomic_write_text(d / RESULT_FILE, result.model_dump_json(indent=1))
     return result
@@ -221,7 +221,7 @@ def _control(job: EpisodeJob, ctx: EpisodeContext) -> Grade:
     return ctx.controls.get_or_run(inst.instance_id, "gold", digest, GRADER_VERSION, run)
 
 
-def _result(job: EpisodeJob, ctx: EpisodeContext, traj: Trajectory | None, grade: Grade | None,
+def episode_result(job: EpisodeJob, ctx: EpisodeContext, traj: Trajectory | None, grade: Grade | None,
             outcome: Outcome) -> EpisodeResult:
     inst = job.instance
     scored = outcome.failure_class in ("none", "agent")

@@ -17,8 +17,8 @@ from pathlib import Path
 from harness.grading import GRADER_VERSION, STDERR_SEPARATOR, grade_from_output
 from harness.infra import ControlCache, Outcome, agent_outcome, atomic_write_text, settle_ambiguous
 from harness.interfaces import EpisodeLimits
-from harness.runner import _attempt_indices, rebuild_results, run_lock
-from harness.runner_episode import RESULT_FILE, EpisodeContext, EpisodeJob, _result, read_result, read_trajectory
+from harness.runner import attempt_indices, rebuild_results, run_lock
+from harness.runner_episode import RESULT_FILE, EpisodeContext, EpisodeJob, episode_result, read_result, read_trajectory
 from harness.runner_manifest import read_manifest
 from harness.schema import EpisodeResult, Grade, TaskSet
 
@@ -60,7 +60,7 @@ def _regrade_all(out: Path, by_id: dict, ctx: EpisodeContext, digests: dict[str,
     n = 0
     for sdir in sorted((out / "episodes").glob("*/*/s*")):
         inst = by_id.get(sdir.parent.parent.name)
-        attempts = _attempt_indices(sdir)
+        attempts = attempt_indices(sdir)
         if inst is None or not attempts:
             continue
         adir = sdir / f"a{attempts[-1]}"
@@ -83,7 +83,7 @@ def _regrade_attempt(adir: Path, old: EpisodeResult, inst, ctx: EpisodeContext, 
         if control is not None:
             outcome = settle_ambiguous(grade, control)
     job = EpisodeJob(inst, old.arm, old.seed, old.attempt, traj.seed)
-    return _result(job, ctx, traj, grade, outcome)
+    return episode_result(job, ctx, traj, grade, outcome)
 
 
 def _stored_grade(gdir: Path, old: EpisodeResult, inst, excluded: list[str]) -> Grade | None:

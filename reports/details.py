@@ -9,7 +9,7 @@ from __future__ import annotations
 from evalsuite.schema import AnalysisResult, BreakdownRow
 from reports import format as fmt
 from reports.model import Cell, Section, Table
-from reports.sections import VERDICT_TONE, _rate
+from reports.sections import VERDICT_TONE, rate_text
 
 BY_TITLE = {"repo": "repository", "difficulty": "difficulty", "template_tier": "template tier"}
 
@@ -80,8 +80,8 @@ def sensitivity_section(a: AnalysisResult) -> Section:
 
 
 def _breakdown_table(by: str, rows: list[BreakdownRow]) -> Table:
-    body = [[Cell(text=r.level), Cell(text=r.endpoint), Cell(text=f"{r.n_tasks:,}"), Cell(text=_rate(r.treatment)),
-             Cell(text=_rate(r.baseline)), Cell(text=fmt.pp(r.estimate)), Cell(text=fmt.interval(r.ci_low, r.ci_high))]
+    body = [[Cell(text=r.level), Cell(text=r.endpoint), Cell(text=f"{r.n_tasks:,}"), Cell(text=rate_text(r.treatment)),
+             Cell(text=rate_text(r.baseline)), Cell(text=fmt.pp(r.estimate)), Cell(text=fmt.interval(r.ci_low, r.ci_high))]
             for r in rows]
     methods = sorted({r.method for r in rows})
     return Table(id=f"breakdown-{by}", header=[BY_TITLE[by], "endpoint", "tasks", "treatment", "baseline", "Δ",

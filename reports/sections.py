@@ -125,7 +125,7 @@ def criteria_section(a: AnalysisResult) -> Section:
                    f"baseline = {a.arms.get('baseline', '?')}.")
 
 
-def _rate(r: RateCI | None) -> str:
+def rate_text(r: RateCI | None) -> str:
     if r is None:
         return fmt.DASH
     return f"{fmt.pct(r.rate)} {fmt.interval(r.ci_low, r.ci_high, scale='pct')} (n = {r.n:,})"
@@ -157,7 +157,7 @@ def outcomes_section(a: AnalysisResult) -> Section:
         id="arm-rates", header=["arm", "role", "seeds", "scored episodes", *endpoints],
         rows=[[Cell(text=s.arm), Cell(text=s.role), Cell(text=", ".join(map(str, s.seeds))),
                Cell(text=f"{s.n_scored_episodes:,}"),
-               *[Cell(text=_rate(next((r for r in s.rates if r.endpoint == e), None))) for e in endpoints]]
+               *[Cell(text=rate_text(next((r for r in s.rates if r.endpoint == e), None))) for e in endpoints]]
               for s in a.arm_summaries],
         caption="Rates with their CI as computed by the analysis (method per rate: "
         + ", ".join(sorted({r.method for s in a.arm_summaries for r in s.rates})) + ").",

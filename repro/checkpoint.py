@@ -239,3 +239,17 @@ def json_default(obj: Any) -> Any:
 
 def dumps(data: Any) -> str:
     return json.dumps(data, default=json_default, indent=2)
+
+
+def load_weights(model: torch.nn.Module, ckpt_dir: Path) -> None:
+    """Load ``ckpt_dir/model.safetensors`` into ``model`` (a tied ``lm_head`` may be absent); a mismatch raises."""
+    from safetensors.torch import load_file
+
+    state = load_file(str(Path(ckpt_dir) / "model.safetensors"))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    bad_missing = [k for k in missing if not k.endswith("lm_head.weight")]
+    if bad_missing or unexpected:
+        raise RuntimeError(f"{ckpt_dir}/model.safetensors does not match the model: missing {bad_missing[:5]}, "
+                           f"unexpected {unexpected[:5]}; resume with the same model preset")
+    if hasattr(model, "tie_weights"):
+        model.tie_weights()

@@ -23,7 +23,6 @@ import math
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,35 +34,18 @@ from repro.compute import ComputeLedger, count_params, forward_flops, train_flop
 from repro.config import ConfigError, TrainConfig, load_saved, to_toml
 from repro.pipeline_async import AsyncProducer, StalenessStats, WeightStore, clone_for_producer, take_fresh
 from repro.rollout import (
-    EnvFactory,
     RolloutSample,
     RolloutSettings,
-    TurnChecker,
-    TurnSampler,
     group_seed,
     run_groups,
 )
+from repro.schema import DistillExample
 from repro.tokenizer import ChatEncoder
 from repro.track import MetricsWriter, progress, read_metrics
 from repro.trainer_step import LossRoot, build_batch, collate, reduce_stats
-from repro.wiring import default_sampler
+from repro.wiring import RLSetup, default_setup
 
 logger = logging.getLogger(__name__)
-
-HintText = Callable[[TaskInstance, int, random.Random], str]
-
-
-@dataclass
-class RLSetup:
-    tokenizer: Any
-    model: torch.nn.Module
-    tasks: list[TaskInstance]
-    make_env: EnvFactory
-    checker: TurnChecker
-    hint_text: HintText
-    tools: list[dict[str, Any]] = field(default_factory=list)
-    sampler_factory: Callable[[torch.nn.Module, int], TurnSampler] = default_sampler
-
 
 class TaskStream:
     """Item i → task: a seeded permutation per epoch (single epoch in the paper)."""
@@ -283,13 +265,11 @@ def train_rl(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = N
     latest = _check_run_dir(out, cfg, resume)
     if cfg.model.threads:
         torch.set_num_threads(cfg.model.threads)
-    if setup is None:
-        from repro.wiring import default_setup  # noqa: PLC0415
-
+    if setup is None:  # built once, from the latest checkpoint's weights when resuming
         setup = default_setup(cfg, init_override=latest)
     model = setup.model.to(_device(cfg))
-    if latest is not None:
-        _load_weights(model, latest)
+    if latest is not None and setup.init_from != latest:
+        ck.load_weights(model, latest)
     model.train()
     (out / "config.toml").write_text(to_toml(cfg))
     root = LossRoot(model, cfg)  # after the resume load: a fresh ema/fixed teacher copy is replaced just below
@@ -373,8 +353,6 @@ def train_rl(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = N
 
 def _append_best(path: Path, groups: list[list[RolloutSample]], step: int) -> None:
     """The best trajectory of each group (for self-distillation: ``tgsuite train loop``)."""
-    from repro.distill import DistillExample
-
     with path.open("a") as fh:
         for grp in groups:
             s = max(grp, key=lambda x: x.reward)
@@ -402,19 +380,6 @@ def _last_k(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
     from repro.track import last_k_summary
 
     return last_k_summary(rows, key, 32)
-
-
-def _load_weights(model: torch.nn.Module, ckpt_dir: Path) -> None:
-    from safetensors.torch import load_file
-
-    state = load_file(str(Path(ckpt_dir) / "model.safetensors"))
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    bad_missing = [k for k in missing if not k.endswith("lm_head.weight")]
-    if bad_missing or unexpected:
-        raise RuntimeError(f"{ckpt_dir}/model.safetensors does not match the model: missing {bad_missing[:5]}, "
-                           f"unexpected {unexpected[:5]}; resume with the same model preset")
-    if hasattr(model, "tie_weights"):
-        model.tie_weights()
 
 
 def _save(out: Path, step: int, root: LossRoot, setup: RLSetup, opt: torch.optim.Optimizer,

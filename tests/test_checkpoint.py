@@ -57,3 +57,33 @@ def test_resume_rejects_changed_config_and_missing_checkpoint(tmp_path: Path) ->
     train_rl(F.config("tg", *COMMON, "run.steps=2"), run, setup=F.setup())
     with pytest.raises(ConfigError, match="guidance.lam"):
         train_rl(F.config("tg", *COMMON, "run.steps=4", "guidance.lam=0.5"), run, setup=F.setup(), resume=True)
+
+
+def test_resume_builds_the_default_setup_once_from_the_latest_checkpoint(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a setup, train_rl builds one (``repro.wiring.default_setup``) from the latest checkpoint's weights and
+    does not load those weights a second time; a setup handed in without ``init_from`` still gets them loaded."""
+    import repro.checkpoint as ck
+    import repro.train as train
+
+    run = tmp_path / "r"
+    train_rl(F.config("tg", *COMMON, "run.steps=2"), run, setup=F.setup())
+    built, loads = [], []
+
+    def fake_default_setup(cfg, *, init_override=None):  # type: ignore[no-untyped-def]
+        built.append(init_override)
+        s = F.setup(seed=123)
+        ck.load_weights(s.model, init_override)
+        s.init_from = init_override
+        return s
+
+    real_load = ck.load_weights
+    monkeypatch.setattr(train, "default_setup", fake_default_setup)
+    monkeypatch.setattr(ck, "load_weights", lambda m, d: (loads.append(d), real_load(m, d))[1])
+    latest = latest_checkpoint(run)
+    train_rl(F.config("tg", *COMMON, "run.steps=3"), run, resume=True)
+    assert built == [latest] and loads == [latest]  # the one load is the setup's own
+    loads.clear()
+    latest = latest_checkpoint(run)  # the last step always checkpoints: step_3
+    train_rl(F.config("tg", *COMMON, "run.steps=4"), run, setup=F.setup(seed=7), resume=True)
+    assert loads == [latest]

@@ -52,7 +52,7 @@ def test_not_enough_disk_fails(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_bad_argument_is_one_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
-    from tgsuite.commands._common import CLIError
+    from tgsuite.commands.common import CLIError
 
     with pytest.raises(CLIError, match="--min-free-gb"):
         _run(capsys, "doctor", "--min-free-gb", "-1")
@@ -61,7 +61,7 @@ def test_bad_argument_is_one_clear_error(capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_images_build_with_dead_engine_is_a_cli_error(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from tgsuite.commands._common import CLIError
+    from tgsuite.commands.common import CLIError
 
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-daemon.sock")
     with pytest.raises(CLIError, match="Fix: start the engine"):

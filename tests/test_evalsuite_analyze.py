@@ -177,7 +177,7 @@ def test_sensitivities_are_reported_with_agreement(tmp_path):
 def _cli(argv: list[str]) -> int:
     from tgsuite.commands import analyze as analyze_cmd
     from tgsuite.commands import protocol as protocol_cmd
-    from tgsuite.commands._common import CLIError
+    from tgsuite.commands.common import CLIError
 
     parser = argparse.ArgumentParser(prog="tgsuite")
     sub = parser.add_subparsers(dest="command")

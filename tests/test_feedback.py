@@ -13,8 +13,8 @@ from harness.feedback import (
     WRONG_HINTS,
     MixtureFeedback,
     ReminderFeedback,
-    parse_feedback,
 )
+from harness.feedback_spec import parse_feedback
 from harness.interfaces import FeedbackProvider, Hint
 from harness.schema import Message, TaskInstance
 from harness.tools import format_tool_call as fc

@@ -14,16 +14,16 @@ import pytest
 import tgsuite.pipeline.studies as ps
 from evalsuite.rates import StatsInputError
 from evalsuite.schema import AnalysisResult, Exploratory
-from harness.feedback import parse_feedback
+from harness.feedback_spec import parse_feedback
 from harness.interfaces import PolicyOutput
 from harness.probes import PROBES
 from harness.schema import ArmSpec, EpisodeMetrics, EpisodeResult, Message, RunManifest
 from reports.probes import hint_probes_section
 from tgsuite.pipeline import steps
-from tgsuite.pipeline.steps import pipeline_paths as _paths
 from tgsuite.pipeline.presets import SMOKE
 from tgsuite.pipeline.probes import hint_probes_result, probe_pairs
 from tgsuite.pipeline.stages import StageRunner
+from tgsuite.pipeline.steps import pipeline_paths as _paths
 
 N_INST = 6
 
@@ -177,8 +177,8 @@ def test_real_runner_pairs_probe_and_plain_episodes_by_seed(tmp_path: Path) -> N
     from harness.runner import run_eval
     from harness.runner_episode import read_trajectory
     from harness.schema import TaskSet
-    from tgsuite.pipeline.probes import probe_frame
     from tests.harness_fakes import FakeFactory, make_calc_task
+    from tgsuite.pipeline.probes import probe_frame
 
     inst, repo = make_calc_task(tmp_path / "repos", "calc-0")
     ts = TaskSet(name="calc", path=str(tmp_path), sha256="f" * 64, instances=[inst])

@@ -12,13 +12,13 @@ import pytest
 
 import tgsuite.pipeline.studies as ps
 from evalsuite.schema import Exploratory
-from harness.feedback import parse_feedback
+from harness.feedback_spec import parse_feedback
 from harness.schema import ArmSpec, EpisodeMetrics, EpisodeResult, RunManifest
 from repro.checkpoint import CheckpointInfo
 from tgsuite.pipeline import steps
-from tgsuite.pipeline.steps import pipeline_paths as _paths
 from tgsuite.pipeline.presets import SMOKE
 from tgsuite.pipeline.stages import StageRunner
+from tgsuite.pipeline.steps import pipeline_paths as _paths
 
 N_INST = 6
 FLOPS_PER_STEP = {"grpo": 100.0, "tg": 150.0}  # TG's extra 50 = the teacher forward

@@ -15,9 +15,9 @@ from harness.minirepos import make_mini
 from harness.schema import ArmSpec, BehaviourResult, EpisodeResult, RunManifest
 from harness.tasks import load_task_set
 from tgsuite.pipeline import steps
-from tgsuite.pipeline.steps import pipeline_paths as _paths
 from tgsuite.pipeline.presets import SMOKE
 from tgsuite.pipeline.stages import StageRunner
+from tgsuite.pipeline.steps import pipeline_paths as _paths
 
 SIZES = pt.TierSizes(seeds=(0, 1))
 
@@ -171,8 +171,8 @@ def test_tier_sizes_cover_presets_and_tier_configs_load() -> None:
 
     from harness.behaviour import get_checker
     from repro.config import load_config
-    from tgsuite.pipeline.presets import PRESETS
     from repro.wiring import hint_source
+    from tgsuite.pipeline.presets import PRESETS
 
     assert set(pt.TIER_SIZES) == set(PRESETS)
     with pytest.raises(ValueError, match="no behaviour-tier sizes"):

@@ -16,7 +16,7 @@ from evalsuite.probes import hint_probe_study
 from evalsuite.rates import StatsInputError
 from evalsuite.schema import AnalysisResult, Exploratory, ProbeInfo
 from harness.agent import run_episode
-from harness.feedback import parse_feedback
+from harness.feedback_spec import parse_feedback
 from harness.interfaces import EpisodeLimits, FeedbackProvider, Hint, PolicyOutput
 from harness.probes import ASK_APPROVED_TEXT, EXPLAIN_TEXT, PROBES, ProbeFeedback, get_probe, probe_feedback
 from harness.schema import Message, TaskInstance

@@ -198,7 +198,7 @@ def test_cli_renders_and_gates(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "last 32 logged steps" in doc
     page = next((tmp_path / "r" / "trajectories").glob("*.html")).read_text()
     assert "trajectory.jsonl: not found" in page and "No patch.diff was recorded" in page
-    from tgsuite.commands._common import CLIError
+    from tgsuite.commands.common import CLIError
 
     with pytest.raises(CLIError, match="given twice"):
         _cli([*argv, "--training", f"tg:0={tr['tg'][0]}"])

@@ -14,8 +14,8 @@ import pytest
 
 from harness.schema import RunManifest
 from protocols.freeze import load_frozen
-from tgsuite.pipeline.reproduce import reproduce
 from tgsuite.pipeline.presets import SMOKE
+from tgsuite.pipeline.reproduce import reproduce
 
 
 @pytest.mark.docker

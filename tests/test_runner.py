@@ -185,7 +185,7 @@ def test_regrade_redecides_from_stored_output(tmp_path: Path) -> None:
 
 
 def test_cli_argument_helpers(tmp_path: Path) -> None:
-    from tgsuite.commands._common import CLIError
+    from tgsuite.commands.common import CLIError
     from tgsuite.commands.eval import _protocol_hash, parse_arms, parse_seeds
 
     assert parse_seeds("0,1,2") == [0, 1, 2]

@@ -18,7 +18,7 @@ import pytest
 
 from harness import sandbox_docker
 from harness.sandbox import OutputCapper, SandboxSpec, SandboxUnavailable
-from harness.sandbox_docker import LABEL_RUN, DockerSandbox, DockerSandboxProvider, _Demux, _pump
+from harness.sandbox_docker import LABEL_RUN, Demux, DockerSandbox, DockerSandboxProvider, pump
 
 SMALL = SandboxSpec(mem_bytes=256 << 20, pids=64, cpus=1.0)
 BOMB = "import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.05)\n"
@@ -45,7 +45,7 @@ def _containers(client: Any, run_id: str) -> list[dict[str, Any]]:
 def test_demux_splits_frames_across_arbitrary_chunks() -> None:
     out, err = OutputCapper(1 << 10), OutputCapper(1 << 10)
     frames = b"".join(bytes([s, 0, 0, 0]) + len(p).to_bytes(4, "big") + p for s, p in [(1, b"hello "), (2, b"oops"), (1, b"world")])
-    demux = _Demux(out, err)
+    demux = Demux(out, err)
     for i in range(0, len(frames), 3):
         demux.feed(frames[i : i + 3])
     assert out.result() == ("hello world", False) and err.result() == ("oops", False)
@@ -55,7 +55,7 @@ def test_pump_stops_at_the_host_deadline_when_the_stream_never_ends() -> None:
     a, b = socket.socketpair()
     try:
         start = time.monotonic()
-        assert _pump(a, None, _Demux(OutputCapper(10), OutputCapper(10)), time.monotonic() + 0.5) is False
+        assert pump(a, None, Demux(OutputCapper(10), OutputCapper(10)), time.monotonic() + 0.5) is False
         assert 0.4 < time.monotonic() - start < 3
     finally:
         a.close()

@@ -204,7 +204,7 @@ def test_cli_make_mini_and_validate(tmp_path: Path, capsys: pytest.CaptureFixtur
     import argparse
 
     from tgsuite.commands import tasks as cmd
-    from tgsuite.commands._common import CLIError
+    from tgsuite.commands.common import CLIError
 
     parser = argparse.ArgumentParser(prog="tgsuite")
     cmd.register(parser.add_subparsers(dest="command"))

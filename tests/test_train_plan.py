@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from tgsuite.cli import main
 from repro.compute import plan, plan_shape
 from repro.config import load_config
+from tgsuite.cli import main
 
 PAPER = Path(__file__).resolve().parents[1] / "configs" / "paper" / "qwen3_coder_30b_a3b_tg.toml"
 

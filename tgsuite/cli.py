@@ -13,7 +13,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from tgsuite.commands._common import CLIError
+from tgsuite.commands.common import CLIError
 
 # Order = order in `tgsuite --help`.
 COMMAND_MODULES: tuple[str, ...] = (

@@ -15,42 +15,15 @@ Two disjoint pools:
 
 from __future__ import annotations
 
-import ast
-from dataclasses import dataclass, field
-from string import Template
-from typing import Literal
+from harness.minirepos.template_model import ModuleTemplate, Pool
+from harness.minirepos.templates_train import TRAIN_TEMPLATES_A
+from harness.minirepos.templates_train_b import TRAIN_TEMPLATES_B
+from harness.minirepos.templates_unseen import UNSEEN_TEMPLATES
 
-Pool = Literal["train", "unseen"]
-
-
-@dataclass(frozen=True)
-class ModuleTemplate:
-    """One module: ``module`` is the file stem, ``cases`` maps function name -> argument lists (Python source)."""
-
-    key: str
-    module: str
-    pool: Pool
-    domain: str
-    source: str
-    cases: dict[str, tuple[str, ...]]
-    params: dict[str, tuple[str, ...]] = field(default_factory=dict)
-
-    def render(self, values: dict[str, str]) -> str:
-        """Source with ``$NAME`` placeholders filled (every placeholder must be given)."""
-        return Template(self.source).substitute(values)
-
-    def function_names(self) -> list[str]:
-        """Top-level function names, in source order."""
-        tree = ast.parse(self.render({k: v[0] for k, v in self.params.items()}))
-        return [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
-
+__all__ = ["ModuleTemplate", "Pool", "all_templates", "check_pools_disjoint", "templates_for"]
 
 def all_templates() -> list[ModuleTemplate]:
     """Every template of both pools, in a fixed order."""
-    from harness.minirepos.templates_train import TRAIN_TEMPLATES_A
-    from harness.minirepos.templates_train_b import TRAIN_TEMPLATES_B
-    from harness.minirepos.templates_unseen import UNSEEN_TEMPLATES
-
     return [*TRAIN_TEMPLATES_A, *TRAIN_TEMPLATES_B, *UNSEEN_TEMPLATES]
 
 

@@ -6,7 +6,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from tgsuite.commands._common import CLIError
+from tgsuite.commands.common import CLIError
 
 log = logging.getLogger(__name__)
 

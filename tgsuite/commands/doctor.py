@@ -111,9 +111,9 @@ def _local_sandbox() -> Check:
     """Can LocalSandbox cap processes here? (RLIMIT_NPROC as a normal user; a pids cgroup as root.)"""
     if os.geteuid() != 0:
         return Check("local sandbox", "ok", "process cap via RLIMIT_NPROC (not isolated: isolated=False)")
-    from harness.sandbox_local import _make_pids_cgroup
+    from harness.sandbox_local import make_pids_cgroup
 
-    probe = _make_pids_cgroup(f"tgsuite-doctor-{os.getpid()}", 8)
+    probe = make_pids_cgroup(f"tgsuite-doctor-{os.getpid()}", 8)
     if probe is None:
         return Check("local sandbox", "warn", "running as root without a writable pids cgroup: no process cap",
                      "run as a normal user, or use the Docker sandbox")
@@ -148,7 +148,7 @@ def format_checks(checks: list[Check]) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from tgsuite.commands._common import CLIError
+    from tgsuite.commands.common import CLIError
 
     if args.min_free_gb < 0:
         raise CLIError(f"--min-free-gb must be >= 0, got {args.min_free_gb}. Fix: e.g. --min-free-gb 5.")

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tgsuite.commands._common import CLIError
+from tgsuite.commands.common import CLIError
 
 log = logging.getLogger(__name__)
 

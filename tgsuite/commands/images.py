@@ -6,7 +6,7 @@ import argparse
 import json
 import time
 
-from tgsuite.commands._common import CLIError
+from tgsuite.commands.common import CLIError
 
 EPILOG = """\
 examples:

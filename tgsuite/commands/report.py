@@ -6,7 +6,7 @@ import argparse
 import re
 from pathlib import Path
 
-from tgsuite.commands._common import CLIError
+from tgsuite.commands.common import CLIError
 
 EPILOG = """\
 worked example:

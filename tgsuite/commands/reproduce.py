@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from tgsuite.commands._common import CLIError
+from tgsuite.commands.common import CLIError
 
 EPILOG = """\
 examples:
@@ -36,8 +36,8 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tgsuite.pipeline.reproduce import reproduce
     from tgsuite.pipeline.presets import PRESETS
+    from tgsuite.pipeline.reproduce import reproduce
 
     preset = PRESETS.get(args.preset)
     if preset is None:

@@ -9,7 +9,7 @@ import random
 import time
 from pathlib import Path
 
-from tgsuite.commands._common import CLIError
+from tgsuite.commands.common import CLIError
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tgsuite.commands._common import CLIError
+from tgsuite.commands.common import CLIError
 
 EPILOG = """\
 Worked example (the CPU mini reproduction):

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from harness.probes import PROBES, Probe
-from tgsuite.pipeline.study_context import StudyContext, StudyModel, StudySizes, eval_models
 from tgsuite.pipeline.stages import StageRunner
+from tgsuite.pipeline.study_context import StudyContext, StudyModel, StudySizes, eval_models
 
 if TYPE_CHECKING:
     from evalsuite.schema import HintProbeResult, ProbeInfo

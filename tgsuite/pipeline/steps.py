@@ -130,8 +130,8 @@ def eval_policy(model_dir: str, name: str, preset: Preset) -> Any:
 def stage_eval(run_dir: Path, heldout: Path, arms: dict[str, str], preset: Preset, protocol_hash: str | None,
                 excluded: dict[str, list[str]], feedback: str | None = None) -> dict[str, Any]:
     """Evaluate checkpoints ``arms`` (runner arm -> model dir) on the held-out set; ``feedback`` is a
-    ``harness.feedback.parse_feedback`` spec given to every arm (None = no hints)."""
-    from harness.feedback import parse_feedback
+    ``harness.feedback_spec.parse_feedback`` spec given to every arm (None = no hints)."""
+    from harness.feedback_spec import parse_feedback
     from harness.interfaces import EpisodeLimits
     from harness.metrics import metrics_for
     from harness.runner import run_eval

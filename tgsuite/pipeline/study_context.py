@@ -58,7 +58,7 @@ class StudySizes(BaseModel):
     noisy_mixes: dict[str, dict[str, float]] = Field(description="name -> training hint mix (kind -> probability)")
     can_do_labels: tuple[str, ...] = Field(default=("base", "grpo", "tg"),
                                            description="'base' and/or main arms (can-do and hint-probe models)")
-    corrective: str = Field(default="correct@before_finish", description="harness.feedback.parse_feedback spec")
+    corrective: str = Field(default="correct@before_finish", description="harness.feedback_spec.parse_feedback spec")
     ablations: tuple[str, ...] = Field(description="arm presets of repro/configs/arms.toml")
     tuning_trials: int = Field(default=1, ge=1, description="hyperparameter trials per arm (none are tuned here)")
 

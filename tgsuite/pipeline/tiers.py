@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from tgsuite.pipeline.study_context import StudyContext, StudyModel, model_key
 from tgsuite.pipeline.stages import StageRunner, atomic_write_json, canonical_hash
+from tgsuite.pipeline.study_context import StudyContext, StudyModel, model_key
 
 if TYPE_CHECKING:
     from evalsuite.schema import BehaviourTiersResult
