@@ -209,34 +209,35 @@ def _hint_ids_fn(setup: RLSetup, encoder: ChatEncoder, seed: int) -> Callable[[R
 
 
 def _optimizer_step(root: LossRoot, cfg: TrainConfig, plan: Any, opt: torch.optim.Optimizer, pad_id: int,
-                    ledger: ComputeLedger, flop_params: int) -> dict[str, Any]:
+                    ledger: ComputeLedger, flop_params: int) -> tuple[dict[str, Any], float]:
+    """One optimizer step over the plan's micro-batches; returns the step's metrics and the teacher forwards'
+    wall time (seconds, counted in the ``teacher`` ledger phase and taken out of the ``trainer`` phase)."""
     opt.zero_grad(set_to_none=True)
-    parts, total, n_tok, n_teacher = [], 0.0, 0, 0
+    parts, total, n_tok, n_teacher, teacher_s = [], 0.0, 0, 0, 0.0
     split: dict[str, list[torch.Tensor]] = {}
     mbs = cfg.optim.micro_batch
     device = next(root.parameters()).device
     for i in range(0, len(plan.trajs), mbs):
         mb = collate(plan.trajs[i:i + mbs], pad_id).to(device)
-        loss, stats = root(mb, plan.n_pg, plan.n_kl)
-        terms = {k: stats.pop(k) for k in ("_pg_term", "_kl_term") if k in stats}
+        loss, terms = root(mb, plan.n_pg, plan.n_kl)
         if cfg.run.log_grad_split and loss.requires_grad:
-            _backward_split(root, terms, split)
+            _backward_split(root, {k: t for k, t in (("pg", terms.pg), ("kl", terms.kl)) if t is not None}, split)
         elif loss.requires_grad:
             loss.backward()
-        parts.append(stats)
+        parts.append(terms.stats)
+        teacher_s += terms.teacher_s
         total += float(loss.detach())
         n_tok += mb.n_tokens
         n_teacher += mb.n_teacher_tokens if cfg.guidance.lam > 0 else 0
-    norms = {f"grad/norm_{k[1:-5]}": float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g)
+    norms = {f"grad/norm_{k}": float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g)
                                                                                    for g in v]))) for k, v in split.items()}
     params = [p for p in root.parameters() if p.grad is not None]
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip)) if params else 0.0
     opt.step()
     root.after_optimizer_step()  # EMA teacher: θ_T ← (1−r)·θ_T + r·θ (repro.teacher); nothing for live / fixed
-    teacher_s = sum(p["teacher_s"] for p in parts)
     ledger.add("trainer", tokens=n_tok, flops=train_flops(flop_params, n_tok))
     ledger.add("teacher", wall_s=teacher_s, tokens=n_teacher, flops=forward_flops(flop_params, n_teacher))
-    return {"loss/total": total, "grad/norm": grad_norm, "_teacher_s": teacher_s, **norms, **reduce_stats(parts)}
+    return {"loss/total": total, "grad/norm": grad_norm, **norms, **reduce_stats(parts)}, teacher_s
 
 
 def _backward_split(root: LossRoot, terms: dict[str, torch.Tensor], acc: dict[str, list[torch.Tensor]]) -> None:
@@ -319,8 +320,8 @@ def train_rl(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = N
             groups = sources.take(step)
             plan = build_batch(groups, cfg, hint_ids)
             t_train = time.perf_counter()
-            metrics = _optimizer_step(root, cfg, plan, opt, pad_id, ledger, params["flop_params"])
-            ledger.add("trainer", wall_s=time.perf_counter() - t_train - metrics.pop("_teacher_s"))
+            metrics, teacher_s = _optimizer_step(root, cfg, plan, opt, pad_id, ledger, params["flop_params"])
+            ledger.add("trainer", wall_s=time.perf_counter() - t_train - teacher_s)
             sched.step()
             sources.published(step + 1)
             metrics.update(_rollout_metrics(groups))

@@ -138,7 +138,7 @@ def test_ratio_is_one_on_policy_at_any_temperature() -> None:
     for i, x in enumerate(samples):
         x.reward = float(i)
     plan = build_batch([samples], cfg, lambda smp, k: [])
-    _, stats = LossRoot(s.model, cfg)(collate(plan.trajs, 0), plan.n_pg, plan.n_kl)
+    stats = LossRoot(s.model, cfg)(collate(plan.trajs, 0), plan.n_pg, plan.n_kl)[1].stats
     assert stats["ratio_max"] == pytest.approx(1.0, abs=1e-3)
     assert stats["ratio_sum"] / stats["pg_n"] == pytest.approx(1.0, abs=1e-4)
 

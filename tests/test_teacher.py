@@ -76,7 +76,8 @@ def test_teacher_copy_is_frozen_and_outside_the_student(kind: str) -> None:
     assert not any(k.startswith("teacher") for k in s.model.state_dict())  # not in save_pretrained's tensors
     assert any(n.startswith("teacher_lm.") for n, _ in root.named_parameters())  # inside the root (one FSDP wrap)
     plan_ = build_batch(_groups(enc), cfg, _hint(enc))
-    loss, stats = root(collate(plan_.trajs, 0), plan_.n_pg, plan_.n_kl)
+    loss, terms = root(collate(plan_.trajs, 0), plan_.n_pg, plan_.n_kl)
+    stats = terms.stats
     loss.backward()
     assert stats["kl_loss"] > 0
     assert all(p.grad is None for p in root.teacher_lm.parameters())
@@ -109,7 +110,7 @@ def test_kl_uses_the_expected_teacher_weights(kind: str) -> None:
     expected.load_state_dict({k: sum(w * st[k] for w, st in zip(weights, states, strict=True)) for k in states[0]})
     assert any(not torch.equal(states[0][k], states[2][k]) for k in states[0])  # the student moved
     mb = collate(plan_.trajs, 0)
-    _, stats = root(mb, plan_.n_pg, plan_.n_kl)
+    stats = root(mb, plan_.n_pg, plan_.n_kl)[1].stats
     with torch.no_grad():
         zs = s.model(input_ids=mb.s_ids, attention_mask=mb.s_mask).logits
         zt = expected(input_ids=mb.t_ids, attention_mask=mb.t_mask).logits

@@ -134,6 +134,32 @@ def test_leakage_rows_cover_passing_turns_inside_the_view() -> None:
     assert view.leak_student_pos == turn0  # turn 2 (PASS) lies after the cut; turn 1 is the KL turn
     assert all(view.ids[m] == t.ids[p] for p, m in zip(view.leak_student_pos, view.leak_teacher_pos, strict=True))
     root = LossRoot(s.model, F.config("tg"))
-    _, stats = root(collate(plan.trajs, 0), plan.n_pg, plan.n_kl)
+    stats = root(collate(plan.trajs, 0), plan.n_pg, plan.n_kl)[1].stats
     n_turn0 = sum(a for x in grp for a, k in zip(x.act, x.turn, strict=True) if k == 0)
     assert stats["leak_n"] == n_turn0 and stats["leak_sum"] >= 0
+
+
+def test_sampled_token_arm_runs_the_tested_estimator_and_returns_typed_terms(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tg_sampled_token's advantage term is ``repro.losses.sampled_token_kl_advantage`` (the closed-form-tested
+    function, not an inline copy), with coef = λ·sampled_token_coef; the loss terms come back as a LossTerms record."""
+    import repro.trainer_step as ts
+    from repro.losses import sampled_token_kl_advantage
+
+    calls: list[float] = []
+
+    def spy(s_lp: torch.Tensor, t_lp: torch.Tensor, mask: torch.Tensor, *, coef: float = 1.0) -> torch.Tensor:
+        calls.append(coef)
+        return sampled_token_kl_advantage(s_lp, t_lp, mask, coef=coef)
+
+    monkeypatch.setattr(ts, "sampled_token_kl_advantage", spy)
+    s = F.setup()
+    enc = ChatEncoder(s.tokenizer)
+    cfg = F.config("tg_sampled_token")
+    plan = build_batch(_groups(enc), cfg, _hint(enc))
+    loss, terms = LossRoot(s.model, cfg)(collate(plan.trajs, 0), plan.n_pg, plan.n_kl)
+    assert calls == [cfg.guidance.lam * cfg.guidance.sampled_token_coef]
+    assert isinstance(terms, ts.LossTerms) and terms.kl is None and terms.pg is not None
+    assert float(loss) == pytest.approx(float(terms.pg)) and terms.stats["gap_n"] > 0
+    assert not any(k.startswith("_") for k in terms.stats)
+    _, full = LossRoot(s.model, F.config("tg"))(collate(plan.trajs, 0), plan.n_pg, plan.n_kl)
+    assert full.kl is not None and len(calls) == 1  # full_vocab: the KL is a loss term, the estimator is not run
