@@ -21,7 +21,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -31,6 +30,7 @@ from harness.infra import ControlCache, Outcome, agent_outcome, atomic_write_tex
 from harness.interfaces import EpisodeLimits, FeedbackProvider, Policy
 from harness.sandbox import Sandbox
 from harness.schema import EpisodeMetrics, EpisodeResult, Grade, Message, TaskInstance, Trajectory
+from protocols.provenance import utc_now
 
 log = logging.getLogger(__name__)
 
@@ -239,7 +239,7 @@ def episode_result(job: EpisodeJob, ctx: EpisodeContext, traj: Trajectory | None
         behaviour=behaviour, grade=grade, metrics=metrics, difficulty=inst.difficulty,
         template_tier=inst.template_tier, split=inst.split,
         feedback_kind=traj.feedback_kind if traj is not None else None,
-        finished_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        finished_at=utc_now(),
     )
 
 

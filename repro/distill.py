@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from protocols.provenance import git_state, package_versions, utc_now
 from repro import checkpoint as ck
 from repro.compute import ComputeLedger, count_params, train_flops
 from repro.config import ConfigError, TrainConfig, to_toml
@@ -186,11 +187,11 @@ def train_distill(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | Non
                               trainer_state={"optimizer": opt.state_dict(), "step": d.steps, "rng": ck.rng_state({})},
                               config_sha256=cfg.sha256(), arm=cfg.run.arm, seed=cfg.run.seed,
                               compute=ledger.snapshot())
-    git_commit, git_dirty = ck.git_state()
-    now = ck.now_iso()
+    git_commit, git_dirty = git_state()
+    now = utc_now()
     ck.write_manifest(out, ck.TrainManifest(
         kind="distill", run_dir=str(out), created_at=now, updated_at=now, argv=list(argv or []), git_commit=git_commit,
-        git_dirty=git_dirty, packages=ck.package_versions(), arm=cfg.run.arm, seed=cfg.run.seed, config=cfg.to_dict(),
+        git_dirty=git_dirty, packages=package_versions(), arm=cfg.run.arm, seed=cfg.run.seed, config=cfg.to_dict(),
         config_sha256=cfg.sha256(), model_params=count_params(model), steps_done=d.steps, status="done",
         compute=ledger.snapshot(), checkpoints=[info.path],
         summary={"examples": len(examples), "mean_reward": sum(e.reward for e in examples) / len(examples)}))

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from harness.schema import TaskInstance
+from protocols.provenance import git_state, package_versions, utc_now
 from repro import checkpoint as ck
 from repro.compute import ComputeLedger, count_params, forward_flops, train_flops
 from repro.config import ConfigError, TrainConfig, load_saved, to_toml
@@ -295,11 +296,11 @@ def train_rl(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = N
     stream = TaskStream(setup.tasks, cfg.run.seed, cfg.tasks.shuffle, cfg.tasks.epochs)
     writer = MetricsWriter(out / "metrics.jsonl", resume_from_step=step0 if latest is not None else None)
     _truncate_best(out / "best.jsonl", step0 if latest is not None else 0)
-    git_commit, git_dirty = ck.git_state()
-    created = ck.now_iso()
+    git_commit, git_dirty = git_state()
+    created = utc_now()
     manifest = ck.TrainManifest(
         kind="rl", run_dir=str(out), created_at=created, updated_at=created, argv=list(argv or []),
-        git_commit=git_commit, git_dirty=git_dirty, packages=ck.package_versions(),
+        git_commit=git_commit, git_dirty=git_dirty, packages=package_versions(),
         host={"threads": torch.get_num_threads()}, arm=cfg.run.arm, seed=cfg.run.seed, config=cfg.to_dict(),
         config_sha256=cfg.sha256(), model_params=params, steps_done=step0, protocol_hash=protocol_hash,
         notes=["exact resume holds for synchronous runs (async.enabled = false or async.max_lead = 0)",
@@ -345,7 +346,7 @@ def train_rl(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = N
     rows = read_metrics(out / "metrics.jsonl")
     summary = {k: _last_k(rows, k) for k in ("behaviour/compliance", "task/pass_rate", "reward/total")}
     ck.write_manifest(out, manifest.model_copy(update={
-        "updated_at": ck.now_iso(), "steps_done": cfg.run.steps, "status": "done", "compute": ledger.snapshot(),
+        "updated_at": utc_now(), "steps_done": cfg.run.steps, "status": "done", "compute": ledger.snapshot(),
         "checkpoints": [str(p) for p in ck.list_checkpoints(out)], "summary": summary}))
     if info is None:
         info = ck.read_info(ck.latest_checkpoint(out))

@@ -128,7 +128,7 @@ def test_deviation_log_is_append_only_and_bound_to_hash(tmp_path):
 
 
 def test_protocols_imports_only_stdlib_and_pydantic():
-    allowed = {"__future__", "hashlib", "json", "re", "subprocess", "datetime", "importlib", "pathlib", "typing",
+    allowed = {"__future__", "hashlib", "json", "re", "subprocess", "datetime", "importlib", "pathlib", "typing", "platform",
                "tomllib", "pydantic", "protocols"}  # fmt: skip
     for path in Path("protocols").glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -143,3 +143,33 @@ def test_protocol_model_is_frozen_and_strict():
     with pytest.raises(ValueError):
         p.name = "x"  # type: ignore[misc]
     assert isinstance(p, Protocol)
+
+
+def test_one_provenance_module_for_every_artifact(tmp_path: Path) -> None:
+    """protocols.provenance: one timestamp format (Z), one dirty rule (an untracked, not ignored file is dirty),
+    and the freeze, the runner manifest and the training manifests all use it."""
+    import subprocess
+    from datetime import datetime
+
+    import harness.runner_manifest as rm
+    import protocols.freeze as fr
+    from protocols import provenance
+
+    now = provenance.utc_now()
+    assert now.endswith("Z") and datetime.fromisoformat(now).utcoffset().total_seconds() == 0
+    assert provenance.git_state(tmp_path) == (None, None)
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text("ignored.txt\n")
+    env = ["-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run(["git", *env, "-C", str(tmp_path), "add", ".gitignore"], check=True)
+    subprocess.run(["git", *env, "-C", str(tmp_path), "commit", "-qm", "x"], check=True)
+    commit, dirty = provenance.git_state(tmp_path)
+    assert len(commit or "") == 40 and dirty is False
+    (tmp_path / "ignored.txt").write_text("x")
+    assert provenance.git_state(tmp_path)[1] is False
+    (tmp_path / "new_module.py").write_text("x = 1\n")
+    assert provenance.git_state(tmp_path)[1] is True
+    assert fr.git_state(tmp_path).dirty is True
+    assert rm.git_state is provenance.git_state and rm.package_versions is provenance.package_versions
+    versions = provenance.package_versions()
+    assert versions["python"] and "pydantic" in versions

@@ -16,9 +16,10 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from protocols.provenance import utc_now
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +96,7 @@ class StageRunner:
             self.echo(f"[stage] {name}: up to date (took {fresh['wall_s']:.1f}s when it ran) - skipped")
             return fresh["outputs"]
         self.echo(f"[stage] {name}: running ...")
-        started = datetime.now(UTC).isoformat(timespec="seconds")
+        started = utc_now()
         t0 = time.perf_counter()
         outputs = fn()
         wall = time.perf_counter() - t0

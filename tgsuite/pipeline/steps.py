@@ -17,6 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from protocols.provenance import utc_now
 from tgsuite.pipeline.presets import Preset
 from tgsuite.pipeline.stages import atomic_write_json
 
@@ -175,12 +176,6 @@ def stage_report(paths: dict[str, Path], run_dirs: list[Path], training: dict[st
     summary = build_report(paths["analysis"], out_dir=paths["report"], protocol=paths["frozen"],
                            run_dirs=[str(d) for d in run_dirs], training_metrics=training)
     return {"paths": {"index": str(paths["report"] / "index.html")}, "summary": json.loads(summary.model_dump_json())}
-
-
-def utc_now() -> str:
-    from datetime import UTC, datetime
-
-    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def excluded_tests(task_dir: Path) -> dict[str, list[str]]:
