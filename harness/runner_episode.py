@@ -28,6 +28,7 @@ from harness.behaviour import check_behaviour
 from harness.grading import GRADER_VERSION, InfraPolicy, extract_patch, extract_patch_host, grade_patch
 from harness.infra import ControlCache, Outcome, agent_outcome, atomic_write_text, classify_exception, settle_ambiguous
 from harness.interfaces import EpisodeLimits, FeedbackProvider, Policy
+from harness.rundir import RESULT_FILE, read_result  # noqa: F401  (re-exported: the runner reads results)
 from harness.sandbox import Sandbox
 from harness.schema import EpisodeMetrics, EpisodeResult, Grade, Message, TaskInstance, Trajectory
 from protocols.provenance import utc_now
@@ -35,7 +36,6 @@ from protocols.provenance import utc_now
 log = logging.getLogger(__name__)
 
 Role = Literal["agent", "grade", "control"]
-RESULT_FILE = "result.json"
 
 
 class SandboxFactory(Protocol):
@@ -116,13 +116,6 @@ def read_trajectory(path: Path) -> Trajectory:
     if header is None:
         raise ValueError(f"{path}: no trajectory header line; fix: delete the attempt to re-run it")
     return Trajectory.model_validate({**header, "messages": messages})
-
-
-def read_result(attempt_dir: Path) -> EpisodeResult | None:
-    p = Path(attempt_dir) / RESULT_FILE
-    if not p.is_file():
-        return None
-    return EpisodeResult.model_validate_json(p.read_text())
 
 
 # ------------------------------------------------------------------------------------------------ one attempt

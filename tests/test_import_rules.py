@@ -25,8 +25,9 @@ UTILITIES = {"pydantic", "pydantic_core", "typing_extensions", "tqdm"}
 ALLOWED_INTERNAL: dict[str, tuple[str, ...]] = {
     "protocols": ("protocols.",),
     "harness": ("harness.", "protocols."),
-    "evalsuite": ("evalsuite.", "protocols.", "harness.schema"),
-    "reports": ("reports.", "protocols.", "harness.schema", "evalsuite.schema"),
+    # harness.rundir: the one run-directory reader (it imports only harness.schema: no Docker, no torch)
+    "evalsuite": ("evalsuite.", "protocols.", "harness.schema", "harness.rundir"),
+    "reports": ("reports.", "protocols.", "harness.schema", "harness.rundir", "evalsuite.schema"),
     "repro": ("repro.", "harness.", "protocols."),  # the training library: never evalsuite, reports, tgsuite
     "tgsuite": ("tgsuite.", "repro.", "harness.", "evalsuite.", "reports.", "protocols."),  # the application
 }
