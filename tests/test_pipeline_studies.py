@@ -246,7 +246,7 @@ def test_can_do_with_the_real_runner_and_scripted_expert(tmp_path: Path, monkeyp
     monkeypatch.setattr(steps, "eval_policy", expert)
     paths = _paths(tmp_path)
     make_mini(paths["heldout_tasks"], split="heldout", repos=1, tasks_per_repo=1, seed=0)
-    preset = SMOKE.model_copy(update={"eval_sandbox": "local", "workers": 1, "eval_max_turns": 8})
+    preset = SMOKE.model_copy(update={"eval": SMOKE.eval.model_copy(update={"sandbox": "local", "max_turns": 8}), "workers": 1})
     ctx = ps.StudyContext(preset=preset, paths=paths, protocol_sha256="p" * 64, heldout_sha256="h", sft_report={},
                           ckpts={"base": "unused"}, excluded={})
     models = {"base": ps.StudyModel("base", "base", -1, "unused")}

@@ -166,7 +166,6 @@ def test_run_studies_dispatches_tiers_alone(tmp_path: Path, fakes: dict[str, lis
 
 
 def test_tier_sizes_cover_presets_and_tier_configs_load() -> None:
-    import json
     import random
 
     from harness.behaviour import get_checker
@@ -179,6 +178,6 @@ def test_tier_sizes_cover_presets_and_tier_configs_load() -> None:
         pt.tier_sizes("huge")
     for tier in pt.TIERS:
         for arm in ("grpo", "tg"):
-            cfg = load_config(arm=arm, sets=[f"{k}={json.dumps(v)}" for k, v in {**SMOKE.rl, "reward.checker": tier}.items()])
+            cfg = load_config(arm=arm, overrides=SMOKE.with_rl({"reward.checker": tier}).rl)
             assert cfg.reward.checker == tier
         assert hint_source(cfg)(None, 0, random.Random(0)) == get_checker(tier).hint_text  # TG's hint is the tier's

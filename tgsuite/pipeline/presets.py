@@ -9,10 +9,35 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+# dotted TrainConfig key -> value, e.g. {"guidance.lam": 0.3}: the `--set` layer of repro.config.load_config
+RLOverrides = dict[str, bool | int | float | str]
+
+
+class EvalSettings(BaseModel):
+    """How the pipeline evaluates a checkpoint on the held-out set (``tgsuite.pipeline.steps.stage_eval``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    sandbox: Literal["docker", "local"] = "docker"
+    episodes: int = Field(1, ge=1, description="episodes per (checkpoint, task)")
+    max_turns: int = Field(8, ge=1)
+    max_new_tokens: int = Field(192, ge=1)
+    temperature: float = Field(1.0, ge=0.0)
+    concurrency: int = Field(8, ge=1, description="episodes evaluated at once; their turns are sampled as one "
+                             "batch (repro.batching)")
+
+    def stage_inputs(self) -> dict[str, Any]:
+        """The settings as the eval stages hash them (``eval_<field>`` keys)."""
+        return {f"eval_{k}": v for k, v in self.model_dump(mode="json").items()}
 
 
 class Preset(BaseModel):
+    """The sizes of every stage. ``sft`` and ``rl`` are checked against ``repro.sft.SFTConfig`` and
+    ``repro.config.TrainConfig`` when the preset is made, so a typo fails here, naming the field, and not an hour
+    into a run; derive variants with :meth:`with_sft` / :meth:`with_rl` (they re-validate)."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
@@ -23,18 +48,39 @@ class Preset(BaseModel):
     heldout_repos: int
     heldout_tasks_per_repo: int
     validate_runs: int = Field(3, ge=1, description="gold x k and empty x k runs per held-out instance")
-    sft: dict[str, Any] = Field(default_factory=dict, description="repro.sft.SFTConfig overrides")
+    sft: dict[str, Any] = Field(default_factory=dict, description="repro.sft.SFTConfig fields to override")
     arms: tuple[str, ...] = ("grpo", "tg")
     seeds: tuple[int, ...] = (0, 1, 2)
-    rl: dict[str, Any] = Field(default_factory=dict, description="dotted TrainConfig overrides for every arm")
-    eval_sandbox: Literal["docker", "local"] = "docker"
-    eval_episodes: int = Field(1, ge=1, description="episodes per (checkpoint, task)")
-    eval_max_turns: int = 8
-    eval_max_new_tokens: int = 192
-    eval_temperature: float = 1.0
+    rl: RLOverrides = Field(default_factory=dict, description="dotted TrainConfig overrides for every arm")
+    eval: EvalSettings = EvalSettings()
     workers: int = 2
-    eval_concurrency: int = Field(8, ge=1, description="episodes evaluated at once; their turns are sampled as one "
-                                  "batch (repro.batching)")
+
+    @field_validator("sft")
+    @classmethod
+    def _sft_fields(cls, v: dict[str, Any]) -> dict[str, Any]:
+        from repro.sft import SFTConfig
+
+        fixed = {"train_tasks", "heldout_tasks", "seed", "workers"} & set(v)
+        if fixed:
+            raise ValueError(f"sft: {sorted(fixed)} are set by the pipeline (task sets, task_seed, workers); remove them")
+        SFTConfig(train_tasks="<checked when the preset is made>", **v)  # unknown keys / bad values raise here
+        return v
+
+    @field_validator("rl")
+    @classmethod
+    def _rl_keys(cls, v: RLOverrides) -> RLOverrides:
+        from repro.config import load_config
+
+        load_config(arm="tg", overrides=v)  # unknown keys / bad values raise a ConfigError naming them
+        return v
+
+    def with_sft(self, **changes: Any) -> Preset:
+        """This preset with ``sft`` fields changed (validated)."""
+        return Preset.model_validate({**self.model_dump(), "sft": {**self.sft, **changes}})
+
+    def with_rl(self, changes: RLOverrides) -> Preset:
+        """This preset with dotted RL overrides added (validated)."""
+        return Preset.model_validate({**self.model_dump(), "rl": {**self.rl, **changes}})
 
 
 SMOKE = Preset(
@@ -50,8 +96,7 @@ SMOKE = Preset(
     seeds=(0, 1),
     rl={"run.steps": 2, "rollout.groups": 1, "rollout.group_size": 2, "rollout.max_turns": 3,
         "rollout.max_new_tokens": 48, "rollout.max_context_tokens": 4096, "optim.lr": 1e-4, "run.progress": False},
-    eval_max_turns=3,
-    eval_max_new_tokens=48,
+    eval=EvalSettings(max_turns=3, max_new_tokens=48),
 )
 
 MINI = Preset(
@@ -71,8 +116,7 @@ MINI = Preset(
     rl={"run.steps": 6, "rollout.groups": 1, "rollout.group_size": 4, "rollout.max_turns": 8,
         "rollout.max_new_tokens": 128, "rollout.max_context_tokens": 4096, "rollout.observation_max_tokens": 1024,
         "optim.lr": 1e-4, "run.progress": False},
-    eval_max_turns=8,
-    eval_max_new_tokens=128,
+    eval=EvalSettings(max_turns=8, max_new_tokens=128),
 )
 
 

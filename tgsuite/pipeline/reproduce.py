@@ -59,7 +59,7 @@ class Trained:
 def prepare(runner: StageRunner, paths: dict[str, Path], preset: Preset) -> Prepared:
     """images → task sets → validation → SFT base → protocol freeze."""
     p = preset.model_dump(mode="json")
-    img = runner.run("images", {"sandbox": preset.eval_sandbox}, lambda: stage_images(preset))
+    img = runner.run("images", {"sandbox": preset.eval.sandbox}, lambda: stage_images(preset))
     train_ts = runner.run("tasks_train", {k: p[k] for k in ("task_seed", "train_repos", "train_tasks_per_repo")},
                           lambda: stage_tasks(paths["train_tasks"], "train", preset.train_repos,
                                               preset.train_tasks_per_repo, preset.task_seed))
@@ -68,7 +68,7 @@ def prepare(runner: StageRunner, paths: dict[str, Path], preset: Preset) -> Prep
                          lambda: stage_tasks(paths["heldout_tasks"], "heldout", preset.heldout_repos,
                                              preset.heldout_tasks_per_repo, preset.task_seed))
     runner.run("validate", {"tasks": held_ts["sha256"], "runs": preset.validate_runs, "image": img.get("digest"),
-                            "sandbox": preset.eval_sandbox},
+                            "sandbox": preset.eval.sandbox},
                lambda: stage_validate(paths["heldout_tasks"], preset, held_ts["sha256"]))
     sft = runner.run("sft", {"tasks": train_ts["sha256"], "sft": p["sft"], "seed": preset.task_seed},
                      lambda: stage_sft(paths, preset))
@@ -101,11 +101,10 @@ def train_arms(runner: StageRunner, paths: dict[str, Path], preset: Preset, prep
 def evaluate_main(runner: StageRunner, paths: dict[str, Path], preset: Preset, prep: Prepared, trained: Trained,
                   excluded: dict[str, list[str]]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The base (``eval/base``) and the arms (``eval/arms``) on the held-out set; returns both stage outputs."""
-    p = preset.model_dump(mode="json")
     protocol, ckpts = prep.frozen["sha256"], trained.ckpts
     eval_inputs = {"ckpts": {k: canonical_hash(v) for k, v in sorted(trained.records.items())},
                    "tasks": prep.held_ts["sha256"], "protocol": protocol,
-                   "eval": {k: p[k] for k in p if k.startswith("eval_")}}
+                   "eval": preset.eval.stage_inputs()}
     ev_base = runner.run("eval_base", {**eval_inputs, "which": "base"},
                          lambda: stage_eval(paths["eval"] / "base", paths["heldout_tasks"], {"base": ckpts["base"]},
                                             preset, protocol, excluded))

@@ -40,7 +40,7 @@ def pipeline_paths(out: Path) -> dict[str, Path]:
 
 
 def stage_images(preset: Preset) -> dict[str, Any]:
-    if preset.eval_sandbox != "docker":
+    if preset.eval.sandbox != "docker":
         return {"image": None}
     from harness.images import connect, ensure_base_image, image_digest
 
@@ -64,8 +64,8 @@ def stage_validate(task_dir: Path, preset: Preset, sha256: str) -> dict[str, Any
 
     report = load_validation(task_dir)
     if (report is None or report.task_set_sha256 != sha256 or report.runs != preset.validate_runs
-            or report.sandbox != preset.eval_sandbox):
-        report = validate_task_set(task_dir, runs=preset.validate_runs, sandbox=preset.eval_sandbox,
+            or report.sandbox != preset.eval.sandbox):
+        report = validate_task_set(task_dir, runs=preset.validate_runs, sandbox=preset.eval.sandbox,
                                    workers=preset.workers, progress=True)
     else:
         log.info("reusing %s/validation.json (same task set, runs and sandbox)", task_dir)
@@ -99,10 +99,8 @@ def stage_train(run_dir: Path, paths: dict[str, Path], preset: Preset, arm: str,
     from repro.config import load_config
     from repro.train import train_rl
 
-    sets = [f"{k}={json.dumps(v)}" for k, v in preset.rl.items()]
-    sets += [f"run.seed={seed}", f"model.init=\"{paths['sft'] / 'model'}\"",
-             f"tasks.path=\"{paths['train_tasks']}\""]
-    cfg = load_config(arm=arm, sets=sets)
+    cfg = load_config(arm=arm, overrides={**preset.rl, "run.seed": seed, "model.init": str(paths["sft"] / "model"),
+                                          "tasks.path": str(paths["train_tasks"])})
     if run_dir.exists():  # the stage re-runs because its inputs changed or it never finished: start clean
         shutil.rmtree(run_dir)
     info = train_rl(cfg, run_dir, argv=["tgsuite", "reproduce", "--preset", preset.name], protocol_hash=protocol_hash)
@@ -120,10 +118,10 @@ def eval_policy(model_dir: str, name: str, preset: Preset) -> Any:
 
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     tok = load_tokenizer(model_dir)
-    engine = BatchingEngine(KVSampler(model, prefix_cache=2 * preset.eval_concurrency),
-                            max_batch=preset.eval_concurrency)
-    pol = SamplerPolicy(engine, tok, name=name, max_new_tokens=preset.eval_max_new_tokens,
-                        temperature=preset.eval_temperature)
+    engine = BatchingEngine(KVSampler(model, prefix_cache=2 * preset.eval.concurrency),
+                            max_batch=preset.eval.concurrency)
+    pol = SamplerPolicy(engine, tok, name=name, max_new_tokens=preset.eval.max_new_tokens,
+                        temperature=preset.eval.temperature)
     pol.spec = f"hf:{model_dir}"  # type: ignore[attr-defined]
     return pol
 
@@ -141,16 +139,16 @@ def stage_eval(run_dir: Path, heldout: Path, arms: dict[str, str], preset: Prese
 
     ts = load_task_set(heldout)
     policies = {name: eval_policy(d, name, preset) for name, d in arms.items()}
-    limits = EpisodeLimits(max_turns=preset.eval_max_turns)
-    with contextlib.ExitStack() as stack, TaskSandboxFactory(ts, kind=preset.eval_sandbox,
+    limits = EpisodeLimits(max_turns=preset.eval.max_turns)
+    with contextlib.ExitStack() as stack, TaskSandboxFactory(ts, kind=preset.eval.sandbox,
                                                              run_id=run_dir.name) as fac:
         for pol in policies.values():  # our sampling policies own a batching engine thread; stop it after
             close = getattr(getattr(pol, "engine", None), "close", None)
             if close is not None:
                 stack.callback(close)
         fac.preflight()
-        results = run_eval(ts, policies, list(range(preset.eval_episodes)), run_dir, sandbox_factory=fac,
-                           workers=preset.eval_concurrency, order="arm", limits=limits, run_seed=preset.task_seed,
+        results = run_eval(ts, policies, list(range(preset.eval.episodes)), run_dir, sandbox_factory=fac,
+                           workers=preset.eval.concurrency, order="arm", limits=limits, run_seed=preset.task_seed,
                            protocol_hash=protocol_hash, excluded_tests=excluded, progress=True,
                            metrics_for=metrics_for(ts),
                            feedback={n: parse_feedback(feedback) for n in arms} if feedback else None,

@@ -230,7 +230,7 @@ def _train(runner: StageRunner, ctx: StudyContext, label: str, arm: str, seed: i
            extra: dict[str, Any]) -> StudyModel:
     """Train one study run with ``StudyContext.stages.train`` (the preset's RL settings plus ``extra``)."""
     run_dir = ctx.paths["train"] / "studies" / label / f"s{seed}"
-    preset = ctx.preset.model_copy(update={"rl": {**ctx.preset.rl, **extra}})
+    preset = ctx.preset.with_rl(extra)
     inputs = {"sft": ctx.sft_report.get("model_dir"), "sft_inputs": canonical_hash(ctx.sft_report),
               "rl": preset.rl, "arm": arm, "seed": seed, "protocol": ctx.protocol_sha256, "label": label}
     rec = runner.run(f"study_train_{label}_s{seed}", inputs,

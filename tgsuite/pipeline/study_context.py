@@ -140,9 +140,8 @@ def eval_models(runner: StageRunner, ctx: StudyContext, name: str, models: dict[
     inputs (a retrained checkpoint at the same path, another model set) start a fresh run instead of mixing in
     episodes of the old weights (the runner identifies a policy by its path only)."""
     arms = {m.runner_arm: m.path for m in models.values()}
-    p = ctx.preset.model_dump(mode="json")
     inputs = {"models": {k: model_key(v) for k, v in sorted(arms.items())}, "tasks": ctx.heldout_sha256,
-              "protocol": ctx.protocol_sha256, "eval": {k: v for k, v in p.items() if k.startswith("eval_")},
+              "protocol": ctx.protocol_sha256, "eval": ctx.preset.eval.stage_inputs(),
               "feedback": feedback}
     run_dir = ctx.paths["eval"] / "studies" / f"{name}-{canonical_hash(inputs)[:12]}"
     runner.run(name, inputs, lambda: ctx.stages.evaluate(run_dir, ctx.paths["heldout_tasks"], arms, ctx.preset,

@@ -128,8 +128,8 @@ def _train_tasks_sha(ctx: StudyContext) -> str:
 
 def _sft(runner: StageRunner, ctx: StudyContext, sizes: TierSizes, root: Path) -> dict[str, Any]:
     # the base sees reminders of ALL three tiers, whichever tiers get RL runs: one base, comparable across tiers
-    sft = {**ctx.preset.sft, "hint_checkers": list(TIERS), "hint_share": sizes.sft_hint_share}
-    preset = ctx.preset.model_copy(update={"sft": sft})
+    preset = ctx.preset.with_sft(hint_checkers=list(TIERS), hint_share=sizes.sft_hint_share)
+    sft = preset.sft
     paths = {**ctx.paths, "sft": root / "sft"}
     inputs = {"tasks": _train_tasks_sha(ctx), "sft": sft, "seed": ctx.preset.task_seed}
     return runner.run("tiers_sft", inputs, lambda: ctx.stages.sft(paths, preset))
@@ -142,7 +142,7 @@ def _train(runner: StageRunner, ctx: StudyContext, sizes: TierSizes, root: Path,
     trained: dict[str, str] = {}
     paths = {**ctx.paths, "sft": root / "sft"}  # stage_train starts from <paths["sft"]>/model
     for tier in sizes.tiers:
-        preset = ctx.preset.model_copy(update={"rl": {**ctx.preset.rl, "reward.checker": tier}})
+        preset = ctx.preset.with_rl({"reward.checker": tier})
         for arm in sizes.arms:
             for seed in sizes.seeds:
                 run_dir = root / f"{arm}_{slug(tier)}" / f"s{seed}"
@@ -159,9 +159,8 @@ def _train(runner: StageRunner, ctx: StudyContext, sizes: TierSizes, root: Path,
 
 def eval_models(runner: StageRunner, ctx: StudyContext, tasks: dict[str, Any], models: dict[str, StudyModel]) -> Path:
     arms = {m.runner_arm: m.path for m in models.values()}
-    p = ctx.preset.model_dump(mode="json")
     inputs = {"models": {k: model_key(v) for k, v in sorted(arms.items())}, "tasks": tasks["sha256"],
-              "protocol": ctx.protocol_sha256, "eval": {k: v for k, v in p.items() if k.startswith("eval_")}}
+              "protocol": ctx.protocol_sha256, "eval": ctx.preset.eval.stage_inputs()}
     run_dir = ctx.paths["eval"] / "studies" / f"tiers_eval-{canonical_hash(inputs)[:12]}"
     task_dir = Path(tasks["paths"]["tasks"]).parent
     runner.run("tiers_eval", inputs, lambda: ctx.stages.evaluate(run_dir, task_dir, arms, ctx.preset, ctx.protocol_sha256,
