@@ -1,6 +1,6 @@
 """``DockerSandbox``: one container per episode on the Docker SDK (engine API 1.41, docker.io 20.10 and later).
 
-Isolation it guarantees (each one exercised by tests/test_sandbox_docker.py):
+Isolation it guarantees (each one exercised by tests/harness/test_sandbox_docker.py):
 - no network: ``network_mode="none"`` (loopback only; no route, no DNS);
 - all Linux capabilities dropped, ``no-new-privileges``, non-root user ``agent`` (uid 1000), ``init`` as PID 1;
 - a pids limit (fork bombs hit it), a memory limit with swap equal to it (a hog is OOM-killed and reported as

@@ -243,14 +243,14 @@ class LossRoot(nn.Module):
     ``n_pg`` / ``n_kl`` are the GLOBAL token counts of the whole optimisation batch (all micro-batches, all ranks),
     so summing the micro-batch losses gives the batch token-means. Under FSDP2/DDP each rank passes the all-reduced
     counts, multiplies the loss by the world size (to cancel the gradient averaging) and sets
-    ``collective_teacher = True`` (tests/test_train_fsdp.py runs this under torchrun with 2 gloo ranks).
+    ``collective_teacher = True`` (tests/repro/test_train_fsdp.py runs this under torchrun with 2 gloo ranks).
 
     Teacher weights (``guidance.teacher``, :mod:`repro.teacher`): ``"live"`` runs ``lm`` itself under no_grad;
     ``"fixed"`` / ``"ema"`` hold a frozen copy ``teacher_lm`` (a submodule, ``requires_grad=False``; only when λ > 0)
     that runs the same hint-spliced teacher views with its own lm_head. Call :meth:`after_optimizer_step` after every
     optimizer step (the EMA update). Build the optimizer on ``lm.parameters()``, never on this module's. Under FSDP2
     build the root before ``fully_shard`` (the copy is a deepcopy of the unsharded model), then shard the student's
-    and the teacher's layers, then the root (tests/test_train_fsdp.py).
+    and the teacher's layers, then the root (tests/repro/test_train_fsdp.py).
     """
 
     def __init__(self, lm: nn.Module, cfg: Any) -> None:

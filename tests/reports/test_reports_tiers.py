@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "reports"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "reports"))
 import report_factory as factory  # noqa: E402
 
 from evalsuite.schema import AnalysisResult, BehaviourTierRow, BehaviourTiersResult, Exploratory, RateCI  # noqa: E402

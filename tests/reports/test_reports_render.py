@@ -15,7 +15,7 @@ import jinja2
 import pytest
 from markupsafe import escape
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "reports"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "reports"))
 import report_factory as factory  # noqa: E402
 
 from reports import render  # noqa: E402

@@ -24,7 +24,7 @@ from tests.harness_fakes import (
     make_calc_task,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _task_set(tmp: Path, n: int) -> tuple[TaskSet, dict[str, Path]]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "reports"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "reports"))
 import report_factory as factory  # noqa: E402
 from report_cdp import check_page, find_chromium  # noqa: E402
 

@@ -115,7 +115,7 @@ def test_user_file_with_arm(tmp_path: Path) -> None:
 
 
 def test_paper_configs_validate() -> None:
-    root = Path(__file__).resolve().parents[1] / "configs" / "paper"
+    root = Path(__file__).resolve().parents[2] / "configs" / "paper"
     files = sorted(root.glob("*.toml"))
     assert files, "configs/paper/*.toml missing"
     for f in files:

@@ -20,7 +20,7 @@ WORKER = r'''
 import copy, json, os, sys
 import torch
 import torch.distributed as dist
-sys.path.insert(0, os.environ["TESTS_DIR"])
+sys.path[:0] = [os.environ["TESTS_DIR"], os.path.join(os.environ["TESTS_DIR"], "repro")]
 torch.set_num_threads(1)
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
@@ -95,7 +95,7 @@ def test_loss_root_under_fsdp2_matches_single_process(tmp_path: Path, arm: str) 
     worker = tmp_path / "worker.py"
     worker.write_text(WORKER)
     out = tmp_path / "out.json"
-    env = {**os.environ, "TESTS_DIR": str(Path(__file__).parent), "ARM": arm, "OUT": str(out),
+    env = {**os.environ, "TESTS_DIR": str(Path(__file__).resolve().parents[1]), "ARM": arm, "OUT": str(out),
            "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "2", str(worker)], env=env,
                           capture_output=True, text=True, timeout=600)

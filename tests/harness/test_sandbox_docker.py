@@ -291,7 +291,7 @@ time.sleep(120)
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=["TERM", "INT", "KILL"])
 def test_interrupted_session_leaves_no_container(docker_client: Any, base_image: str, sig: int) -> None:
     run_id = f"pytest-sig-{uuid.uuid4().hex[:8]}"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     child = subprocess.Popen([sys.executable, "-c", _CHILD, run_id], stdout=subprocess.PIPE, env=env)
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == b"ready"
@@ -332,7 +332,7 @@ def test_docker_tests_fail_in_ci_and_skip_elsewhere_without_an_engine(tmp_path: 
     env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-daemon.sock", "CI": ci}
     target = f"{Path(__file__).resolve()}::test_preflight_and_missing_image"
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", target],
-                          capture_output=True, text=True, env=env, cwd=Path(__file__).resolve().parents[1])
+                          capture_output=True, text=True, env=env, cwd=Path(__file__).resolve().parents[2])
     if ci:
         assert proc.returncode == 1 and "CI=true but Docker is not usable" in proc.stdout, proc.stdout[-2000:]
     else:

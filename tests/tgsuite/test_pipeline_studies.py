@@ -154,7 +154,7 @@ def test_can_do_rows_pair_only_matching_states() -> None:
     assert not rows[0].plain_behaviour_ok and rows[0].corrective_behaviour_ok
 
 
-# behaviour_tiers trains its own base and needs task sets on disk: tests/test_pipeline_tiers.py covers it
+# behaviour_tiers trains its own base and needs task sets on disk: tests/tgsuite/test_pipeline_tiers.py covers it
 STUDIES_HERE = set(ps.STUDIES) - {"behaviour_tiers"}
 
 

@@ -205,7 +205,7 @@ def test_generation_does_not_depend_on_hash_randomisation(tmp_path: Path) -> Non
             "    h.update(i.model_dump_json().encode())\n"
             "    for k in sorted(snaps[i.instance_id]): h.update(k.encode() + snaps[i.instance_id][k])\n"
             "print(h.hexdigest())")
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])
     outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root,
                            env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in (1, 2)}
     assert len(outs) == 1 and len(outs.pop().strip()) == 64

@@ -10,7 +10,7 @@ from repro.compute import plan, plan_shape
 from repro.config import load_config
 from tgsuite.cli import main
 
-PAPER = Path(__file__).resolve().parents[1] / "configs" / "paper" / "qwen3_coder_30b_a3b_tg.toml"
+PAPER = Path(__file__).resolve().parents[2] / "configs" / "paper" / "qwen3_coder_30b_a3b_tg.toml"
 
 
 def test_plan_numbers_match_scale_doc() -> None:

@@ -178,7 +178,7 @@ print("contained")
 )
 def test_fork_bomb_is_contained_for_a_normal_user_by_rlimit_nproc() -> None:
     """The non-root path (RLIMIT_NPROC, no cgroup), run as `nobody` with the system interpreter."""
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])
     cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", _AS_USER, root]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd="/")
     assert proc.returncode == 0 and "contained" in proc.stdout, proc.stderr[-2000:]

@@ -86,7 +86,7 @@ def test_bad_result_names_the_file_and_the_fix(tmp_path: Path) -> None:
 
 
 def test_rundir_needs_neither_docker_nor_torch() -> None:
-    tree = ast.parse((Path(__file__).resolve().parents[1] / "harness" / "rundir.py").read_text())
+    tree = ast.parse((Path(__file__).resolve().parents[2] / "harness" / "rundir.py").read_text())
     mods = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     mods |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert {m.split(".")[0] for m in mods if m} <= {"__future__", "re", "collections", "dataclasses", "pathlib",
