@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from repro.guidance import SpliceError, plan_guidance, right_pad, splice
+from repro.guidance import SpliceError, plan_guidance, splice
 from repro.losses import chunked_kl_loss, kl_from_logits
 from repro.models import build_model, final_hidden_states, lm_head_weight
 from repro.tokenizer import ChatEncoder, train_tokenizer
@@ -121,11 +121,6 @@ def test_bad_inputs_raise_with_fix() -> None:
     # a "KL token" on the assistant header's first token is displaced by the hint: the splice check catches it
     with pytest.raises(SpliceError):
         splice(enc, {1: e.hint_ids(HINT)}, [enc.header_starts[1]], truncate_after_turn=1)
-
-
-def test_right_pad() -> None:
-    ids, att = right_pad([[5, 6, 7], [8]], pad_id=0)
-    assert ids == [[5, 6, 7], [8, 0, 0]] and att == [[1, 1, 1], [1, 0, 0]]
 
 
 def test_end_to_end_kl_on_a_nano_model_matches_message_level_reference() -> None:
