@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import math
 from datetime import datetime
-from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +42,7 @@ from evalsuite.variance import EffectEstimate, variance_components
 from protocols.deviations import covers, default_log_path, load_deviations
 from protocols.freeze import check, load_frozen, utc_now
 from protocols.load import ProtocolError
+from protocols.provenance import package_versions
 from protocols.schema import CriterionSpec, Deviation, DeviationKind, FrozenProtocol, Protocol
 
 log = logging.getLogger(__name__)
@@ -205,16 +205,6 @@ def power_summaries(proto: Protocol) -> list[PowerSummary]:
     return out
 
 
-def _software() -> dict[str, str]:
-    out = {}
-    for name in ("tgsuite", "numpy", "scipy", "statsmodels", "pandas", "pydantic"):
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
-    return out
-
-
 def _warnings(record: FrozenProtocol, runs: list[LoadedRun], table: OutcomeTable,
               results: list[CriterionResult]) -> list[str]:  # fmt: skip
     """Non-fatal provenance and consistency notes, shown in the report."""
@@ -326,6 +316,6 @@ def analyze(
                      protocol_hash=r.manifest.protocol_hash, task_set_sha256=r.manifest.task_set_sha256,
                      git_commit=r.manifest.git_commit, n_episodes=len(r.results)) for r in runs],
         run_ids=[r.manifest.run_id for r in runs], power=power_summaries(proto),
-        exploratory=exploratory or Exploratory(), software=_software(), warnings=warns, assay_checks=assay,
+        exploratory=exploratory or Exploratory(), software=package_versions(), warnings=warns, assay_checks=assay,
         prereg_checks=prereg, consort=assurance.consort_items(proto, results, missing, assay),
     )  # fmt: skip

@@ -21,7 +21,7 @@ from typing import Literal
 import numpy as np
 
 from evalsuite.rates import StatsInputError
-from evalsuite.variance import _check_repo, check_matrix
+from evalsuite.variance import check_matrix, check_repo
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def hierarchical_bootstrap(
         raise StatsInputError("treatment and baseline matrices need the same task columns")
     if n_resamples < 100:
         raise StatsInputError(f"n_resamples={n_resamples} is too few for percentile limits; use >= 1000")
-    inv, g = _check_repo(repo, yt.shape[1])
+    inv, g = check_repo(repo, yt.shape[1])
     counts = np.bincount(inv, minlength=g).astype(float)
     st, sc = _seed_repo_sums(yt, inv, g), _seed_repo_sums(yc, inv, g)
     if weighting == "repo":  # repository means: each drawn repository weighs the same

@@ -22,7 +22,7 @@ from scipy import optimize, stats
 from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.proportion import test_proportions_2indep
 
-from evalsuite.rates import StatsInputError, _check_alpha, check_counts, rd_ci, score_z, wilson_ci
+from evalsuite.rates import StatsInputError, check_alpha, check_counts, rd_ci, score_z, wilson_ci
 
 NIMethod = Literal["mn", "fm", "wald", "agresti_caffo", "newcombe"]
 PairedMethod = Literal["tango", "newcombe"]
@@ -58,7 +58,7 @@ def ni_test(
     check_counts(x1, n1, "arm 1")
     check_counts(x2, n2, "arm 2")
     _check_margin(margin)
-    _check_alpha(alpha)
+    check_alpha(alpha)
     est = x1 / n1 - x2 / n2
     if method in ("mn", "fm"):
         z = score_z(int(x1), int(n1), int(x2), int(n2), -margin, correction=(method == "mn"))
@@ -161,7 +161,7 @@ def rd_ci_paired(
     Pairs are assumed independent (no clustering).
     """
     n = check_table(a, b, c, d)
-    _check_alpha(alpha)
+    check_alpha(alpha)
     if method == "tango":
         return _tango_ci(int(b), int(c), n, alpha)
     if method == "newcombe":
@@ -175,7 +175,7 @@ def ni_test_paired(
     """Paired NI test by Tango's score at θ = −δ: H0: Δ <= −δ vs H1: Δ > −δ (one-sided level ``alpha``)."""
     n = check_table(a, b, c, d)
     _check_margin(margin)
-    _check_alpha(alpha)
+    check_alpha(alpha)
     z = tango_z(int(b), int(c), n, -margin)
     p = float(stats.norm.sf(z))
     lower = _tango_ci(int(b), int(c), n, 2 * alpha)[0]

@@ -27,6 +27,7 @@ import pandas as pd
 from pydantic import ValidationError
 
 from evalsuite.rates import StatsInputError
+from harness.rundir import RunDirError, latest_results
 from harness.schema import EpisodeResult, RunManifest
 from protocols.schema import Protocol
 
@@ -52,7 +53,7 @@ class LoadedRun:
 
 
 def load_run(run_dir: str | Path) -> LoadedRun:
-    """Read ``manifest.json`` and every ``episodes/**/result.json``; keep the highest attempt per episode."""
+    """Read ``manifest.json`` and the counting attempt of every episode (``harness.rundir.latest_results``)."""
     root = Path(run_dir)
     mpath = root / "manifest.json"
     if not mpath.is_file():
@@ -61,18 +62,11 @@ def load_run(run_dir: str | Path) -> LoadedRun:
         manifest = RunManifest.model_validate_json(mpath.read_text(encoding="utf-8"))
     except ValidationError as exc:
         raise EvalDataError(f"{mpath}: not a valid RunManifest: {exc.errors()[0]}") from None
-    best: dict[tuple[str, str, int], EpisodeResult] = {}
-    n_files = 0
-    for rpath in sorted((root / "episodes").glob("**/result.json")):
-        n_files += 1
-        try:
-            res = EpisodeResult.model_validate_json(rpath.read_text(encoding="utf-8"))
-        except ValidationError as exc:
-            raise EvalDataError(f"{rpath}: not a valid EpisodeResult: {exc.errors()[0]}") from None
-        key = (res.instance_id, res.arm, res.seed)
-        if key not in best or res.attempt > best[key].attempt:
-            best[key] = res
-    return LoadedRun(root, manifest, list(best.values()), n_files - len(best))
+    try:
+        latest = latest_results(root)  # the counting attempt per episode: harness.rundir's rules
+    except RunDirError as exc:
+        raise EvalDataError(str(exc)) from None
+    return LoadedRun(root, manifest, latest.results, latest.superseded)
 
 
 def parse_arm(arm: str, manifest: RunManifest, protocol_arms: set[str]) -> tuple[str, int]:

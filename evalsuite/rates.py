@@ -167,7 +167,7 @@ def rd_ci(
     """
     check_counts(x1, n1, "arm 1")
     check_counts(x2, n2, "arm 2")
-    _check_alpha(alpha)
+    check_alpha(alpha)
     x1, n1, x2, n2 = int(x1), int(n1), int(x2), int(n2)
     if method in ("mn", "mee"):
         return _score_ci(x1, n1, x2, n2, alpha, correction=(method == "mn"))
@@ -178,16 +178,6 @@ def rd_ci(
     return float(max(lo, -1.0)), float(min(hi, 1.0))
 
 
-def _check_alpha(alpha: float) -> None:
+def check_alpha(alpha: float) -> None:
     if not (isinstance(alpha, (int, float)) and 0.0 < float(alpha) < 1.0):
         raise StatsInputError(f"alpha must be in (0, 1), got {alpha!r}")
-
-
-def newcombe_from_wilson(
-    p1: float, l1: float, u1: float, p2: float, l2: float, u2: float
-) -> tuple[float, float]:
-    """Newcombe's square-and-add combination of two Wilson intervals (used for clustered/effective counts)."""
-    est = p1 - p2
-    lower = est - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2)
-    upper = est + math.sqrt((p2 - l2) ** 2 + (u1 - p1) ** 2)
-    return lower, upper

@@ -412,7 +412,7 @@ class HintProbeResult(_Frozen):
 
 
 class BehaviourTierRow(_Frozen):
-    """One behaviour tier × one arm on the unseen held-out repositories (``repro.pipeline_tiers``): Wilson rates,
+    """One behaviour tier × one arm on the unseen held-out repositories (``tgsuite.pipeline.tiers``): Wilson rates,
     episodes pooled over training seeds (descriptive)."""
 
     tier: str  # the checker id, e.g. "ask_first@v1"

@@ -82,7 +82,7 @@ def check_matrix(y: np.ndarray, name: str) -> np.ndarray:
     return arr
 
 
-def _check_repo(repo: np.ndarray, n: int) -> tuple[np.ndarray, int]:
+def check_repo(repo: np.ndarray, n: int) -> tuple[np.ndarray, int]:
     repo = np.asarray(repo)
     if repo.ndim != 1 or repo.shape[0] != n:
         raise StatsInputError(f"repo must have one label per task ({n}), got shape {repo.shape}")
@@ -117,7 +117,7 @@ def _check_crossed(yt: np.ndarray, yc: np.ndarray, repo: np.ndarray) -> tuple[np
             f"crossed_effect needs >= 2 training seeds per arm (got treatment {m_t}, baseline {m_c}); the method "
             "estimand cannot be estimated from one seed — add seeds or preregister the artifact estimand"
         )
-    inv, g = _check_repo(repo, n)
+    inv, g = check_repo(repo, n)
     if g < 2:
         raise StatsInputError("crossed_effect needs tasks from >= 2 repositories to estimate task-sampling variance")
     return yt, yc, inv, g
@@ -203,7 +203,7 @@ def paired_clustered_diff(
     yb = check_matrix(np.atleast_2d(yb), "baseline scores")[0]
     if ya.shape != yb.shape:
         raise StatsInputError(f"paired scores need equal length, got {ya.shape} and {yb.shape}")
-    inv, g = _check_repo(clusters, ya.shape[0])
+    inv, g = check_repo(clusters, ya.shape[0])
     if g < 2:
         raise StatsInputError("paired_clustered_diff needs tasks from >= 2 repositories")
     d = ya - yb

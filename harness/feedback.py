@@ -199,30 +199,3 @@ def corrective_feedback(checker_id: str, kind: FeedbackKind = "correct") -> Remi
     from the start)."""
     placement = get_checker(checker_id).hint_placement
     return ReminderFeedback(kind, placement, checkers=(checker_id,))  # type: ignore[arg-type]
-
-
-def parse_feedback(spec: str, *, checkers: tuple[str, ...] = ("markdown@v1",)) -> FeedbackProvider | None:
-    """Build a provider from a command-line spec ``KIND[@PLACEMENT]``.
-
-    ``KIND`` is ``none``, ``correct``, ``irrelevant``, ``wrong`` or ``mix:correct=0.7,wrong=0.3`` (per-episode
-    draw), or ``probe:NAME`` (``harness.probes``; default placement: the probe's own); ``PLACEMENT`` is one of
-    ``Placement`` or ``turn=N`` (default ``before_finish``).
-    Examples: ``correct``, ``wrong@before_failing_turn``, ``mix:correct=0.5,none=0.5@turn=0``, ``probe:explain``.
-    """
-    kind, _, place = spec.partition("@")
-    placement, turn_index = (place or "before_finish"), None
-    if placement.startswith("turn="):
-        placement, turn_index = "turn", int(placement[5:])
-    if kind == "none":
-        return None
-    if kind.startswith("probe:"):
-        from harness.probes import probe_feedback  # harness.probes builds on this module
-
-        return probe_feedback(kind[6:], placement if place else None, turn_index)  # type: ignore[arg-type]
-    if kind.startswith("mix:"):
-        try:
-            weights = {k: float(v) for k, v in (item.split("=") for item in kind[4:].split(","))}
-        except ValueError:
-            raise ValueError(f"feedback spec {spec!r}: write mixtures as mix:correct=0.7,wrong=0.3") from None
-        return MixtureFeedback(weights, placement, turn_index, checkers=checkers)  # type: ignore[arg-type]
-    return ReminderFeedback(kind, placement, turn_index, checkers=checkers)  # type: ignore[arg-type]

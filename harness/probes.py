@@ -115,5 +115,5 @@ class ProbeFeedback:
 
 
 def probe_feedback(name: str, placement: Placement | None = None, turn_index: int | None = None) -> ProbeFeedback:
-    """The provider of probe ``name`` (``harness.feedback.parse_feedback`` builds it from ``probe:NAME[@PLACEMENT]``)."""
+    """The provider of probe ``name`` (``harness.feedback_spec.parse_feedback`` builds it from ``probe:NAME[@PLACEMENT]``)."""
     return ProbeFeedback(get_probe(name), placement, turn_index)

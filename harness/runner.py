@@ -38,6 +38,7 @@ from typing import Any, Literal
 from harness.infra import ControlCache, ErrorRateGuard, RetryPolicy, atomic_write_text, summarize_failures
 from harness.interfaces import EpisodeLimits, FeedbackProvider, Policy, PolicyOutput
 from harness.run_control import RunInterrupted, run_id_for, stop_on_signals
+from harness.rundir import attempt_indices, counting_attempt, episode_dirs
 from harness.runner_episode import (
     EpisodeContext,
     EpisodeJob,
@@ -97,7 +98,7 @@ def plan_work(out_dir: Path, instances: Sequence[TaskInstance], arms: Sequence[s
         for arm in arms:
             for seed in seeds:
                 eseed = episode_seed(run_seed, inst.instance_id, seed)
-                attempts = _attempt_indices(episode_dir(out_dir, inst.instance_id, arm, seed))
+                attempts = attempt_indices(episode_dir(out_dir, inst.instance_id, arm, seed))
                 if not attempts:
                     todo.append(EpisodeJob(inst, arm, seed, 0, eseed))
                     continue
@@ -115,12 +116,6 @@ def plan_work(out_dir: Path, instances: Sequence[TaskInstance], arms: Sequence[s
         rank = {a: i for i, a in enumerate(arms)}
         todo.sort(key=lambda j: rank[j.arm])  # stable: instance order within an arm
     return Plan(todo, done, exhausted)
-
-
-def _attempt_indices(d: Path) -> list[int]:
-    if not d.is_dir():
-        return []
-    return sorted(int(p.name[1:]) for p in d.iterdir() if p.is_dir() and re.fullmatch(r"a\d+", p.name))
 
 
 def _policy_options(spec: str, task_set: TaskSet, factory: SandboxFactory | None) -> dict[str, Any]:
@@ -313,7 +308,7 @@ def snapshot_metrics(task_set: TaskSet) -> Callable[[Trajectory, TaskInstance], 
 
 def rebuild_results(out_dir: str | Path, instances: Sequence[TaskInstance] | None = None,
                     arms: Sequence[str] | None = None, seeds: Sequence[int] | None = None) -> list[EpisodeResult]:
-    """Rebuild ``results.jsonl`` from ``episodes/``: the latest finished attempt of each episode, sorted.
+    """Rebuild ``results.jsonl`` from ``episodes/``: the counting attempt of each episode (``harness.rundir``), sorted.
 
     With ``instances``/``arms``/``seeds`` only those episodes are included; otherwise all found on disk.
     """
@@ -322,16 +317,13 @@ def rebuild_results(out_dir: str | Path, instances: Sequence[TaskInstance] | Non
     keep_a = set(arms) if arms is not None else None
     keep_s = set(seeds) if seeds is not None else None
     results: list[EpisodeResult] = []
-    for sdir in sorted((out / "episodes").glob("*/*/s*")):
-        iid, arm, seed = sdir.parent.parent.name, sdir.parent.name, int(sdir.name[1:])
+    for iid, arm, seed, sdir in episode_dirs(out):
         if (keep_i is not None and iid not in keep_i) or (keep_a is not None and arm not in keep_a) or (
                 keep_s is not None and seed not in keep_s):
             continue
-        for a in reversed(_attempt_indices(sdir)):
-            res = read_result(sdir / f"a{a}")
-            if res is not None:
-                results.append(res)
-                break
+        got = counting_attempt(sdir)
+        if got is not None:
+            results.append(got[1])
     results.sort(key=lambda r: (r.instance_id, r.arm, r.seed))
     atomic_write_text(out / "results.jsonl", "".join(r.model_dump_json() + "\n" for r in results))
     return results

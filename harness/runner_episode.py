@@ -22,7 +22,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -31,13 +30,14 @@ from harness.episode_grading import candidate_patch, gold_control, grade_candida
 from harness.grading import GRADER_VERSION, InfraPolicy
 from harness.infra import ControlCache, Outcome, agent_outcome, atomic_write_text, classify_exception, settle_ambiguous
 from harness.interfaces import EpisodeLimits, FeedbackProvider, Policy
+from harness.rundir import RESULT_FILE, read_result  # noqa: F401  (re-exported: the runner reads results)
 from harness.sandbox import Sandbox
 from harness.schema import EpisodeMetrics, EpisodeResult, Grade, Message, TaskInstance, Trajectory
+from protocols.provenance import utc_now
 
 log = logging.getLogger(__name__)
 
 Role = Literal["agent", "grade", "control"]
-RESULT_FILE = "result.json"
 
 
 class SandboxFactory(Protocol):
@@ -121,17 +121,6 @@ def read_trajectory(path: Path) -> Trajectory:
     return Trajectory.model_validate({**header, "messages": messages})
 
 
-def read_result(attempt_dir: Path) -> EpisodeResult | None:
-    p = Path(attempt_dir) / RESULT_FILE
-    if not p.is_file():
-        return None
-    try:
-        return EpisodeResult.model_validate_json(p.read_text(encoding="utf-8", errors="strict"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{p}: not an episode result ({str(exc).splitlines()[0]}); fix: delete {p} (the attempt "
-                         "then re-runs on resume) or restore it from a copy") from None
-
-
 # ------------------------------------------------------------------------------------------------ one attempt
 
 
@@ -183,7 +172,7 @@ def run_attempt(job: EpisodeJob, policy: Policy, ctx: EpisodeContext) -> Episode
                     type(exc).__name__, phase, exc_info=log.isEnabledFor(logging.DEBUG))
         outcome = classify_exception(exc, phase=phase)  # type: ignore[arg-type]
     with timer.phase("behaviour"):
-        result = _result(job, ctx, traj, grade, outcome)
+        result = episode_result(job, ctx, traj, grade, outcome)
     if ctx.stop.is_set():  # the run was stopped under this attempt: record nothing, resume re-runs it in place
         raise InterruptedError(f"{d}: stopped before the attempt was recorded")
     atomic_write_text(d / "timing.json", json.dumps(timer.t, indent=1))
@@ -217,7 +206,7 @@ def run_patch_attempt(job: EpisodeJob, patch: str, ctx: EpisodeContext) -> Episo
         log.warning("%s/%s a%d: %s during grade", job.instance.instance_id, job.arm, job.attempt,
                     type(exc).__name__, exc_info=log.isEnabledFor(logging.DEBUG))
         outcome = classify_exception(exc, phase="grade")
-    result = _result(job, ctx, None, grade, outcome)
+    result = episode_result(job, ctx, None, grade, outcome)
     atomic_write_text(d / "timing.json", json.dumps(timer.t, indent=1))
     atomic_write_text(d / RESULT_FILE, result.model_dump_json(indent=1))
     return result
@@ -257,7 +246,7 @@ def _control(job: EpisodeJob, ctx: EpisodeContext) -> Grade:
     return ctx.controls.get_or_run(inst.instance_id, "gold", digest, GRADER_VERSION, run)
 
 
-def _result(job: EpisodeJob, ctx: EpisodeContext, traj: Trajectory | None, grade: Grade | None,
+def episode_result(job: EpisodeJob, ctx: EpisodeContext, traj: Trajectory | None, grade: Grade | None,
             outcome: Outcome) -> EpisodeResult:
     inst = job.instance
     scored = outcome.failure_class in ("none", "agent")
@@ -275,7 +264,7 @@ def _result(job: EpisodeJob, ctx: EpisodeContext, traj: Trajectory | None, grade
         behaviour=behaviour, grade=grade, metrics=metrics, difficulty=inst.difficulty,
         template_tier=inst.template_tier, split=inst.split,
         feedback_kind=traj.feedback_kind if traj is not None else None,
-        finished_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        finished_at=utc_now(),
     )
 
 

@@ -13,10 +13,7 @@ import dataclasses
 import json
 import os
 import platform
-import subprocess
 import sys
-from datetime import UTC, datetime
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -24,32 +21,9 @@ from harness.grading import GRADER_VERSION
 from harness.infra import atomic_write_text
 from harness.interfaces import EpisodeLimits
 from harness.schema import ArmSpec, RunManifest, TaskSet
+from protocols.provenance import git_state, package_versions, utc_now
 
 MANIFEST_FILE = "manifest.json"
-PACKAGES = ("tgsuite", "torch", "transformers", "tokenizers", "pydantic", "docker", "numpy", "pytest", "vllm", "trl")
-_REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-def git_state(root: Path = _REPO_ROOT) -> tuple[str | None, bool | None]:
-    """(commit, dirty) of the checkout holding this package; (None, None) outside git."""
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                                timeout=10, check=True).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                                    capture_output=True, text=True, timeout=10, check=True).stdout.strip())
-        return commit, dirty
-    except (OSError, subprocess.SubprocessError):
-        return None, None
-
-
-def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str]:
-    out = {"python": sys.version.split()[0]}
-    for n in names:
-        try:
-            out[n] = metadata.version(n)
-        except metadata.PackageNotFoundError:
-            continue
-    return out
 
 
 def read_manifest(out_dir: Path) -> RunManifest | None:
@@ -86,7 +60,7 @@ def build_manifest(*, run_id: str, task_set: TaskSet, arm_specs: dict[str, str],
     commit, dirty = git_state()
     checkers = sorted({c for i in task_set.instances for c in i.behaviour})
     return RunManifest(
-        run_id=run_id, created_at=datetime.now(UTC).isoformat(timespec="seconds"), argv=argv, git_commit=commit,
+        run_id=run_id, created_at=utc_now(), argv=argv, git_commit=commit,
         git_dirty=dirty, packages=package_versions(), task_set_name=task_set.name, task_set_sha256=task_set.sha256,
         instance_ids=[i.instance_id for i in task_set.instances], image_digests=factory.image_digests(), arms=arms,
         seeds=seeds, sandbox=factory.kind, isolated=factory.isolated,

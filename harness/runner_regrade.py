@@ -17,8 +17,9 @@ from pathlib import Path
 from harness.grading import GRADER_VERSION, STDERR_SEPARATOR, grade_from_output
 from harness.infra import ControlCache, Outcome, agent_outcome, atomic_write_text, settle_ambiguous
 from harness.interfaces import EpisodeLimits
-from harness.runner import _attempt_indices, rebuild_results, run_lock
-from harness.runner_episode import RESULT_FILE, EpisodeContext, EpisodeJob, _result, read_result, read_trajectory
+from harness.rundir import RESULT_FILE, counting_attempt, episode_dirs
+from harness.runner import rebuild_results, run_lock
+from harness.runner_episode import EpisodeContext, EpisodeJob, episode_result, read_trajectory
 from harness.runner_manifest import read_manifest
 from harness.schema import EpisodeResult, Grade, TaskSet
 
@@ -58,14 +59,13 @@ def regrade_run(out_dir: str | Path, task_set: TaskSet, *,
 
 def _regrade_all(out: Path, by_id: dict, ctx: EpisodeContext, digests: dict[str, str]) -> int:
     n = 0
-    for sdir in sorted((out / "episodes").glob("*/*/s*")):
-        inst = by_id.get(sdir.parent.parent.name)
-        attempts = _attempt_indices(sdir)
-        if inst is None or not attempts:
+    for iid, _, _, sdir in episode_dirs(out):
+        inst = by_id.get(iid)
+        got = counting_attempt(sdir) if inst is not None else None
+        if got is None:
             continue
-        adir = sdir / f"a{attempts[-1]}"
-        old = read_result(adir)
-        if old is None or old.failure_class == "infra" or not (adir / "trajectory.jsonl").is_file():
+        adir, old = sdir / f"a{got[0]}", got[1]
+        if old.failure_class == "infra" or not (adir / "trajectory.jsonl").is_file():
             continue
         new = _regrade_attempt(adir, old, inst, ctx, digests.get(inst.image, inst.image))
         atomic_write_text(adir / RESULT_FILE, new.model_dump_json(indent=1))
@@ -83,7 +83,7 @@ def _regrade_attempt(adir: Path, old: EpisodeResult, inst, ctx: EpisodeContext, 
         if control is not None:
             outcome = settle_ambiguous(grade, control)
     job = EpisodeJob(inst, old.arm, old.seed, old.attempt, traj.seed)
-    return _result(job, ctx, traj, grade, outcome)
+    return episode_result(job, ctx, traj, grade, outcome)
 
 
 def _stored_grade(gdir: Path, old: EpisodeResult, inst, excluded: list[str]) -> Grade | None:

@@ -1,6 +1,6 @@
 """``DockerSandbox``: one container per episode on the Docker SDK (engine API 1.41, docker.io 20.10 and later).
 
-Isolation it guarantees (each one exercised by tests/test_sandbox_docker.py):
+Isolation it guarantees (each one exercised by tests/harness/test_sandbox_docker.py):
 - no network: ``network_mode="none"`` (loopback only; no route, no DNS);
 - all Linux capabilities dropped, ``no-new-privileges``, non-root user ``agent`` (uid 1000), ``init`` as PID 1;
 - a pids limit (fork bombs hit it), a memory limit with swap equal to it (a hog is OOM-killed and reported as
@@ -59,27 +59,27 @@ from harness.sandbox import (
     SandboxUnavailable,
 )
 from harness.sandbox_docker_io import (  # noqa: F401  (re-exported: the public cleanup API and label keys)
-    _LIVE,
-    _LIVE_LOCK,
-    _OOM_CMD,
-    _UID,
+    AGENT_UID,
     DEFAULT_CLIENT_TIMEOUT_S,
     LABEL_ATTEMPT,
     LABEL_INSTANCE,
     LABEL_OWNER,
     LABEL_RUN,
     LABEL_SANDBOX,
-    _as_agent,
-    _Demux,
-    _install_cleanup_handlers,
-    _parse_oom_count,
-    _pump,
-    _tar_dirs,
-    _tar_one,
-    _translate,
+    LIVE,
+    LIVE_LOCK,
+    OOM_CMD,
+    Demux,
+    as_agent,
     cleanup_orphans,
     cleanup_run,
+    install_cleanup_handlers,
     owner_label,
+    parse_oom_count,
+    pump,
+    tar_dirs,
+    tar_one,
+    translate_errors,
 )
 
 log = logging.getLogger(__name__)
@@ -134,17 +134,17 @@ class DockerSandbox(Sandbox):
         cap = self.spec.output_cap_bytes
         out, err = OutputCapper(cap), OutputCapper(cap)
         start = time.monotonic()
-        with _translate(f"exec in sandbox {self.name}", kind="EXEC_TRANSPORT"):
+        with translate_errors(f"exec in sandbox {self.name}", kind="EXEC_TRANSPORT"):
             exec_id = self._api.exec_create(
                 self.id, argv, stdin=input is not None, workdir=self._abs(cwd or "."),
-                environment=self._env(env), user=f"{_UID}:{_UID}",
+                environment=self._env(env), user=f"{AGENT_UID}:{AGENT_UID}",
             )["Id"]
             sock = self._api.exec_start(exec_id, socket=True)
             raw = getattr(sock, "_sock", sock)
             try:
                 deadline = start + timeout + KILL_GRACE_S + OUTER_SLACK_S
                 running = lambda: bool(self._api.exec_inspect(exec_id).get("Running"))  # noqa: E731
-                finished = _pump(raw, input, _Demux(out, err), deadline, running)
+                finished = pump(raw, input, Demux(out, err), deadline, running)
             finally:
                 with contextlib.suppress(Exception):
                     sock.close()
@@ -182,11 +182,11 @@ class DockerSandbox(Sandbox):
         the container being killed under us (infra). Reading the counter needs a live container; when the read
         fails or is unparseable we poll the container state for up to a second before believing it is alive.
         """
-        with _translate(f"read OOM counter of {self.name}", kind="EXEC_TRANSPORT"):
-            exec_id = self._api.exec_create(self.id, ["sh", "-c", _OOM_CMD], user=f"{_UID}:{_UID}")["Id"]
+        with translate_errors(f"read OOM counter of {self.name}", kind="EXEC_TRANSPORT"):
+            exec_id = self._api.exec_create(self.id, ["sh", "-c", OOM_CMD], user=f"{AGENT_UID}:{AGENT_UID}")["Id"]
             text = self._api.exec_start(exec_id).decode(errors="replace")
             code = self._api.exec_inspect(exec_id).get("ExitCode")
-        count = _parse_oom_count(text) if code == 0 else None
+        count = parse_oom_count(text) if code == 0 else None
         if count is None:
             for _ in range(5):  # the engine updates the state of a killed container asynchronously
                 time.sleep(0.2)
@@ -200,7 +200,7 @@ class DockerSandbox(Sandbox):
             raise SandboxUnavailable(f"sandbox {self.name} is closed", kind="EXEC_TRANSPORT")
 
     def _check_running(self) -> None:
-        with _translate(f"inspect sandbox {self.name}"):
+        with translate_errors(f"inspect sandbox {self.name}"):
             state = self._api.inspect_container(self.id)["State"]
         if not state.get("Running") or state.get("Paused"):
             raise SandboxUnavailable(
@@ -210,7 +210,7 @@ class DockerSandbox(Sandbox):
             )
 
     def _restart(self) -> None:
-        with _translate(f"restart sandbox {self.name}", kind="EXEC_TRANSPORT"):
+        with translate_errors(f"restart sandbox {self.name}", kind="EXEC_TRANSPORT"):
             self._api.restart(self.id, timeout=0)
         self._oom_seen = 0  # a restart gives the container a fresh cgroup
 
@@ -225,7 +225,7 @@ class DockerSandbox(Sandbox):
 
         if hops > 8:
             raise FileNotFoundError(f"{full}: too many levels of symbolic links in sandbox {self.name}")
-        with _translate(f"read {full} from {self.name}", kind="EXEC_TRANSPORT", paths=True):
+        with translate_errors(f"read {full} from {self.name}", kind="EXEC_TRANSPORT", paths=True):
             try:
                 stream, stat = self._api.get_archive(self.id, full)
             except docker.errors.NotFound as exc:
@@ -258,8 +258,8 @@ class DockerSandbox(Sandbox):
         self._check_open()
         full = self._abs(path)
         parent, base = posixpath.split(full)
-        archive = _tar_one(base, data, 0o644)
-        with _translate(f"write {full} in {self.name}", kind="EXEC_TRANSPORT", paths=True):
+        archive = tar_one(base, data, 0o644)
+        with translate_errors(f"write {full} in {self.name}", kind="EXEC_TRANSPORT", paths=True):
             try:
                 self._api.put_archive(self.id, parent, archive)
             except docker.errors.NotFound as exc:
@@ -271,7 +271,7 @@ class DockerSandbox(Sandbox):
     def _mkdir(self, path: str) -> None:
         res = self.exec(["mkdir", "-p", path], timeout=30)
         if res.returncode != 0:
-            raise PermissionError(f"cannot create {path} in sandbox {self.name} as uid {_UID}: {res.stderr.strip()}")
+            raise PermissionError(f"cannot create {path} in sandbox {self.name} as uid {AGENT_UID}: {res.stderr.strip()}")
 
     def copy_in(self, src: Path, dest: str) -> None:
         """Copy the contents of host directory ``src`` into ``dest`` (created if missing; files owned by uid 1000)."""
@@ -283,12 +283,12 @@ class DockerSandbox(Sandbox):
         with tempfile.SpooledTemporaryFile(max_size=32 << 20) as buf:
             with tarfile.open(fileobj=buf, mode="w") as tar:
                 for child in sorted(src.iterdir()):
-                    tar.add(child, arcname=child.name, filter=_as_agent)
+                    tar.add(child, arcname=child.name, filter=as_agent)
             buf.seek(0)
             archive = buf.read()
         import docker
 
-        with _translate(f"copy into {full} of {self.name}", kind="EXEC_TRANSPORT", paths=True):
+        with translate_errors(f"copy into {full} of {self.name}", kind="EXEC_TRANSPORT", paths=True):
             try:
                 self._api.put_archive(self.id, full, archive)
             except docker.errors.NotFound as exc:
@@ -304,7 +304,7 @@ class DockerSandbox(Sandbox):
         dest = Path(dest)
         dest.mkdir(parents=True, exist_ok=True)
         with tempfile.SpooledTemporaryFile(max_size=32 << 20) as buf:
-            with _translate(f"copy out of {full} of {self.name}", kind="EXEC_TRANSPORT", paths=True):
+            with translate_errors(f"copy out of {full} of {self.name}", kind="EXEC_TRANSPORT", paths=True):
                 stream, _ = self._api.get_archive(self.id, full)
                 for chunk in stream:
                     buf.write(chunk)
@@ -322,8 +322,8 @@ class DockerSandbox(Sandbox):
         if self._closed:
             return
         self._closed = True
-        with _LIVE_LOCK:
-            _LIVE.pop(self.id, None)
+        with LIVE_LOCK:
+            LIVE.pop(self.id, None)
         with contextlib.suppress(Exception):
             self._api.remove_container(self.id, force=True, v=True)
 
@@ -337,7 +337,7 @@ def _make_dirs(api: Any, cid: str, path: str) -> None:
     for cut in range(len(parts) - 1, -1, -1):  # try the parent, then the grandparent, ...
         anchor = "/" + "/".join(parts[:cut])
         below = parts[cut:]
-        archive = _tar_dirs(["/".join(below[: i + 1]) for i in range(len(below))])
+        archive = tar_dirs(["/".join(below[: i + 1]) for i in range(len(below))])
         try:
             api.put_archive(cid, anchor, archive)
             return
@@ -370,7 +370,7 @@ class DockerSandboxProvider:
 
     def preflight(self, image: str = "base") -> dict[str, str]:
         """Engine reachable, API >= 1.41, image present, disk free. Raises ``SandboxUnavailable``."""
-        with _translate("preflight: ping the Docker engine"):
+        with translate_errors("preflight: ping the Docker engine"):
             version = self.client.version()
             info = self.client.info()
         api = version.get("ApiVersion", "0")
@@ -408,20 +408,20 @@ class DockerSandboxProvider:
                      docker.types.Ulimit(name="fsize", soft=spec.disk_bytes, hard=spec.disk_bytes)],
             **self._disk_config(spec),
         )
-        _install_cleanup_handlers()
-        with _translate(f"create sandbox from {tag}", kind="CONTAINER_CREATE"):
+        install_cleanup_handlers()
+        with translate_errors(f"create sandbox from {tag}", kind="CONTAINER_CREATE"):
             try:
-                cid = api.create_container(tag, command=["sleep", "infinity"], user=f"{_UID}:{_UID}",
+                cid = api.create_container(tag, command=["sleep", "infinity"], user=f"{AGENT_UID}:{AGENT_UID}",
                                            environment=dict(spec.env), labels=labels, name=name,
                                            host_config=host_config)["Id"]
             except docker.errors.ImageNotFound as exc:
                 raise SandboxUnavailable(f"image {tag} is missing. Fix: run `tgsuite images build`.",
                                          kind="IMAGE_MISSING") from exc
-        with _LIVE_LOCK:
-            _LIVE[cid] = api
+        with LIVE_LOCK:
+            LIVE[cid] = api
         box = DockerSandbox(self.client, cid, spec, name)
         try:
-            with _translate(f"start sandbox {name}", kind="CONTAINER_START"):
+            with translate_errors(f"start sandbox {name}", kind="CONTAINER_START"):
                 api.start(cid)
                 if not self._premade(tag, spec.workdir):
                     _make_dirs(api, cid, spec.workdir)
@@ -439,7 +439,7 @@ class DockerSandboxProvider:
         the work directory as a whole is NOT capped there, because the engine cannot copy files into a tmpfs
         mount (``put_archive`` writes beneath it)."""
         if self._disk_mode is None:
-            with _translate("inspect the Docker engine's storage driver"):
+            with translate_errors("inspect the Docker engine's storage driver"):
                 info = self.client.info()
             status = dict(tuple(x) for x in info.get("DriverStatus") or [] if len(x) == 2)
             driver = info.get("Driver", "")
@@ -454,13 +454,13 @@ class DockerSandboxProvider:
             return {"storage_opt": {"size": str(size)}}
         home = f"/home/{images.AGENT_USER}"
         return {"tmpfs": {"/tmp": f"size={size},mode=1777", "/var/tmp": f"size={size},mode=1777",
-                          home: f"size={size},uid={_UID},gid={_UID},mode=0755"}}
+                          home: f"size={size},uid={AGENT_UID},gid={AGENT_UID},mode=0755"}}
 
     def _premade(self, tag: str, workdir: str) -> bool:
         """Does the image ship ``workdir`` owned by uid 1000? (base recipe >= 2, or an image built FROM it)."""
         key = (tag, workdir.rstrip("/"))
         if key not in self._premade_cache:
-            with _translate(f"inspect image {tag}"):
+            with translate_errors(f"inspect image {tag}"):
                 labels = self.client.api.inspect_image(tag)["Config"].get("Labels") or {}
             recipe = labels.get(images.LABEL_RECIPE, "0")
             self._premade_cache[key] = recipe.isdigit() and int(recipe) >= 2 and key[1] in images.PREMADE_DIRS

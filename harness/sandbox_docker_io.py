@@ -34,7 +34,7 @@ LABEL_OWNER = "tgsuite.owner"
 DEFAULT_CLIENT_TIMEOUT_S = 60.0
 _IDLE_CHECK_S = 0.5  # idle stream: ask the engine whether the command is still running this often
 _EXIT_DRAIN_S = 0.2  # after it exited, read what is left for this long
-_UID = images.AGENT_UID
+AGENT_UID = images.AGENT_UID
 
 
 # --- owner identity, live registry, signal / exit cleanup ----------------------------------------------------
@@ -61,21 +61,21 @@ def _owner_alive(owner: str) -> bool:
     return os.path.exists(f"/proc/{pid}") and _start_time(int(pid)) == start
 
 
-_LIVE: dict[str, Any] = {}  # container id -> docker APIClient
-_LIVE_LOCK = threading.RLock()  # re-entrant: the signal handler may run while the main thread holds it
+LIVE: dict[str, Any] = {}  # container id -> docker APIClient
+LIVE_LOCK = threading.RLock()  # re-entrant: the signal handler may run while the main thread holds it
 _HANDLERS_INSTALLED = False
 
 
 def _cleanup_live() -> None:
-    with _LIVE_LOCK:
-        items = list(_LIVE.items())
-        _LIVE.clear()
+    with LIVE_LOCK:
+        items = list(LIVE.items())
+        LIVE.clear()
     for cid, api in items:
         with contextlib.suppress(Exception):
             api.remove_container(cid, force=True, v=True)
 
 
-def _install_cleanup_handlers() -> None:
+def install_cleanup_handlers() -> None:
     """atexit + chained SIGTERM/SIGINT handlers that remove this process's live containers first."""
     global _HANDLERS_INSTALLED
     if _HANDLERS_INSTALLED:
@@ -100,7 +100,7 @@ def _install_cleanup_handlers() -> None:
 
 def _remove_by_filters(client: Any, filters: dict[str, Any], keep: Any = None) -> int:
     removed = 0
-    with _translate("list containers"):
+    with translate_errors("list containers"):
         found = client.api.containers(all=True, filters=filters)
     for c in found:
         if keep is not None and keep(c):
@@ -148,7 +148,7 @@ def path_error(text: str) -> type[OSError] | None:
 
 
 @contextlib.contextmanager
-def _translate(what: str, kind: str = "DOCKER_DAEMON", *, paths: bool = False) -> Iterator[None]:
+def translate_errors(what: str, kind: str = "DOCKER_DAEMON", *, paths: bool = False) -> Iterator[None]:
     """Map Docker SDK / transport errors to ``SandboxUnavailable`` (never to an exit code).
 
     ``paths=True`` (file calls): engine errors about the named path become ``OSError`` subclasses instead.
@@ -182,11 +182,11 @@ def _translate(what: str, kind: str = "DOCKER_DAEMON", *, paths: bool = False) -
 # --- tar helpers -------------------------------------------------------------------------------------------
 
 
-def _tar_one(name: str, data: bytes | None, mode: int) -> bytes:
+def tar_one(name: str, data: bytes | None, mode: int) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         info = tarfile.TarInfo(name)
-        info.uid = info.gid = _UID
+        info.uid = info.gid = AGENT_UID
         info.uname = info.gname = images.AGENT_USER
         info.mtime = int(time.time())
         info.mode = mode
@@ -199,24 +199,24 @@ def _tar_one(name: str, data: bytes | None, mode: int) -> bytes:
     return buf.getvalue()
 
 
-def _tar_dirs(names: list[str]) -> bytes:
+def tar_dirs(names: list[str]) -> bytes:
     """A tar of empty directories (parents first), owned by uid 1000, mode 0755."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for name in names:
-            info = _as_agent(tarfile.TarInfo(name))
+            info = as_agent(tarfile.TarInfo(name))
             info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, int(time.time())
             tar.addfile(info)
     return buf.getvalue()
 
 
-def _as_agent(info: tarfile.TarInfo) -> tarfile.TarInfo:
-    info.uid = info.gid = _UID
+def as_agent(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    info.uid = info.gid = AGENT_UID
     info.uname = info.gname = images.AGENT_USER
     return info
 
 
-class _Demux:
+class Demux:
     """Incremental parser of Docker's multiplexed stream (8-byte header: stream, 0, 0, 0, uint32 size)."""
 
     def __init__(self, out: OutputCapper, err: OutputCapper) -> None:
@@ -242,10 +242,10 @@ class _Demux:
             view = view[len(take) :]
 
 
-def _pump(
+def pump(
     raw: socket.socket,
     data: bytes | None,
-    demux: _Demux,
+    demux: Demux,
     deadline: float,
     still_running: Callable[[], bool] | None = None,
 ) -> bool:
@@ -289,7 +289,7 @@ def _pump(
             last_data = time.monotonic()
 
 
-def _parse_oom_count(text: str) -> int | None:
+def parse_oom_count(text: str) -> int | None:
     for line in text.splitlines():
         parts = line.split()
         if len(parts) == 2 and parts[0] == "oom_kill" and parts[1].isdigit():
@@ -297,4 +297,4 @@ def _parse_oom_count(text: str) -> int | None:
     return None
 
 
-_OOM_CMD = "cat /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null || cat /sys/fs/cgroup/memory.events"
+OOM_CMD = "cat /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null || cat /sys/fs/cgroup/memory.events"

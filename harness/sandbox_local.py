@@ -73,7 +73,7 @@ def _procs_of_uid(uid: int) -> int:
     return n
 
 
-def _make_pids_cgroup(name: str, limit: int) -> Path | None:
+def make_pids_cgroup(name: str, limit: int) -> Path | None:
     """A pids cgroup (v1 ``pids`` hierarchy or v2 unified) with ``pids.max = limit``; None if not possible."""
     for root in _CGROUP_ROOTS:
         base = Path(root)
@@ -115,7 +115,7 @@ class LocalSandbox(Sandbox):
         self._write_shims(python)
         self._cgroup: Path | None = None
         if os.geteuid() == 0:
-            self._cgroup = _make_pids_cgroup(f"tgsuite-local-{self.id[:12]}", self.spec.pids)
+            self._cgroup = make_pids_cgroup(f"tgsuite-local-{self.id[:12]}", self.spec.pids)
             if self._cgroup is None:
                 log.warning("LocalSandbox as root without a writable pids cgroup: the process limit is not enforced")
         self._closed = False

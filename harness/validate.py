@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
@@ -29,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from harness.grading import GRADER_VERSION, grade_patch
 from harness.infra import atomic_write_text, classify_exception
 from harness.schema import Grade, TaskInstance, TaskSet, TestStatus
+from protocols.provenance import utc_now
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +196,7 @@ def validate_task_set(
         if owned:
             factory.close()  # type: ignore[attr-defined]
     report = ValidationReport(
-        task_set_name=ts.name, task_set_sha256=ts.sha256, created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        task_set_name=ts.name, task_set_sha256=ts.sha256, created_at=utc_now(),
         runs=runs, sandbox=getattr(factory, "kind", "custom") if not owned else sandbox,
         isolated=bool(getattr(factory, "isolated", False)), instances=results,
     )

@@ -13,18 +13,15 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import subprocess
-from datetime import UTC, datetime
-from importlib import metadata
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from protocols import provenance
 from protocols.anchor import anchor_path, anchor_record
 from protocols.load import ProtocolError, format_validation_error, load_plan
+from protocols.provenance import utc_now
 from protocols.schema import FrozenProtocol, GitState, Protocol
-
-_PKGS = ("tgsuite", "numpy", "scipy", "statsmodels", "pandas", "pydantic")
 
 
 def canonical_json(protocol: Protocol) -> str:
@@ -35,33 +32,10 @@ def protocol_hash(protocol: Protocol) -> str:
     return hashlib.sha256(canonical_json(protocol).encode("utf-8")).hexdigest()
 
 
-def utc_now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def git_state(cwd: str | Path | None = None) -> GitState:
-    """Commit and dirty flag of the git checkout at ``cwd`` (None/None outside git)."""
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True, timeout=10
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, capture_output=True, text=True,
-            check=True, timeout=10,
-        ).stdout.strip() != ""  # fmt: skip
-        return GitState(commit=commit, dirty=dirty)
-    except (OSError, subprocess.SubprocessError):
-        return GitState()
-
-
-def _versions() -> dict[str, str]:
-    out = {}
-    for name in _PKGS:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
-    return out
+    """Commit and dirty flag of the git checkout at ``cwd`` (``protocols.provenance.git_state``)."""
+    commit, dirty = provenance.git_state(cwd)
+    return GitState(commit=commit, dirty=dirty)
 
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -106,7 +80,7 @@ def freeze_plan(
     record = FrozenProtocol(
         protocol=proto, sha256=protocol_hash(proto), frozen_at=now or utc_now(),
         git=git_state(Path(source_path).parent if source_path else None), source_path=source_path,
-        source_sha256=source_sha, packages=_versions(),
+        source_sha256=source_sha, packages=provenance.package_versions(),
     )  # fmt: skip
     if out is not None:
         out = Path(out)

@@ -8,7 +8,6 @@ exist), builds the view model, renders ``index.html`` and the trajectory pages, 
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -19,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from evalsuite.schema import AnalysisResult, RunAggregate
 from harness.schema import EpisodeResult, RunManifest
+from protocols.provenance import utc_now
 from protocols.schema import FrozenProtocol
 from reports import (
     assurance,
@@ -197,7 +197,7 @@ def build_report(
     eps = [e for r in runs for e in r.episodes]
     paged = pages.select_pages(eps, max_trajectory_pages)
     train = training.load_training(training_metrics) if training_metrics else None
-    now = now or dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = now or utc_now()
     view = build_view(a, protocol=proto, manifests=all_manifests, eps=eps, paged=paged, training_runs=train,
                       max_pages=max_trajectory_pages, extra_warnings=warn, now=now)
     out = Path(out_dir)
@@ -228,7 +228,7 @@ def build_descriptive_report(
     run = episodes.load_run(Path(run_dir))
     eps = list(run.episodes)
     paged = pages.select_pages(eps, max_trajectory_pages)
-    now = now or dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = now or utc_now()
     view = descriptive_view(aggregate, eps, paged=paged, max_pages=max_trajectory_pages, now=now)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

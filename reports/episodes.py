@@ -20,6 +20,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from harness import rundir
+from harness.rundir import latest_results
 from harness.schema import EpisodeResult, Message, RunManifest, Trajectory
 
 log = logging.getLogger(__name__)
@@ -65,7 +67,8 @@ def _first_error(exc: ValidationError) -> str:
 
 
 def read_results(run_dir: Path) -> tuple[EpisodeResult, ...]:
-    """All episode results of a run: ``results.jsonl`` if present, else each ``episodes/**/result.json``."""
+    """The counting result of every episode: ``results.jsonl`` (derived with ``harness.rundir``'s rules) if present,
+    else ``harness.rundir.latest_results`` over ``episodes/``."""
     res = run_dir / "results.jsonl"
     out: list[EpisodeResult] = []
     if res.is_file():
@@ -81,11 +84,10 @@ def read_results(run_dir: Path) -> tuple[EpisodeResult, ...]:
                         "episodes/ (`tgsuite eval --resume`) or fix the line"
                     ) from exc
         return tuple(out)
-    for f in sorted((run_dir / "episodes").glob("*/*/s*/a*/result.json")):
-        try:
-            out.append(EpisodeResult.model_validate_json(f.read_text(encoding="utf-8")))
-        except ValidationError as exc:
-            raise RunDirError(f"{f}: not a valid EpisodeResult ({_first_error(exc)}); delete it to re-run") from exc
+    try:
+        out = latest_results(run_dir).results  # no results.jsonl: the counting attempt per episode (harness.rundir)
+    except rundir.RunDirError as exc:
+        raise RunDirError(str(exc)) from None
     if not out:
         raise RunDirError(f"{run_dir}: neither results.jsonl nor episodes/*/*/s*/a*/result.json found; is this a run dir?")
     return tuple(out)

@@ -7,7 +7,6 @@ Missing or non-finite values are shown as an em dash with no pretence of precisi
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 DASH = "\u2014"
 
@@ -100,17 +99,6 @@ def mean_std(mean: float | None, std: float | None, *, as_pct: bool = True, digi
         head = num(mean, digits=digits + 2)
         tail = f" \u00b1 {float(std):.{digits + 2}f}" if is_num(std) else ""  # type: ignore[arg-type]
     return head + tail
-
-
-def count_of(k: int, n: int) -> str:
-    """'12 / 40 (30.0%)'; 'n = 0' when the denominator is empty."""
-    if n <= 0:
-        return "0 / 0"
-    return f"{k:,} / {n:,} ({pct(k / n)})"
-
-
-def join_nonempty(parts: Sequence[str | None], sep: str = "; ") -> str:
-    return sep.join(p for p in parts if p)
 
 
 def truncate(text: str, limit: int) -> str:

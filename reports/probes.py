@@ -1,4 +1,4 @@
-"""The hint side-effect probes panel (``AnalysisResult.exploratory.hint_probes``; ``repro.pipeline_probes``).
+"""The hint side-effect probes panel (``AnalysisResult.exploratory.hint_probes``; ``tgsuite.pipeline.probes``).
 
 Says what each probe asks and what a side effect would look like, then per probe and arm the plain and probe rates
 of ``edited``, ``resolved`` and ``blocked`` with the paired difference, its CI and the McNemar p, all as computed by

@@ -1,4 +1,4 @@
-"""The behaviour-tiers panel (``AnalysisResult.exploratory.behaviour_tiers``; ``repro.pipeline_tiers``).
+"""The behaviour-tiers panel (``AnalysisResult.exploratory.behaviour_tiers``; ``tgsuite.pipeline.tiers``).
 
 Per tier (format: ``tool_args@v1``, style: ``markdown@v1``, tension: ``ask_first@v1``) and arm (the SFT base, GRPO
 and TG trained for that tier) on the unseen held-out repositories: compliance, compliance over applicable episodes

@@ -16,20 +16,19 @@ synchronous runs. Async runs with a producer lead > 0 are not bit-reproducible e
 
 from __future__ import annotations
 
-import datetime as _dt
 import hashlib
 import json
 import logging
 import os
-import platform
 import random
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
+
+from protocols.provenance import utc_now
 
 logger = logging.getLogger(__name__)
 
@@ -79,34 +78,6 @@ class TrainManifest(BaseModel):
     notes: list[str] = Field(default_factory=list)
     summary: dict[str, Any] = Field(default_factory=dict)
     protocol_hash: str | None = Field(None, description="sha256 of the frozen protocol this run was trained under")
-
-
-def now_iso() -> str:
-    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-
-
-def git_state(cwd: Path | None = None) -> tuple[str | None, bool | None]:
-    here = cwd or Path(__file__).resolve().parent
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=here, capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
-        return None, None
-    if commit.returncode != 0:
-        return None, None
-    return commit.stdout.strip(), bool(dirty.stdout.strip())
-
-
-def package_versions() -> dict[str, str]:
-    import importlib.metadata as md
-
-    out = {"python": platform.python_version()}
-    for name in ("torch", "transformers", "tokenizers", "numpy", "pydantic", "trl"):
-        try:
-            out[name] = md.version(name)
-        except md.PackageNotFoundError:
-            continue
-    return out
 
 
 def write_json_atomic(path: Path, data: str) -> None:
@@ -180,7 +151,7 @@ def save_checkpoint(
 
         save_model(teacher, str(tmp / TEACHER_FILE))
     info = CheckpointInfo(path=str(final), step=step, sha256=file_sha256(tmp / "model.safetensors"),
-                          config_sha256=config_sha256, arm=arm, seed=seed, compute=compute, created_at=now_iso())
+                          config_sha256=config_sha256, arm=arm, seed=seed, compute=compute, created_at=utc_now())
     (tmp / INFO_FILE).write_text(info.model_dump_json(indent=2))
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
@@ -239,3 +210,17 @@ def json_default(obj: Any) -> Any:
 
 def dumps(data: Any) -> str:
     return json.dumps(data, default=json_default, indent=2)
+
+
+def load_weights(model: torch.nn.Module, ckpt_dir: Path) -> None:
+    """Load ``ckpt_dir/model.safetensors`` into ``model`` (a tied ``lm_head`` may be absent); a mismatch raises."""
+    from safetensors.torch import load_file
+
+    state = load_file(str(Path(ckpt_dir) / "model.safetensors"))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    bad_missing = [k for k in missing if not k.endswith("lm_head.weight")]
+    if bad_missing or unexpected:
+        raise RuntimeError(f"{ckpt_dir}/model.safetensors does not match the model: missing {bad_missing[:5]}, "
+                           f"unexpected {unexpected[:5]}; resume with the same model preset")
+    if hasattr(model, "tie_weights"):
+        model.tie_weights()

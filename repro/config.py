@@ -15,6 +15,7 @@ import copy
 import hashlib
 import json
 import tomllib
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -332,9 +333,14 @@ def build_config(tree: dict[str, Any], source: str = "<config>") -> TrainConfig:
 
 
 def load_config(
-    *, arm: str | None = None, path: str | Path | None = None, sets: list[str] | tuple[str, ...] = ()
+    *, arm: str | None = None, path: str | Path | None = None, sets: list[str] | tuple[str, ...] = (),
+    overrides: Mapping[str, Any] | None = None,
 ) -> TrainConfig:
-    """Resolve the layered configuration (see the module docstring) into a validated :class:`TrainConfig`."""
+    """Resolve the layered configuration (see the module docstring) into a validated :class:`TrainConfig`.
+
+    ``overrides`` (dotted key -> value, e.g. ``{"guidance.lam": 0.3}``) is applied last, after ``sets``: the same
+    layer as ``--set`` for callers that hold typed values (``tgsuite reproduce``'s presets), so nothing is turned
+    into strings and parsed back."""
     tree = _packaged("base.toml")
     sources = ["repro/configs/base.toml"]
     if arm:
@@ -353,6 +359,9 @@ def load_config(
         over = dict(parse_set(s) for s in sets)
         tree = deep_merge(tree, _dotted_to_tree(over))
         sources.append("--set " + " ".join(sets))
+    if overrides:
+        tree = deep_merge(tree, _dotted_to_tree(dict(overrides)))
+        sources.append("overrides " + ", ".join(sorted(overrides)))
     return build_config(tree, " + ".join(sources))
 
 

@@ -31,27 +31,20 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict
 from torch.utils.checkpoint import checkpoint
 
+from protocols.provenance import git_state, package_versions, utc_now
 from repro import checkpoint as ck
 from repro.compute import ComputeLedger, count_params, train_flops
 from repro.config import ConfigError, TrainConfig, to_toml
+from repro.rollout import RolloutSettings, run_group
+from repro.schema import DistillExample
+from repro.tokenizer import ChatEncoder
 from repro.track import MetricsWriter, progress
+from repro.train import TaskStream, train_rl
+from repro.wiring import RLSetup, default_setup
 
 logger = logging.getLogger(__name__)
-
-
-class DistillExample(BaseModel):
-    """One trajectory to distil on (also the line format of RL's ``best.jsonl``)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    instance_id: str
-    reward: float
-    step: int = 0
-    ids: list[int]
-    act: list[int]
 
 
 def select_best(samples: list[Any], top_k: int, min_reward: float) -> list[DistillExample]:
@@ -112,10 +105,6 @@ def distill_loss(student: torch.nn.Module, teacher: torch.nn.Module, ids: torch.
 
 
 def _pool(cfg: TrainConfig, setup: Any) -> list[Any]:
-    from repro.rollout import RolloutSettings, run_group
-    from repro.tokenizer import ChatEncoder
-    from repro.train import TaskStream
-
     d, r = cfg.distill, cfg.rollout
     settings = RolloutSettings(d.pool_rollouts, r.max_turns, r.max_new_tokens, r.max_context_tokens, r.temperature,
                                r.top_p)
@@ -167,7 +156,7 @@ def _fit(model: torch.nn.Module, teacher: torch.nn.Module, examples: list[Distil
     writer.close()
 
 
-def train_distill(cfg: TrainConfig, out_dir: str | Path, *, setup: Any = None,
+def train_distill(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = None,
                   examples: list[DistillExample] | None = None, argv: list[str] | None = None) -> ck.CheckpointInfo:
     """One self-distillation stage; returns the checkpoint it writes (``checkpoints/step_<distill.steps>``)."""
     out = Path(out_dir)
@@ -178,7 +167,6 @@ def train_distill(cfg: TrainConfig, out_dir: str | Path, *, setup: Any = None,
         torch.set_num_threads(cfg.model.threads)
     if setup is None:
         from repro.dataset_io import model_setup
-        from repro.wiring import default_setup
 
         setup = model_setup(cfg) if examples is None and cfg.distill.dataset else default_setup(cfg)
     ledger = ComputeLedger()
@@ -208,35 +196,31 @@ def train_distill(cfg: TrainConfig, out_dir: str | Path, *, setup: Any = None,
                               trainer_state={"optimizer": opt.state_dict(), "step": d.steps, "rng": ck.rng_state({})},
                               config_sha256=cfg.sha256(), arm=cfg.run.arm, seed=cfg.run.seed,
                               compute=ledger.snapshot())
-    git_commit, git_dirty = ck.git_state()
-    now = ck.now_iso()
+    git_commit, git_dirty = git_state()
+    now = utc_now()
     ck.write_manifest(out, ck.TrainManifest(
         kind="distill", run_dir=str(out), created_at=now, updated_at=now, argv=list(argv or []), git_commit=git_commit,
-        git_dirty=git_dirty, packages=ck.package_versions(), arm=cfg.run.arm, seed=cfg.run.seed, config=cfg.to_dict(),
+        git_dirty=git_dirty, packages=package_versions(), arm=cfg.run.arm, seed=cfg.run.seed, config=cfg.to_dict(),
         config_sha256=cfg.sha256(), model_params=count_params(model), steps_done=d.steps, status="done",
         compute=ledger.snapshot(), checkpoints=[info.path],
         summary={"examples": len(examples), "mean_reward": sum(e.reward for e in examples) / len(examples)}))
     return info
 
 
-def train_loop(cfg: TrainConfig, out_dir: str | Path, *, setup: Any = None,
+def train_loop(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = None,
                argv: list[str] | None = None) -> ck.CheckpointInfo:
     """distill → RL → … → distill for ``distill.rounds`` rounds (see the module docstring)."""
-    from repro.train import _load_weights, train_rl
-
     out = Path(out_dir)
     if setup is None:
-        from repro.wiring import default_setup
-
         setup = default_setup(cfg)
     examples: list[DistillExample] | None = None
     info: ck.CheckpointInfo | None = None
     for r in range(cfg.distill.rounds):
         info = train_distill(cfg, out / f"round_{r}" / "distill", setup=setup, examples=examples, argv=argv)
-        _load_weights(setup.model, Path(info.path))
+        ck.load_weights(setup.model, Path(info.path))
         rl_dir = out / f"round_{r}" / "rl"
         info = train_rl(cfg, rl_dir, setup=setup, argv=argv)
-        _load_weights(setup.model, Path(info.path))
+        ck.load_weights(setup.model, Path(info.path))
         examples = read_examples(rl_dir / "best.jsonl")
         examples = [e for e in examples if e.reward >= cfg.distill.min_reward]
     info = train_distill(cfg, out / "final_distill", setup=setup, examples=examples, argv=argv)

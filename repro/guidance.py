@@ -152,11 +152,3 @@ def plan_guidance(enc: EncodedConversation, verdicts: Sequence[Verdict], hint_id
             hints = {k: _hint_for(hint_ids, k) for k in guided}
             contexts.append(splice(enc, hints, pos, truncate_after_turn=max(guided)))
     return GuidancePlan(m_act, m_fail, m_think, m_kl, guided, contexts)
-
-
-def right_pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[list[list[int]], list[list[int]]]:
-    """Right-pad id lists to a rectangle; returns (ids, attention_mask)."""
-    n = max((len(s) for s in seqs), default=0)
-    ids = [list(s) + [pad_id] * (n - len(s)) for s in seqs]
-    att = [[1] * len(s) + [0] * (n - len(s)) for s in seqs]
-    return ids, att

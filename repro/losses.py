@@ -271,10 +271,3 @@ def chunked_token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: 
         z = hidden.new_zeros(0, dtype=torch.float32)
         return z, z
     return torch.cat(outs), torch.cat(ents)
-
-
-def masked_token_mean(values: torch.Tensor, mask: torch.Tensor, n_global: float | None = None) -> torch.Tensor:
-    """Σ m·v / max(1, n) with n = Σ m unless a global count is given (per-component normalisation, METHOD §6.5)."""
-    m = mask.to(values.dtype)
-    n = float(m.sum()) if n_global is None else float(n_global)
-    return (values * m).sum() / max(1.0, n)

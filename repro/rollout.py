@@ -26,6 +26,7 @@ from typing import Any, Literal, Protocol
 
 import torch
 
+from harness.policies.sampling import draw, sampling_logprobs
 from harness.schema import Message, TaskInstance
 from harness.signals import episode_signals
 from harness.tools import parse_tool_calls
@@ -358,10 +359,8 @@ class HFTurnSampler:
         toks: list[list[int]] = [[] for _ in range(b)]
         lps: list[list[float]] = [[] for _ in range(b)]
         for _ in range(max(limits)):
-            logp = torch.log_softmax(logits.float() / temperature, dim=-1)
-            if top_p < 1.0:
-                logp = _top_p_logp(logp, top_p)
-            tok = torch.multinomial(logp.exp().cpu(), 1, generator=generator).squeeze(1).to(dev)
+            logp = sampling_logprobs(logits.float(), temperature=temperature, top_p=top_p)
+            tok = draw(logp.cpu(), generator).to(dev)
             chosen = logp.gather(1, tok[:, None]).squeeze(1)
             for i in range(b):
                 if not done[i]:
@@ -378,12 +377,3 @@ class HFTurnSampler:
                              use_cache=True)
             past, logits = out.past_key_values, out.logits[:, -1]
         return list(zip(toks, lps, strict=True))
-
-
-def _top_p_logp(logp: torch.Tensor, top_p: float) -> torch.Tensor:
-    sorted_lp, order = logp.sort(dim=-1, descending=True)
-    cum = sorted_lp.exp().cumsum(-1)
-    drop_sorted = (cum - sorted_lp.exp()) > top_p
-    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-    kept = logp.masked_fill(drop, float("-inf"))
-    return kept - torch.logsumexp(kept, dim=-1, keepdim=True)

@@ -21,7 +21,6 @@ routing, prefix caching across turns, speculative decoding.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from transformers import Qwen3ForCausalLM
 
+from harness.policies.sampling import draw, sampling_logprobs
 from repro.prefix_cache import PrefixCache
 
 log = logging.getLogger(__name__)
@@ -287,19 +287,8 @@ def _sample(logits: torch.Tensor, temps: torch.Tensor, top_ps: torch.Tensor,
     """One token per row from fp32 logits [B, V]; returns (ids, log-prob under the sampling distribution).
     ``gen`` is one generator for the batch or one per row (row i then draws from ``gen[i]`` alone)."""
     greedy = temps == 0
-    scaled = logits / torch.where(greedy, torch.ones_like(temps), temps).unsqueeze(1)
-    logp = torch.log_softmax(scaled, dim=-1)
-    if bool((top_ps < 1).any()):
-        sp, si = torch.sort(logp, dim=-1, descending=True)
-        cum = sp.exp().cumsum(-1)
-        drop_sorted = (cum - sp.exp()) >= top_ps.unsqueeze(1)          # keep the smallest prefix reaching top_p
-        drop = torch.zeros_like(drop_sorted).scatter(1, si, drop_sorted)
-        logp = torch.log_softmax(logp.masked_fill(drop, -math.inf), dim=-1)
-    probs = logp.exp()
-    if isinstance(gen, list):
-        tok = torch.cat([torch.multinomial(probs[i:i + 1], 1, generator=g) for i, g in enumerate(gen)]).squeeze(1)
-    else:
-        tok = torch.multinomial(probs, 1, generator=gen).squeeze(1)
+    logp = sampling_logprobs(logits, temperature=temps, top_p=top_ps)  # the one distribution (harness.policies)
+    tok = draw(logp, gen)
     if bool(greedy.any()):
         tok = torch.where(greedy, logits.argmax(-1), tok)
     return tok, logp.gather(1, tok.unsqueeze(1)).squeeze(1)

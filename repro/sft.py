@@ -385,7 +385,7 @@ def run_sft(cfg: SFTConfig, out_dir: str | Path) -> SFTReport:
 
 def evaluate_sft(model, tok, cfg: SFTConfig, out_dir: Path) -> list[EvalSummary]:
     """Held-out coding success and Markdown compliance, unprompted and hinted, at ``eval_temperature``."""
-    from harness.feedback import parse_feedback
+    from harness.feedback_spec import parse_feedback
     from harness.interfaces import EpisodeLimits
     from harness.runner import run_eval
     from harness.runner_sandbox import TaskSandboxFactory

@@ -23,47 +23,30 @@ import math
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from harness.schema import TaskInstance
+from protocols.provenance import git_state, package_versions, utc_now
 from repro import checkpoint as ck
 from repro.compute import ComputeLedger, count_params, forward_flops, train_flops
 from repro.config import ConfigError, TrainConfig, load_saved, to_toml
 from repro.pipeline_async import AsyncProducer, StalenessStats, WeightStore, clone_for_producer, take_fresh
 from repro.rollout import (
-    EnvFactory,
     RolloutSample,
     RolloutSettings,
-    TurnChecker,
-    TurnSampler,
     group_seed,
     run_groups,
 )
+from repro.schema import DistillExample
 from repro.tokenizer import ChatEncoder
 from repro.track import MetricsWriter, progress, read_metrics
 from repro.trainer_step import LossRoot, build_batch, collate, reduce_stats
-from repro.wiring import default_sampler
+from repro.wiring import RLSetup, default_setup
 
 logger = logging.getLogger(__name__)
-
-HintText = Callable[[TaskInstance, int, random.Random], str]
-
-
-@dataclass
-class RLSetup:
-    tokenizer: Any
-    model: torch.nn.Module
-    tasks: list[TaskInstance]
-    make_env: EnvFactory
-    checker: TurnChecker
-    hint_text: HintText
-    tools: list[dict[str, Any]] = field(default_factory=list)
-    sampler_factory: Callable[[torch.nn.Module, int], TurnSampler] = default_sampler
-
 
 class TaskStream:
     """Item i → task: a seeded permutation per epoch (single epoch in the paper)."""
@@ -228,34 +211,35 @@ def _hint_ids_fn(setup: RLSetup, encoder: ChatEncoder, seed: int) -> Callable[[R
 
 
 def _optimizer_step(root: LossRoot, cfg: TrainConfig, plan: Any, opt: torch.optim.Optimizer, pad_id: int,
-                    ledger: ComputeLedger, flop_params: int) -> dict[str, Any]:
+                    ledger: ComputeLedger, flop_params: int) -> tuple[dict[str, Any], float]:
+    """One optimizer step over the plan's micro-batches; returns the step's metrics and the teacher forwards'
+    wall time (seconds, counted in the ``teacher`` ledger phase and taken out of the ``trainer`` phase)."""
     opt.zero_grad(set_to_none=True)
-    parts, total, n_tok, n_teacher = [], 0.0, 0, 0
+    parts, total, n_tok, n_teacher, teacher_s = [], 0.0, 0, 0, 0.0
     split: dict[str, list[torch.Tensor]] = {}
     mbs = cfg.optim.micro_batch
     device = next(root.parameters()).device
     for i in range(0, len(plan.trajs), mbs):
         mb = collate(plan.trajs[i:i + mbs], pad_id).to(device)
-        loss, stats = root(mb, plan.n_pg, plan.n_kl)
-        terms = {k: stats.pop(k) for k in ("_pg_term", "_kl_term") if k in stats}
+        loss, terms = root(mb, plan.n_pg, plan.n_kl)
         if cfg.run.log_grad_split and loss.requires_grad:
-            _backward_split(root, terms, split)
+            _backward_split(root, {k: t for k, t in (("pg", terms.pg), ("kl", terms.kl)) if t is not None}, split)
         elif loss.requires_grad:
             loss.backward()
-        parts.append(stats)
+        parts.append(terms.stats)
+        teacher_s += terms.teacher_s
         total += float(loss.detach())
         n_tok += mb.n_tokens
         n_teacher += mb.n_teacher_tokens if cfg.guidance.lam > 0 else 0
-    norms = {f"grad/norm_{k[1:-5]}": float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g)
+    norms = {f"grad/norm_{k}": float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g)
                                                                                    for g in v]))) for k, v in split.items()}
     params = [p for p in root.parameters() if p.grad is not None]
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip)) if params else 0.0
     opt.step()
     root.after_optimizer_step()  # EMA teacher: θ_T ← (1−r)·θ_T + r·θ (repro.teacher); nothing for live / fixed
-    teacher_s = sum(p["teacher_s"] for p in parts)
     ledger.add("trainer", tokens=n_tok, flops=train_flops(flop_params, n_tok))
     ledger.add("teacher", wall_s=teacher_s, tokens=n_teacher, flops=forward_flops(flop_params, n_teacher))
-    return {"loss/total": total, "grad/norm": grad_norm, "_teacher_s": teacher_s, **norms, **reduce_stats(parts)}
+    return {"loss/total": total, "grad/norm": grad_norm, **norms, **reduce_stats(parts)}, teacher_s
 
 
 def _backward_split(root: LossRoot, terms: dict[str, torch.Tensor], acc: dict[str, list[torch.Tensor]]) -> None:
@@ -284,13 +268,11 @@ def train_rl(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = N
     latest = _check_run_dir(out, cfg, resume)
     if cfg.model.threads:
         torch.set_num_threads(cfg.model.threads)
-    if setup is None:
-        from repro.wiring import default_setup  # noqa: PLC0415
-
+    if setup is None:  # built once, from the latest checkpoint's weights when resuming
         setup = default_setup(cfg, init_override=latest)
     model = setup.model.to(_device(cfg))
-    if latest is not None:
-        _load_weights(model, latest)
+    if latest is not None and setup.init_from != latest:
+        ck.load_weights(model, latest)
     model.train()
     (out / "config.toml").write_text(to_toml(cfg))
     root = LossRoot(model, cfg)  # after the resume load: a fresh ema/fixed teacher copy is replaced just below
@@ -316,11 +298,11 @@ def train_rl(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = N
     writer = MetricsWriter(out / "metrics.jsonl", resume_from_step=step0 if latest is not None else None,
                            tensorboard=cfg.run.tracker == "tensorboard")
     _truncate_best(out / "best.jsonl", step0 if latest is not None else 0)
-    git_commit, git_dirty = ck.git_state()
-    created = ck.now_iso()
+    git_commit, git_dirty = git_state()
+    created = utc_now()
     manifest = ck.TrainManifest(
         kind="rl", run_dir=str(out), created_at=created, updated_at=created, argv=list(argv or []),
-        git_commit=git_commit, git_dirty=git_dirty, packages=ck.package_versions(),
+        git_commit=git_commit, git_dirty=git_dirty, packages=package_versions(),
         host={"threads": torch.get_num_threads()}, arm=cfg.run.arm, seed=cfg.run.seed, config=cfg.to_dict(),
         config_sha256=cfg.sha256(), model_params=params, steps_done=step0, protocol_hash=protocol_hash,
         notes=["exact resume holds for synchronous runs (async.enabled = false or async.max_lead = 0)",
@@ -341,8 +323,8 @@ def train_rl(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = N
             groups = sources.take(step)
             plan = build_batch(groups, cfg, hint_ids)
             t_train = time.perf_counter()
-            metrics = _optimizer_step(root, cfg, plan, opt, pad_id, ledger, params["flop_params"])
-            ledger.add("trainer", wall_s=time.perf_counter() - t_train - metrics.pop("_teacher_s"))
+            metrics, teacher_s = _optimizer_step(root, cfg, plan, opt, pad_id, ledger, params["flop_params"])
+            ledger.add("trainer", wall_s=time.perf_counter() - t_train - teacher_s)
             sched.step()
             sources.published(step + 1)
             metrics.update(_rollout_metrics(groups))
@@ -366,7 +348,7 @@ def train_rl(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = N
     rows = read_metrics(out / "metrics.jsonl")
     summary = {k: _last_k(rows, k) for k in ("behaviour/compliance", "task/pass_rate", "reward/total")}
     ck.write_manifest(out, manifest.model_copy(update={
-        "updated_at": ck.now_iso(), "steps_done": cfg.run.steps, "status": "done", "compute": ledger.snapshot(),
+        "updated_at": utc_now(), "steps_done": cfg.run.steps, "status": "done", "compute": ledger.snapshot(),
         "checkpoints": [str(p) for p in ck.list_checkpoints(out)], "summary": summary}))
     if info is None:
         info = ck.read_info(ck.latest_checkpoint(out))
@@ -375,8 +357,6 @@ def train_rl(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = N
 
 def _append_best(path: Path, groups: list[list[RolloutSample]], step: int) -> None:
     """The best trajectory of each group (for self-distillation: ``tgsuite train loop``)."""
-    from repro.distill import DistillExample
-
     with path.open("a") as fh:
         for grp in groups:
             s = max(grp, key=lambda x: x.reward)
@@ -404,19 +384,6 @@ def _last_k(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
     from repro.track import last_k_summary
 
     return last_k_summary(rows, key, 32)
-
-
-def _load_weights(model: torch.nn.Module, ckpt_dir: Path) -> None:
-    from safetensors.torch import load_file
-
-    state = load_file(str(Path(ckpt_dir) / "model.safetensors"))
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    bad_missing = [k for k in missing if not k.endswith("lm_head.weight")]
-    if bad_missing or unexpected:
-        raise RuntimeError(f"{ckpt_dir}/model.safetensors does not match the model: missing {bad_missing[:5]}, "
-                           f"unexpected {unexpected[:5]}; resume with the same model preset")
-    if hasattr(model, "tie_weights"):
-        model.tie_weights()
 
 
 def _save(out: Path, step: int, root: LossRoot, setup: RLSetup, opt: torch.optim.Optimizer,

@@ -17,13 +17,19 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, NamedTuple, get_args
 
 import torch
 from torch import nn
 
 from repro.guidance import plan_guidance
-from repro.losses import chunked_kl_loss, chunked_token_logprobs, clipped_surrogate, group_advantages
+from repro.losses import (
+    chunked_kl_loss,
+    chunked_token_logprobs,
+    clipped_surrogate,
+    group_advantages,
+    sampled_token_kl_advantage,
+)
 from repro.rollout import RolloutSample
 from repro.teacher import build_teacher, update_teacher_
 from repro.tokenizer import EncodedConversation
@@ -222,20 +228,34 @@ def collate(trajs: Sequence[TrajBatch], pad_id: int) -> MicroBatch:
                       int(t_mask.sum()) if t_mask is not None else 0)
 
 
+KLEstimator = Literal["full_vocab", "sampled_token"]
+
+
+class LossTerms(NamedTuple):
+    """What ``LossRoot.forward`` returns beside the total loss: the two loss terms (None when absent; kept as
+    tensors for the optional per-term backward, ``run.log_grad_split``), the teacher forward's wall time and the
+    micro-batch's statistics (the inputs of :func:`reduce_stats`). A NamedTuple, so FSDP2 sees its tensors."""
+
+    pg: torch.Tensor | None
+    kl: torch.Tensor | None
+    teacher_s: float
+    stats: dict[str, Any]
+
+
 class LossRoot(nn.Module):
     """L = pg_weight·L_GRPO + λ·L_KL for one micro-batch (METHOD §6.6), computed inside ``forward``.
 
     ``n_pg`` / ``n_kl`` are the GLOBAL token counts of the whole optimisation batch (all micro-batches, all ranks),
     so summing the micro-batch losses gives the batch token-means. Under FSDP2/DDP each rank passes the all-reduced
     counts, multiplies the loss by the world size (to cancel the gradient averaging) and sets
-    ``collective_teacher = True`` (tests/test_train_fsdp.py runs this under torchrun with 2 gloo ranks).
+    ``collective_teacher = True`` (tests/repro/test_train_fsdp.py runs this under torchrun with 2 gloo ranks).
 
     Teacher weights (``guidance.teacher``, :mod:`repro.teacher`): ``"live"`` runs ``lm`` itself under no_grad;
     ``"fixed"`` / ``"ema"`` hold a frozen copy ``teacher_lm`` (a submodule, ``requires_grad=False``; only when λ > 0)
     that runs the same hint-spliced teacher views with its own lm_head. Call :meth:`after_optimizer_step` after every
     optimizer step (the EMA update). Build the optimizer on ``lm.parameters()``, never on this module's. Under FSDP2
     build the root before ``fully_shard`` (the copy is a deepcopy of the unsharded model), then shard the student's
-    and the teacher's layers, then the root (tests/test_train_fsdp.py).
+    and the teacher's layers, then the root (tests/repro/test_train_fsdp.py).
     """
 
     def __init__(self, lm: nn.Module, cfg: Any) -> None:
@@ -247,6 +267,9 @@ class LossRoot(nn.Module):
         self.chunk = cfg.guidance.chunk_size
         self.collective_teacher = False  # set True when wrapped by FSDP/DDP (see forward)
         self.temperature = cfg.rollout.temperature  # PG log-probs use logits / T, like TRL; the KL stays at T = 1
+        if cfg.guidance.estimator not in get_args(KLEstimator):
+            raise ValueError(f"guidance.estimator = {cfg.guidance.estimator!r}: use one of {get_args(KLEstimator)}")
+        self.estimator: KLEstimator = cfg.guidance.estimator  # chosen once, here
 
     def _hidden(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return self.lm.model(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
@@ -260,7 +283,7 @@ class LossRoot(nn.Module):
         """The teacher's per-step update (EMA for ``teacher = "ema"``; nothing for live / fixed)."""
         update_teacher_(self.teacher_lm, self.lm, self.g.teacher, self.g.teacher_ema_rate)
 
-    def forward(self, mb: MicroBatch, n_pg: float, n_kl: float) -> tuple[torch.Tensor, dict[str, Any]]:
+    def forward(self, mb: MicroBatch, n_pg: float, n_kl: float) -> tuple[torch.Tensor, LossTerms]:
         g = self.g
         weight = self.lm.get_output_embeddings().weight
         t_weight = None if self.teacher_lm is None else self.teacher_lm.get_output_embeddings().weight
@@ -283,34 +306,21 @@ class LossRoot(nn.Module):
         hr_pg = hr if self.temperature == 1.0 else hr / self.temperature
         logp, ent = chunked_token_logprobs(hr_pg, weight, mb.y, chunk_size=max(self.chunk, 1024))
         adv = mb.adv.clone()
-        stats: dict[str, Any] = {"entropy_sum": float(ent.sum()), "entropy_n": int(ent.numel()), "teacher_s": teacher_s}
-        if need_teacher and g.estimator == "sampled_token":
-            with torch.no_grad():
-                lt, _ = chunked_token_logprobs(ht / self.temperature, weight if t_weight is None else t_weight,
-                                               mb.y[mb.kl_idx], chunk_size=self.chunk)
-                gap = logp.detach()[mb.kl_idx] - lt
-            adv.index_add_(0, mb.kl_idx, -g.lam * g.sampled_token_coef * gap)
-            stats.update(gap_sum=float(gap.sum()), gap_n=int(gap.numel()))
-        loss = logp.new_zeros(())
+        stats: dict[str, Any] = {"entropy_sum": float(ent.sum()), "entropy_n": int(ent.numel())}
+        if need_teacher and self.estimator == "sampled_token":
+            adv = self._sampled_token_advantage(mb, ht, logp, adv, weight if t_weight is None else t_weight, stats)
+        loss, pg_term, kl_term = logp.new_zeros(()), None, None
         if self.gr.pg_weight > 0 and logp.numel() > 0:
             sur = clipped_surrogate(logp[None], mb.mu[None], adv[None], mb.m_pg[None], n_tokens_global=max(1.0, n_pg),
                                     eps_low=self.gr.eps_low, eps_high=self.gr.eps_high)
-            loss = loss + self.gr.pg_weight * sur.loss
-            stats["_pg_term"] = self.gr.pg_weight * sur.loss
+            pg_term = self.gr.pg_weight * sur.loss
+            loss = loss + pg_term
             n_mb = float(mb.m_pg.sum())
             stats.update(pg_loss=float(sur.loss.detach()), clip_sum=float(sur.clip_frac) * n_mb, ratio_sum=float(sur.ratio_mean)
                          * n_mb, ratio_max=float(sur.ratio_max), pg_n=n_mb)
-        if need_teacher and g.estimator == "full_vocab":
-            w = torch.full((mb.kl_idx.numel(),), 1.0 / max(1.0, n_kl), device=hr.device)
-            if g.kl_is_clip is not None:
-                w = w * torch.clamp(torch.exp(logp.detach()[mb.kl_idx] - mb.mu[mb.kl_idx]), max=g.kl_is_clip)
-            kl = chunked_kl_loss(hr[mb.kl_idx], ht, weight, w, direction=g.direction, beta=g.jsd_beta,
-                                 kappa=g.kappa, chunk_size=self.chunk, teacher_weight=t_weight)
-            loss = loss + g.lam * kl.loss
-            stats["_kl_term"] = g.lam * kl.loss
-            d = kl.per_token.detach()
-            stats.update(kl_loss=float(kl.loss.detach()), kl_values=d.tolist(), kl_clamped=int((d >= g.kappa).sum()),
-                         kl_entropy_sum=float(ent[mb.kl_idx].sum()))
+        if need_teacher and self.estimator == "full_vocab":
+            kl_term = self._full_vocab_kl(mb, hr, ht, logp, ent, weight, t_weight, n_kl, stats)
+            loss = loss + kl_term
         if ht_full is not None and mb.leak_b.numel() > 0:
             with torch.no_grad():
                 leak = chunked_kl_loss(h[mb.leak_b, mb.leak_t - 1].detach(), ht_full[mb.leak_vb, mb.leak_vt - 1],
@@ -318,7 +328,35 @@ class LossRoot(nn.Module):
                                        direction=g.direction, beta=g.jsd_beta, kappa=math.inf, chunk_size=self.chunk,
                                        teacher_weight=t_weight)
             stats.update(leak_sum=float(leak.per_token.sum()), leak_n=int(mb.leak_b.numel()))
-        return loss, stats
+        return loss, LossTerms(pg=pg_term, kl=kl_term, teacher_s=teacher_s, stats=stats)
+
+    def _sampled_token_advantage(self, mb: MicroBatch, ht: torch.Tensor, logp: torch.Tensor, adv: torch.Tensor,
+                                 t_weight: torch.Tensor, stats: dict[str, Any]) -> torch.Tensor:
+        """``tg_sampled_token``: the GRPO advantages plus ``repro.losses.sampled_token_kl_advantage`` on KL rows."""
+        g = self.g
+        with torch.no_grad():
+            lt, _ = chunked_token_logprobs(ht / self.temperature, t_weight, mb.y[mb.kl_idx], chunk_size=self.chunk)
+            s_lp = logp.detach()[mb.kl_idx]
+            term = sampled_token_kl_advantage(s_lp, lt, torch.ones_like(lt), coef=g.lam * g.sampled_token_coef)
+            gap = s_lp - lt
+        adv.index_add_(0, mb.kl_idx, term)
+        stats.update(gap_sum=float(gap.sum()), gap_n=int(gap.numel()))
+        return adv
+
+    def _full_vocab_kl(self, mb: MicroBatch, hr: torch.Tensor, ht: torch.Tensor, logp: torch.Tensor,
+                       ent: torch.Tensor, weight: torch.Tensor, t_weight: torch.Tensor | None, n_kl: float,
+                       stats: dict[str, Any]) -> torch.Tensor:
+        """λ·L_KL over the KL rows (chunked full-vocabulary divergence, METHOD §6.6)."""
+        g = self.g
+        w = torch.full((mb.kl_idx.numel(),), 1.0 / max(1.0, n_kl), device=hr.device)
+        if g.kl_is_clip is not None:
+            w = w * torch.clamp(torch.exp(logp.detach()[mb.kl_idx] - mb.mu[mb.kl_idx]), max=g.kl_is_clip)
+        kl = chunked_kl_loss(hr[mb.kl_idx], ht, weight, w, direction=g.direction, beta=g.jsd_beta,
+                             kappa=g.kappa, chunk_size=self.chunk, teacher_weight=t_weight)
+        d = kl.per_token.detach()
+        stats.update(kl_loss=float(kl.loss.detach()), kl_values=d.tolist(), kl_clamped=int((d >= g.kappa).sum()),
+                     kl_entropy_sum=float(ent[mb.kl_idx].sum()))
+        return g.lam * kl.loss
 
 
 def reduce_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ import torch
 from harness.interfaces import EpisodeLimits
 from harness.schema import Message, TaskInstance
 from repro.config import ConfigError, TrainConfig
-from repro.rollout import EnvOutcome, StepOut
+from repro.rollout import EnvFactory, EnvOutcome, StepOut, TurnChecker, TurnSampler
 
 logger = logging.getLogger(__name__)
 
@@ -198,13 +199,28 @@ def load_tasks(cfg: TrainConfig) -> Any:
     return ts.model_copy(update={"instances": chosen})
 
 
-def default_setup(cfg: TrainConfig, *, init_override: Path | None = None) -> Any:
+HintText = Callable[[TaskInstance, int, random.Random], str]
+
+
+@dataclass
+class RLSetup:
+    tokenizer: Any
+    model: torch.nn.Module
+    tasks: list[TaskInstance]
+    make_env: EnvFactory
+    checker: TurnChecker
+    hint_text: HintText
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    sampler_factory: Callable[[torch.nn.Module, int], TurnSampler] = default_sampler
+    init_from: Path | None = None  # the checkpoint whose weights `model` holds (None: model.init or fresh)
+
+
+def default_setup(cfg: TrainConfig, *, init_override: Path | None = None) -> RLSetup:
     """Everything the RL loop needs, from the configuration and the harness."""
     from harness.agent import system_prompt  # noqa: F401 - imported to fail early if the harness is incomplete
     from harness.behaviour import get_checker, turn_verdicts
     from harness.runner_sandbox import TaskSandboxFactory
     from harness.tools import tool_schemas
-    from repro.train import RLSetup
 
     model, tok = load_model_and_tokenizer(cfg, init_override)
     task_set = load_tasks(cfg)
@@ -227,4 +243,5 @@ def default_setup(cfg: TrainConfig, *, init_override: Path | None = None) -> Any
         return list(turn_verdicts(checker, messages))
 
     return RLSetup(tokenizer=tok, model=model, tasks=list(task_set.instances), make_env=make_env, checker=check,
-                   hint_text=hint_source(cfg), tools=tool_schemas(), sampler_factory=default_sampler)
+                   hint_text=hint_source(cfg), tools=tool_schemas(), sampler_factory=default_sampler,
+                   init_from=init_override)

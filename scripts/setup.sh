@@ -110,7 +110,7 @@ if [ "${TGSUITE_SKIP_DOCKER:-0}" != 1 ]; then
   # The offline base image (debootstrap + docker import, a few minutes the first time; < 2 s when present).
   # Called through the module, not the `tgsuite` script, so set-up does not depend on every CLI command importing.
   # Building needs root (debootstrap); finding an existing image does not.
-  img=(env PYTHONPATH="$ROOT" "$VENV/bin/python" -m repro.commands.images build)
+  img=(env PYTHONPATH="$ROOT" "$VENV/bin/python" -m tgsuite.commands.images build)
   if [ "$(id -u)" = 0 ]; then out=$("${img[@]}") || out=""; else out=$("${img[@]}" 2>/dev/null || as_root "${img[@]}") || out=""; fi
   [ -n "$out" ] || { log "base image build failed (message above); fix it, then rerun scripts/setup.sh"; exit 1; }
   log "base image: $out"

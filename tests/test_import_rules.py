@@ -1,8 +1,10 @@
-"""ARCHITECTURE §2: the direction of imports between packages, enforced by AST-scanning every module.
+"""docs/ARCHITECTURE.md "Import rules": the direction of imports between packages, no import cycle between our
+modules, no private name imported from another module; enforced by AST-scanning every module.
 
 Every ``import`` / ``from ... import`` anywhere in a module counts (top level, inside functions, under
-``TYPE_CHECKING``): a lazy import is still a dependency. Standard-library modules are always allowed.
-To change a rule, change ARCHITECTURE.md §2 first and then the tables below, in the same commit.
+``TYPE_CHECKING``): a lazy import is still a dependency, so it may neither break a direction rule nor close a
+cycle. Standard-library modules are always allowed. To change a rule, change docs/ARCHITECTURE.md first and then
+the tables below, in the same commit.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-OURS = ("protocols", "harness", "evalsuite", "reports", "repro")
+OURS = ("protocols", "harness", "evalsuite", "reports", "repro", "tgsuite")
 # Small utilities any package may use (validation models, typing backports, progress bars).
 UTILITIES = {"pydantic", "pydantic_core", "typing_extensions", "tqdm"}
 
@@ -23,9 +25,11 @@ UTILITIES = {"pydantic", "pydantic_core", "typing_extensions", "tqdm"}
 ALLOWED_INTERNAL: dict[str, tuple[str, ...]] = {
     "protocols": ("protocols.",),
     "harness": ("harness.", "protocols."),
-    "evalsuite": ("evalsuite.", "protocols.", "harness.schema"),
-    "reports": ("reports.", "protocols.", "harness.schema", "evalsuite.schema"),
-    "repro": ("repro.", "harness.", "evalsuite.", "reports.", "protocols."),
+    # harness.rundir: the one run-directory reader (it imports only harness.schema: no Docker, no torch)
+    "evalsuite": ("evalsuite.", "protocols.", "harness.schema", "harness.rundir"),
+    "reports": ("reports.", "protocols.", "harness.schema", "harness.rundir", "evalsuite.schema"),
+    "repro": ("repro.", "harness.", "protocols."),  # the training library: never evalsuite, reports, tgsuite
+    "tgsuite": ("tgsuite.", "repro.", "harness.", "evalsuite.", "reports.", "protocols."),  # the application
 }
 # Third-party top-level modules each package may import (None = no restriction).
 ALLOWED_THIRD_PARTY: dict[str, set[str] | None] = {
@@ -34,6 +38,7 @@ ALLOWED_THIRD_PARTY: dict[str, set[str] | None] = {
     "evalsuite": {"numpy", "scipy", "statsmodels", "pandas"},
     "reports": {"jinja2", "markupsafe", "matplotlib", "numpy"},
     "repro": None,
+    "tgsuite": None,
 }
 # harness policies (and only they) may load models.
 POLICY_ONLY = {"transformers", "torch", "tokenizers", "safetensors", "numpy"}
@@ -116,6 +121,10 @@ def test_package_follows_the_import_rules(pkg: str) -> None:
         ("reports.build", "import scipy.stats", "must never import"),
         ("protocols.load", "import numpy", "third-party 'numpy'"),
         ("protocols.load", "from ..harness import schema", "imports harness.schema"),
+        ("repro.train", "from evalsuite.rates import wilson", "imports evalsuite.rates"),
+        ("repro.train", "def f():\n    import reports.build", "imports reports.build"),
+        ("repro.train", "from tgsuite.pipeline import steps", "imports tgsuite.pipeline.steps"),
+        ("harness.runner", "import tgsuite.cli", "imports tgsuite.cli"),
     ],
 )
 def test_scanner_catches_violations(module: str, source: str, expected: str) -> None:
@@ -130,7 +139,8 @@ def test_scanner_catches_violations(module: str, source: str, expected: str) -> 
         ("evalsuite.rates", "from harness.schema import EpisodeResult\nimport statsmodels.api as sm"),
         ("evalsuite.rates", "from . import schema\nfrom .bootstrap import x"),
         ("reports.build", "from evalsuite.schema import AnalysisResult\nimport jinja2"),
-        ("repro.train", "import torch, harness.runner, evalsuite.rates, trl"),
+        ("repro.train", "import torch, harness.runner, protocols.load, trl"),
+        ("tgsuite.pipeline.steps", "import repro.train, evalsuite.analyze, reports.build, harness.runner"),
         ("protocols.load", "import tomllib, json\nfrom pydantic import BaseModel"),
     ],
 )
@@ -153,3 +163,131 @@ def test_schemas_load_without_torch_or_docker() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# No import cycles between our modules, no private names across modules
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def all_modules() -> dict[str, tuple[str, bool]]:
+    """Every module of our packages: dotted name -> (source, is a package ``__init__``)."""
+    return {_module_name(p): (p.read_text(), p.name == "__init__.py") for pkg in OURS for p in _modules(pkg)}
+
+
+def import_graph(modules: dict[str, tuple[str, bool]]) -> dict[str, set[str]]:
+    """module -> the other modules of ``modules`` it imports (anywhere in its body); ``from pkg import name``
+    counts as importing ``pkg.name`` when that is a module, else ``pkg``."""
+    def resolve(name: str) -> str:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name
+
+    graph: dict[str, set[str]] = {}
+    for mod, (source, is_package) in modules.items():
+        targets = {resolve(name) for _, name in imports_of(source, mod, is_package=is_package)
+                   if name.split(".")[0] in OURS}
+        graph[mod] = {t for t in targets if t and t != mod}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted; sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def private_imports(source: str, module: str, *, is_package: bool = False) -> list[str]:
+    """``from X import _name``, ``import X`` + ``X._name`` and ``from X._mod import ...`` where X is one of our
+    modules other than ``module`` itself (dunder names are not private)."""
+    def private(name: str) -> bool:
+        return name.startswith("_") and not name.startswith("__")
+
+    problems: list[str] = []
+    aliases: set[str] = set()
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = [n for _, n in imports_of(ast.unparse(node), module, is_package=is_package)]
+            src = base[0].rpartition(".")[0] if base else ""
+            if src.split(".")[0] not in OURS or src == module:
+                continue
+            if any(private(part) for part in src.split(".")):
+                problems.append(f"{module}:{node.lineno} imports from private module {src}")
+            problems += [f"{module}:{node.lineno} imports private {a.name} from {src}" for a in node.names
+                         if private(a.name)]
+        elif isinstance(node, ast.Import):
+            aliases |= {a.asname or a.name.split(".")[0] for a in node.names if a.name.split(".")[0] in OURS}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and private(node.attr):
+            owner = ast.unparse(node.value)
+            if owner.split(".")[0] in aliases:
+                problems.append(f"{module}:{node.lineno} uses private {owner}.{node.attr}")
+    return problems
+
+
+def test_no_import_cycles() -> None:
+    found = cycles(import_graph(all_modules()))
+    assert not found, ("import cycles (a lazy import inside a function counts too); move the shared part into a "
+                       "module both may import:\n" + "\n".join(" <-> ".join(c) for c in found))
+
+
+def test_no_private_names_imported_from_another_module() -> None:
+    problems = [p for mod, (src, is_pkg) in all_modules().items() for p in private_imports(src, mod, is_package=is_pkg)]
+    assert not problems, "private names used across modules (make them public or move them):\n" + "\n".join(problems)
+
+
+def test_cycle_finder_finds_cycles_and_only_cycles() -> None:
+    mods = {"harness.a": ("from harness import b", False), "harness.b": ("def f():\n    import harness.c", False),
+            "harness.c": ("from harness.a import x", False), "harness.d": ("import harness.a", False)}
+    assert cycles(import_graph(mods)) == [["harness.a", "harness.b", "harness.c"]]
+    mods["harness.c"] = ("import os", False)
+    assert cycles(import_graph(mods)) == []
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("from harness.sandbox_docker_io import _pump", "imports private _pump from harness.sandbox_docker_io"),
+        ("from .runner import _attempt_indices", "imports private _attempt_indices from harness.runner"),
+        ("import harness.runner\nharness.runner._x()", "uses private harness.runner._x"),
+        ("from tgsuite.commands._common import CLIError", "private module tgsuite.commands._common"),
+    ],
+)
+def test_private_scanner_catches(source: str, expected: str) -> None:
+    problems = private_imports(source, "harness.regrade")
+    assert problems and expected in problems[0], problems
+
+
+def test_private_scanner_allows_public_and_own_names() -> None:
+    assert private_imports("from harness.runner import run_eval, __version__\nimport os\nos._exit", "harness.x") == []
+    assert private_imports("from harness.x import _own", "harness.x") == []

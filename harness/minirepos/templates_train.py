@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.minirepos.templates import ModuleTemplate
+from harness.minirepos.template_model import ModuleTemplate
 
 _PRICING = '''"""Price calculations for the checkout: discounts, tax and order totals."""
 

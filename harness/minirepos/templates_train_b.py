@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.minirepos.templates import ModuleTemplate
+from harness.minirepos.template_model import ModuleTemplate
 
 _LEDGER = '''"""A tiny bank ledger: balances, fees and statements from lists of transactions."""
 

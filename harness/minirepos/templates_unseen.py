@@ -5,7 +5,7 @@ No module or function name here may occur in ``templates_train*.py`` (``template
 
 from __future__ import annotations
 
-from harness.minirepos.templates import ModuleTemplate
+from harness.minirepos.template_model import ModuleTemplate
 
 _SHIPPING = '''"""Parcel shipping quotes: billable weight, zone surcharges and delivery estimates."""
 

@@ -7,7 +7,8 @@ hints as ``role: user``.
 
 Sampling: one ``torch.Generator`` seeded from ``rng.getrandbits(63)`` per turn, so a (policy, messages, rng state)
 triple is reproducible on the same device. ``temperature=0`` is greedy. ``top_k``/``top_p`` filter the
-temperature-scaled distribution and renormalise it.
+temperature-scaled distribution and renormalise it (``harness.policies.sampling``: the one sampling
+distribution of the project, shared with the training samplers).
 
 Returned ``token_ids`` are the sampled completion including the stop token (``<|im_end|>`` / eos) when one was
 sampled; ``logprobs`` are their behaviour log-probabilities under the distribution actually sampled from
@@ -31,6 +32,7 @@ from typing import Any, Literal
 import torch
 
 from harness.interfaces import PolicyOutput
+from harness.policies.sampling import sampling_logprobs
 from harness.schema import Message
 
 log = logging.getLogger(__name__)
@@ -56,18 +58,7 @@ def sample_token(
     if temperature == 0:
         tok = int(torch.argmax(logits))
         return tok, float(raw[tok])
-    scaled = logits / temperature
-    if top_k > 0 and top_k < scaled.numel():
-        kth = torch.topk(scaled, top_k).values[-1]
-        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
-    if top_p < 1.0:
-        sorted_logits, order = torch.sort(scaled, descending=True)
-        probs_sorted = torch.softmax(sorted_logits, dim=-1)
-        cum = torch.cumsum(probs_sorted, dim=-1)
-        drop_sorted = (cum - probs_sorted) >= top_p  # keep the smallest prefix whose mass reaches top_p
-        drop = torch.zeros_like(drop_sorted).scatter(0, order, drop_sorted)
-        scaled = scaled.masked_fill(drop, float("-inf"))
-    logp = torch.log_softmax(scaled, dim=-1)
+    logp = sampling_logprobs(logits, temperature=temperature, top_p=top_p, top_k=top_k)
     tok = int(torch.multinomial(logp.exp(), 1, generator=generator))
     return tok, float(logp[tok] if logprobs_mode == "sampling" else raw[tok])
 

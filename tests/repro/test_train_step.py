@@ -1,0 +1,168 @@
+"""The trainer step: global normalisation (micro-batch invariance), stop-gradient teacher, group handling."""
+
+from __future__ import annotations
+
+import copy
+
+import _rl_fixtures as F
+import pytest
+import torch
+
+from repro.rollout import EnvOutcome, RolloutSample
+from repro.tokenizer import ChatEncoder
+from repro.trainer_step import LossRoot, build_batch, collate
+
+
+def _sample(enc: ChatEncoder, item: int, index: int, reward: float, verdicts: list[str], seed: int,
+            infra: str | None = None) -> RolloutSample:
+    g = torch.Generator().manual_seed(seed)
+    msgs = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": "Fix bug"}]
+    for k in range(len(verdicts)):
+        ids = torch.randint(10, 300, (5 + k + index,), generator=g).tolist() + [enc.im_end]
+        msgs.append({"role": "assistant", "content": "x", "token_ids": ids,
+                     "logprobs": (-torch.rand(len(ids), generator=g) * 5).tolist()})
+        msgs.append({"role": "tool", "content": "ok"})
+    msgs = msgs[:-1]
+    e = enc.encode(msgs)
+    return RolloutSample(item=item, index=index, instance_id=f"toy-{item}", ids=e.ids, act=e.act, turn=e.turn,
+                         think=e.think, hint=e.hint, logprobs=[0.0 if x != x else x for x in e.logprobs],
+                         header_starts=e.header_starts, texts=["x"] * len(verdicts), verdicts=verdicts,
+                         truncated_turns=[False] * len(verdicts), outcome=EnvOutcome(False, infra_error=infra),
+                         reward=reward)
+
+
+def _groups(enc: ChatEncoder) -> list[list[RolloutSample]]:
+    return [
+        [_sample(enc, 0, j, r, v, 10 + j) for j, (r, v) in enumerate([(1.0, ["FAIL", "PASS"]), (0.0, ["PASS", "NA"]),
+                                                                     (0.5, ["FAIL", "FAIL"])])],
+        [_sample(enc, 1, j, 0.0, ["FAIL"], 20 + j) for j in range(3)],  # zero variance, with KL tokens
+        [_sample(enc, 2, j, 1.0, ["PASS"], 30 + j) for j in range(3)],  # zero variance, no KL tokens
+    ]
+
+
+def _grads(root: LossRoot, plan, mb_size: int) -> tuple[float, dict[str, torch.Tensor]]:
+    root.zero_grad(set_to_none=True)
+    total = 0.0
+    for i in range(0, len(plan.trajs), mb_size):
+        loss, _ = root(collate(plan.trajs[i:i + mb_size], 0), plan.n_pg, plan.n_kl)
+        loss.backward()
+        total += float(loss.detach())
+    return total, {n: p.grad.clone() for n, p in root.named_parameters() if p.grad is not None}
+
+
+def _hint(enc: ChatEncoder):
+    return lambda s, k: enc.hint_ids("Reminder: use Markdown.")
+
+
+@pytest.mark.parametrize("arm", ["tg", "tg_kl_is", "tg_sampled_token", "tg_per_turn_ctx"])
+def test_micro_batch_split_does_not_change_loss_or_gradient(arm: str) -> None:
+    torch.manual_seed(0)
+    s = F.setup()
+    enc = ChatEncoder(s.tokenizer)
+    cfg = F.config(arm)
+    plan = build_batch(_groups(enc), cfg, _hint(enc))
+    assert plan.n_kl > 0 and plan.n_pg > 0
+    root = LossRoot(s.model, cfg)
+    l1, g1 = _grads(root, plan, 1)
+    l9, g9 = _grads(root, plan, 9)
+    assert l1 == pytest.approx(l9, rel=1e-5, abs=1e-7)
+    for n in g9:
+        assert torch.allclose(g1[n], g9[n], rtol=1e-4, atol=1e-7), n
+
+
+def test_teacher_is_stop_gradient() -> None:
+    """The same-weights teacher contributes no gradient: equal to a run whose teacher is a frozen copy."""
+    s = F.setup()
+    enc = ChatEncoder(s.tokenizer)
+    cfg = F.config("opd_only")
+    plan = build_batch(_groups(enc), cfg, _hint(enc))
+    live = LossRoot(s.model, cfg)
+    _, g_live = _grads(live, plan, 9)
+
+    frozen = copy.deepcopy(s.model)
+
+    class FrozenTeacherRoot(LossRoot):
+        def _hidden(self, ids, mask):  # noqa: ANN001, ANN202
+            if torch.is_grad_enabled():
+                return super()._hidden(ids, mask)
+            return frozen.model(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+
+    _, g_frozen = _grads(FrozenTeacherRoot(s.model, cfg), plan, 9)
+    assert all(p.grad is None for p in frozen.parameters())
+    for n in g_live:
+        assert torch.allclose(g_live[n], g_frozen[n], atol=1e-7), n
+
+
+def test_zero_variance_and_infra_groups() -> None:
+    s = F.setup()
+    enc = ChatEncoder(s.tokenizer)
+    groups = _groups(enc)
+    keep = {"always": 9, "if_kl": 6, "never": 3}
+    for mode, n in keep.items():
+        plan = build_batch(groups, F.config("tg", f"grpo.keep_zero_variance_groups={mode}"), _hint(enc))
+        assert len(plan.trajs) == n, mode
+    # λ = 0: "if_kl" has no KL tokens to protect, so it drops both zero-variance groups
+    plan = build_batch(groups, F.config("grpo", "grpo.keep_zero_variance_groups=if_kl"), _hint(enc))
+    assert len(plan.trajs) == 3 and plan.n_kl == 0
+    bad = [[_sample(enc, 3, j, float(j), ["FAIL"], 40 + j, infra="DOCKER_DAEMON" if j == 1 else None)
+            for j in range(3)]]
+    plan = build_batch(groups + bad, F.config("tg"), _hint(enc))
+    assert plan.stats["rollout/infra_dropped_groups"] == 1 and len(plan.trajs) == 9
+
+
+def test_failing_turn_masks_and_frac() -> None:
+    s = F.setup()
+    enc = ChatEncoder(s.tokenizer)
+    groups = _groups(enc)
+    plan = build_batch(groups, F.config("tg"), _hint(enc))
+    # FAIL verdicts: g0 1 + 0 + 2, g1 3, g2 0 = 6; applicable (not NA): g0 5, g1 3, g2 3 = 11
+    assert plan.stats["guidance/failing_turn_frac"] == pytest.approx(6 / 11)
+    # the gate's share of guided turns: 6 FAIL turns of 12 assistant turns (NA turns count in the denominator)
+    assert plan.stats["guidance/guided_turn_frac"] == pytest.approx(6 / 12)
+    t0 = plan.trajs[0]  # turn 0 FAIL, turn 1 PASS: KL only on turn-0 tokens, and one teacher view
+    assert 0 < sum(t0.m_kl) < len(t0.act_pos) and len(t0.views) == 1
+    all_turns = build_batch(groups, F.config("tg_all_turns"), _hint(enc))
+    assert all(sum(t.m_kl) == len(t.act_pos) for t in all_turns.trajs)
+    assert all_turns.stats["guidance/guided_turn_frac"] == 1.0
+
+
+def test_leakage_rows_cover_passing_turns_inside_the_view() -> None:
+    s = F.setup()
+    enc = ChatEncoder(s.tokenizer)
+    grp = [_sample(enc, 0, j, float(j), ["PASS", "FAIL", "PASS"], 50 + j) for j in range(2)]
+    plan = build_batch([grp], F.config("tg"), _hint(enc))
+    t = plan.trajs[0]
+    view = t.views[0]
+    turn0 = [p for p in t.act_pos if grp[0].turn[p] == 0]
+    assert view.leak_student_pos == turn0  # turn 2 (PASS) lies after the cut; turn 1 is the KL turn
+    assert all(view.ids[m] == t.ids[p] for p, m in zip(view.leak_student_pos, view.leak_teacher_pos, strict=True))
+    root = LossRoot(s.model, F.config("tg"))
+    stats = root(collate(plan.trajs, 0), plan.n_pg, plan.n_kl)[1].stats
+    n_turn0 = sum(a for x in grp for a, k in zip(x.act, x.turn, strict=True) if k == 0)
+    assert stats["leak_n"] == n_turn0 and stats["leak_sum"] >= 0
+
+
+def test_sampled_token_arm_runs_the_tested_estimator_and_returns_typed_terms(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tg_sampled_token's advantage term is ``repro.losses.sampled_token_kl_advantage`` (the closed-form-tested
+    function, not an inline copy), with coef = λ·sampled_token_coef; the loss terms come back as a LossTerms record."""
+    import repro.trainer_step as ts
+    from repro.losses import sampled_token_kl_advantage
+
+    calls: list[float] = []
+
+    def spy(s_lp: torch.Tensor, t_lp: torch.Tensor, mask: torch.Tensor, *, coef: float = 1.0) -> torch.Tensor:
+        calls.append(coef)
+        return sampled_token_kl_advantage(s_lp, t_lp, mask, coef=coef)
+
+    monkeypatch.setattr(ts, "sampled_token_kl_advantage", spy)
+    s = F.setup()
+    enc = ChatEncoder(s.tokenizer)
+    cfg = F.config("tg_sampled_token")
+    plan = build_batch(_groups(enc), cfg, _hint(enc))
+    loss, terms = LossRoot(s.model, cfg)(collate(plan.trajs, 0), plan.n_pg, plan.n_kl)
+    assert calls == [cfg.guidance.lam * cfg.guidance.sampled_token_coef]
+    assert isinstance(terms, ts.LossTerms) and terms.kl is None and terms.pg is not None
+    assert float(loss) == pytest.approx(float(terms.pg)) and terms.stats["gap_n"] > 0
+    assert not any(k.startswith("_") for k in terms.stats)
+    _, full = LossRoot(s.model, F.config("tg"))(collate(plan.trajs, 0), plan.n_pg, plan.n_kl)
+    assert full.kl is not None and len(calls) == 1  # full_vocab: the KL is a loss term, the estimator is not run

@@ -1,0 +1,75 @@
+"""`tgsuite canary` end to end on this machine: freeze -> replay an eval run -> decide, the report page, errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from canary_fixtures import PLAN_TOML, write_eval_run
+
+from reports.canary_page import render_canary_page
+from tgsuite.cli import build_parser, main
+
+
+@pytest.fixture(scope="module")
+def flow(tmp_path_factory):
+    root = tmp_path_factory.mktemp("canary")
+    run = write_eval_run(root, arms={"tg": 0.2, "grpo": 0.6}, rng=np.random.default_rng(0), infra=2)
+    rec = root / "rec.json"
+    assert main(["canary", "--freeze", str(PLAN_TOML), "--out", str(rec)]) == 0
+    assert main(["canary", "--replay", str(run), "--treatment", "tg", "--control", "grpo", "--plan", str(rec),
+                 "--units", "4000", "--seed", "3", "--out", str(root / "log")]) == 0  # fmt: skip
+    return root, rec
+
+
+def test_freeze_replay_decide_writes_json_and_page(flow, capsys):
+    root, rec = flow
+    capsys.readouterr()
+    code = main(["canary", "--plan", str(rec), "--episodes", str(root / "log" / "episodes.jsonl"),
+                 "--assignments", str(root / "log" / "assignments.jsonl"), "--out", str(root / "rep")])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0 and out.startswith("decision: ROLLBACK") and "harm on task_completion" in out
+    data = json.loads((root / "rep" / "canary.json").read_text())
+    assert data["decision"] == "ROLLBACK" and data["plan_name"] == "gray_release" and data["n_units"] == 4000
+    html = (root / "rep" / "canary.html").read_text()
+    assert "default-src &#39;none&#39;" in html and "<script" not in html and html.count("<svg") == 8
+    assert 'id="decision-word">ROLLBACK<' in html and "guardrail-table" in html
+
+
+def test_a_bad_row_is_exit_2_naming_file_line_and_field(flow, capsys, tmp_path):
+    root, rec = flow
+    lines = (root / "log" / "episodes.jsonl").read_text().splitlines()
+    bad = json.loads(lines[6])
+    bad["tool_calls"] = -1
+    lines[6] = json.dumps(bad)
+    p = tmp_path / "bad.jsonl"
+    p.write_text("\n".join(lines) + "\n")
+    capsys.readouterr()
+    assert main(["canary", "--plan", str(rec), "--episodes", str(p), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert f"{p}:7: field tool_calls" in err and not (tmp_path / "r").exists()
+
+
+def test_missing_arguments_and_help(capsys):
+    assert main(["canary"]) == 2
+    assert "pass --plan REC.json --episodes LOG.jsonl" in capsys.readouterr().err
+    help_text = build_parser()._subparsers._group_actions[0].choices["canary"].format_help()  # type: ignore[union-attr]
+    assert "worked example" in help_text and "--replay" in help_text and "--freeze" in help_text
+
+
+def test_page_escapes_text():
+    res = {"plan_name": "p", "plan_sha256": "a" * 64, "episodes_path": "<x>.jsonl", "assignments_path": None,
+           "n_episodes": 1, "n_units": 1, "method": "msprt", "alpha_allocation": {}, "decision": "CONTINUE",
+           "reasons": ["<script>alert(1)</script>"],
+           "looks": [{"index": 1, "as_of": "t", "elapsed_hours": 24.0, "units": {"canary": 1, "control": 1},
+                      "srm": {"canary_units": 1, "control_units": 1, "expected_share": 0.5, "log_bf": 0.0,
+                              "p_anytime": 1.0, "p_chisq": 1.0, "flagged": False},
+                      "gates": [], "decision": "CONTINUE", "reasons": [], "terminal": False,
+                      "metrics": [{"name": "m", "role": "primary", "scale": "diff", "sign": 1, "n_canary": 1,
+                                   "n_control": 1, "ratio_canary": None, "ratio_control": None, "effect": None,
+                                   "var": None, "lower": None, "upper": None, "bar": -0.02, "alpha_harm": 0.05,
+                                   "p_harm": 1.0, "p_ni": 1.0, "method_ni": "msprt", "status": "burn_in",
+                                   "note": "<b>"}]}]}  # fmt: skip
+    html = render_canary_page(res)
+    assert "<script>alert" not in html and "&lt;script&gt;" in html and "&lt;x&gt;.jsonl" in html

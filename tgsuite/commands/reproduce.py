@@ -1,0 +1,55 @@
+"""``tgsuite reproduce``: the mini reproduction end to end (see ``tgsuite.pipeline.reproduce``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from tgsuite.commands.common import CLIError
+
+EPILOG = """\
+examples:
+  tgsuite reproduce --preset smoke --out runs/smoke     # every stage, tiny sizes, a few minutes
+  tgsuite reproduce --preset mini --out runs/mini       # the reproduction (arms grpo and tg, 3 seeds each)
+  tgsuite reproduce --preset mini --out runs/mini --force eval_arms   # re-run one stage (and what depends on it)
+  tgsuite reproduce --preset mini --out runs/mini --studies all       # add noisy-feedback, can-do, equal-compute
+                                                                      # and ablation studies to the report
+
+Re-running the same command resumes: stages whose inputs are unchanged are skipped. The verdict and the path of
+the HTML report are printed at the end; per-stage times are in OUT/pipeline.json.
+"""
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("reproduce", help="run the mini reproduction end to end, ending in an HTML report",
+                       description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", choices=["smoke", "mini"], default="smoke", help="sizes of every stage")
+    p.add_argument("--out", required=True, help="output directory (created; re-use it to resume)")
+    p.add_argument("--force", action="append", default=[], metavar="STAGE",
+                   help="re-run this stage even if it is up to date (repeatable; 'all' for every stage)")
+    p.add_argument("--studies", default="none", metavar="LIST",
+                   help="exploratory studies to add: 'none' (default), 'all', or a comma list of "
+                        "noisy_feedback,can_do,equal_compute,ablations,hint_probes,behaviour_tiers (they add training "
+                        "runs and evaluations)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tgsuite.pipeline.presets import PRESETS
+    from tgsuite.pipeline.reproduce import reproduce
+
+    preset = PRESETS.get(args.preset)
+    if preset is None:
+        raise CLIError(f"unknown preset {args.preset!r}; choose one of {sorted(PRESETS)}")
+    from tgsuite.pipeline.studies import parse_studies
+
+    try:
+        studies = frozenset(parse_studies(args.studies))
+    except ValueError as exc:
+        raise CLIError(f"--studies {args.studies!r}: {exc}") from exc
+    record = reproduce(preset, args.out, force=frozenset(args.force), studies=studies)
+    print(json.dumps({"decision": record["decision"], "report": record["report"],
+                      "stages_s": {k: v["wall_s"] for k, v in record["stages"].items()}}, indent=2))
+    print(f"\nVerdict: {record['decision']}. Open the report: {record['report']}")
+    return 0

@@ -1,0 +1,203 @@
+"""tgsuite train sft|rl|distill|loop|pretrain|arms: train the model (SFT, RL with GRPO or targeted guidance, self-distillation)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from tgsuite.commands.common import CLIError
+
+EPILOG = """\
+Worked example (the CPU mini reproduction):
+  tgsuite tasks make-mini --out tasks/train --split train --repos 40 --tasks-per-repo 4
+  tgsuite tasks make-mini --out tasks/heldout --split heldout --repos 10 --tasks-per-repo 3
+  tgsuite train sft --train-tasks tasks/train --heldout-tasks tasks/heldout --out runs/sft
+  tgsuite train rl --arm tg --out runs/rl-tg --set model.init=runs/sft/model --set tasks.path=tasks/train
+  tgsuite train rl --arm grpo --out runs/rl-grpo --set model.init=runs/sft/model --set tasks.path=tasks/train
+  tgsuite train rl --out runs/rl-tg --resume --set run.steps=16  # continue (config read from the run)
+  tgsuite train arms                                              # list the arm presets
+  tgsuite train distill --dataset data/filtered --out runs/distill --set model.init=runs/sft/model
+      # self-distillation on logged trajectories (tgsuite data import / data filter)
+  tgsuite train rl --config configs/paper/qwen3_coder_30b_a3b_tg.toml --out /tmp/x --dry-run
+
+Config layering: repro/configs/base.toml < --arm preset < --config FILE < --set KEY=VALUE (repeatable).
+Every run directory holds config.toml, manifest.json, metrics.jsonl and checkpoints/step_<n>/.
+"""
+
+
+def _common(p: argparse.ArgumentParser, *, out: bool = True) -> None:
+    p.add_argument("--arm", help="arm preset (see `tgsuite train arms`), e.g. tg, grpo, tg_all_turns")
+    p.add_argument("--config", type=Path, help="a TOML file with overrides (same sections as base.toml)")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one value, e.g. --set guidance.lam=0.3 (repeatable)")
+    if out:
+        p.add_argument("--out", type=Path, required=True, help="run directory to write")
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("train", help="train: SFT, RL (GRPO / targeted guidance), self-distillation",
+                              description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="train_command", metavar="STAGE")
+    rl = sub.add_parser("rl", help="RL with GRPO or targeted guidance (an arm preset)", epilog=EPILOG,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common(rl)
+    rl.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
+    rl.add_argument("--dry-run", action="store_true", help="validate the config and print the memory/compute plan")
+    rl.set_defaults(func=_rl)
+    ds = sub.add_parser("distill", help="self-distillation on the model's own best trajectories", epilog=EPILOG,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common(ds)
+    ds.add_argument("--from-best", type=Path, help="best.jsonl of an RL run (default: sample a fresh pool)")
+    ds.add_argument("--dataset", type=Path, help="a dataset directory from `tgsuite data filter` (logged "
+                    "trajectories; same as --set distill.dataset=DIR)")
+    ds.set_defaults(func=_distill)
+    lp = sub.add_parser("loop", help="distill -> RL -> distill for distill.rounds rounds", epilog=EPILOG,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common(lp)
+    lp.set_defaults(func=_loop)
+    sft = sub.add_parser("sft", help="supervised fine-tuning on scripted expert trajectories (+ tokenizer)",
+                         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sft.add_argument("--train-tasks", help="task-set directory of the train split (expert episodes are collected)")
+    sft.add_argument("--dataset", help="a dataset directory from `tgsuite data filter`: train on its logged "
+                     "trajectories instead of expert episodes")
+    sft.add_argument("--heldout-tasks", help="held-out task-set directory (evaluation after training)")
+    sft.add_argument("--preset", choices=("nano", "mini"), default="mini")
+    sft.add_argument("--out", type=Path, required=True)
+    sft.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                     help="override an SFT setting, e.g. --set episodes=40 (fields of repro.sft.SFTConfig)")
+    sft.set_defaults(func=_sft)
+    from tgsuite.commands.train_pretrain import add_parser as add_pretrain
+
+    add_pretrain(sub)
+    arms = sub.add_parser("arms", help="list the arm presets and what each overrides")
+    arms.set_defaults(func=_arms)
+    p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
+
+
+def _config(args: argparse.Namespace) -> Any:
+    from repro.config import ConfigError, load_config
+
+    try:
+        return load_config(arm=args.arm, path=args.config, sets=args.sets)
+    except ConfigError as exc:
+        raise CLIError(str(exc)) from exc
+
+
+def _run(fn: Any, *a: Any, **kw: Any) -> Any:
+    from repro.config import ConfigError
+
+    try:
+        return fn(*a, **kw)
+    except ConfigError as exc:
+        raise CLIError(str(exc)) from exc
+
+
+def _rl(args: argparse.Namespace) -> int:
+    saved = args.out / "config.toml"
+    if args.resume and args.config is None and saved.is_file():
+        args.config = saved  # resume with the run's own resolved config; --set may still change run.steps
+    cfg = _config(args)
+    if args.dry_run:
+        print(format_plan(cfg))
+        return 0
+    from repro.train import train_rl
+
+    info = _run(train_rl, cfg, args.out, resume=args.resume, argv=sys.argv)
+    print(f"done: {info.path} (step {info.step}); metrics in {args.out / 'metrics.jsonl'}")
+    return 0
+
+
+def _distill(args: argparse.Namespace) -> int:
+    from repro.distill import read_examples, train_distill
+
+    if args.dataset is not None:
+        if args.from_best:
+            raise CLIError("give --from-best or --dataset, not both")
+        args.sets = [*args.sets, f'distill.dataset="{args.dataset}"']
+    cfg = _config(args)
+    examples = _run(read_examples, args.from_best) if args.from_best else None
+    if examples is not None:
+        examples = [e for e in examples if e.reward >= cfg.distill.min_reward]
+    info = _run(train_distill, cfg, args.out, examples=examples, argv=sys.argv)
+    print(f"done: {info.path}")
+    return 0
+
+
+def _loop(args: argparse.Namespace) -> int:
+    from repro.distill import train_loop
+
+    info = _run(train_loop, _config(args), args.out, argv=sys.argv)
+    print(f"done: {info.path}")
+    return 0
+
+
+def _sft(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from repro.config import parse_set
+    from repro.sft import SFTConfig, run_sft
+
+    fields: dict[str, Any] = {"train_tasks": args.train_tasks, "dataset": args.dataset,
+                              "heldout_tasks": args.heldout_tasks, "preset": args.preset}
+    for item in args.sets:
+        key, value = _run(parse_set, item)
+        fields[key] = value
+    try:
+        cfg = SFTConfig(**fields)
+    except ValidationError as exc:
+        known = ", ".join(sorted(SFTConfig.model_fields))
+        raise CLIError(f"tgsuite train sft --set: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}; "
+                       f"valid keys: {known}") from exc
+    report = run_sft(cfg, args.out)
+    print(report.model_dump_json(indent=2))
+    return 0
+
+
+def _arms(args: argparse.Namespace) -> int:
+    from repro.config import arm_names, arm_overrides
+
+    for name in arm_names():
+        over = {k: v for k, v in arm_overrides(name).items() if k != "run.arm"}
+        print(f"{name:20s} " + ", ".join(f"{k}={json.dumps(v)}" for k, v in over.items()))
+    return 0
+
+
+def format_plan(cfg: Any) -> str:
+    """The --dry-run report: validated config summary plus the memory/compute plan (pure arithmetic)."""
+    from repro.compute import plan, plan_shape
+
+    shape, shape_note = plan_shape(cfg)
+    r, c = cfg.rollout, cfg.cluster
+    p = plan(shape, trainer_gpus=c.trainer_gpus, trajectories_per_step=r.groups * r.group_size,
+             tokens_per_trajectory=c.tokens_per_trajectory, failing_fraction=c.failing_fraction if cfg.guidance.lam
+             else 0.0, steps=cfg.run.steps,
+             teacher_copy_bytes_per_param=4.0 if cfg.guidance.teacher != "live" and cfg.guidance.lam else 0.0)
+    gb = 1e9
+    kv_cap = (c.gpu_memory_gb * gb * 0.9 - p["bf16_weights_bytes"]) / p["kv_bytes_per_token"]
+    state = (p["train_state_bytes_per_gpu"] + p["teacher_copy_bytes_per_gpu"]) / gb
+    teacher = (f" + fp32 {cfg.guidance.teacher} teacher copy (4 B/param)" if p["teacher_copy_bytes_per_gpu"] else "")
+    lines = [
+        f"config OK: arm {cfg.run.arm}, {cfg.run.steps} steps x {r.groups} groups x {r.group_size} rollouts, "
+        f"lambda {cfg.guidance.lam}, engine {r.engine}, sandbox {r.sandbox}, async {cfg.async_.enabled} "
+        f"(S_max {cfg.async_.max_staleness})",
+        f"model: {cfg.model.name or cfg.model.preset} ({shape_note})",
+        f"parameters: {p['params_total'] / 1e9:.2f} B total, {p['params_per_layer'] / 1e6:.1f} M per layer, "
+        f"{p['params_active_flop'] / 1e9:.2f} B active (matmul FLOPs)",
+        f"trainer: {c.trainer_gpus} GPU(s); fp32 master + grad + AdamW (16 B/param){teacher} sharded = {state:.1f} GB/GPU of "
+        f"{c.gpu_memory_gb:.0f} GB" + ("  <-- does not fit: shard wider or offload the optimizer"
+                                      if state > 0.85 * c.gpu_memory_gb else ""),
+        f"inference: {c.inference_gpus} GPU(s); bf16 weights {p['bf16_weights_bytes'] / gb:.1f} GB; KV cache "
+        f"{p['kv_bytes_per_token'] / 1024:.0f} KiB/token; one GPU holding the whole model (TP 1, 0.9 utilisation) "
+        f"keeps ~{max(0.0, kv_cap) / 1e3:.0f}k tokens of KV",
+        f"per step: {p['tokens_per_step'] / 1e6:.2f} M tokens (estimate {c.tokens_per_trajectory} per trajectory), "
+        f"{p['flops_per_step']:.3g} FLOP (6N per trained token + 2N teacher pass on {c.failing_fraction:.0%} of "
+        "tokens when lambda > 0)",
+        f"whole run: {p['flops_total']:.3g} FLOP",
+    ]
+    if r.engine == "vllm_http":
+        lines.append("NOTE: the vLLM rollout engine and the FSDP2 trainer wrap are designed (SCALE.md) but not "
+                     "implemented or tested on this project's machines; `train rl` refuses this config for now.")
+    return "\n".join(lines)

@@ -1,0 +1,124 @@
+"""Presets of ``tgsuite reproduce``: the sizes of every stage, as one frozen, hashable object.
+
+``smoke`` exercises every stage end to end in a few minutes (the test suite runs it); it is not powered to decide
+anything and its plan says so. ``mini`` is the reproduction: arms ``grpo`` and ``tg`` with 3 training seeds each,
+8 held-out repositories × 5 tasks, evaluated in Docker, analysed under the preregistered ``mini`` plan.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+# dotted TrainConfig key -> value, e.g. {"guidance.lam": 0.3}: the `--set` layer of repro.config.load_config
+RLOverrides = dict[str, bool | int | float | str]
+
+
+class EvalSettings(BaseModel):
+    """How the pipeline evaluates a checkpoint on the held-out set (``tgsuite.pipeline.steps.stage_eval``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    sandbox: Literal["docker", "local"] = "docker"
+    episodes: int = Field(1, ge=1, description="episodes per (checkpoint, task)")
+    max_turns: int = Field(8, ge=1)
+    max_new_tokens: int = Field(192, ge=1)
+    temperature: float = Field(1.0, ge=0.0)
+    concurrency: int = Field(8, ge=1, description="episodes evaluated at once; their turns are sampled as one "
+                             "batch (repro.batching)")
+
+    def stage_inputs(self) -> dict[str, Any]:
+        """The settings as the eval stages hash them (``eval_<field>`` keys)."""
+        return {f"eval_{k}": v for k, v in self.model_dump(mode="json").items()}
+
+
+class Preset(BaseModel):
+    """The sizes of every stage. ``sft`` and ``rl`` are checked against ``repro.sft.SFTConfig`` and
+    ``repro.config.TrainConfig`` when the preset is made, so a typo fails here, naming the field, and not an hour
+    into a run; derive variants with :meth:`with_sft` / :meth:`with_rl` (they re-validate)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    plan: str = Field(description="protocol plan file name under protocols/plans/")
+    task_seed: int = 0
+    train_repos: int
+    train_tasks_per_repo: int
+    heldout_repos: int
+    heldout_tasks_per_repo: int
+    validate_runs: int = Field(3, ge=1, description="gold x k and empty x k runs per held-out instance")
+    sft: dict[str, Any] = Field(default_factory=dict, description="repro.sft.SFTConfig fields to override")
+    arms: tuple[str, ...] = ("grpo", "tg")
+    seeds: tuple[int, ...] = (0, 1, 2)
+    rl: RLOverrides = Field(default_factory=dict, description="dotted TrainConfig overrides for every arm")
+    eval: EvalSettings = EvalSettings()
+    workers: int = 2
+
+    @field_validator("sft")
+    @classmethod
+    def _sft_fields(cls, v: dict[str, Any]) -> dict[str, Any]:
+        from repro.sft import SFTConfig
+
+        fixed = {"train_tasks", "heldout_tasks", "seed", "workers"} & set(v)
+        if fixed:
+            raise ValueError(f"sft: {sorted(fixed)} are set by the pipeline (task sets, task_seed, workers); remove them")
+        SFTConfig(train_tasks="<checked when the preset is made>", **v)  # unknown keys / bad values raise here
+        return v
+
+    @field_validator("rl")
+    @classmethod
+    def _rl_keys(cls, v: RLOverrides) -> RLOverrides:
+        from repro.config import load_config
+
+        load_config(arm="tg", overrides=v)  # unknown keys / bad values raise a ConfigError naming them
+        return v
+
+    def with_sft(self, **changes: Any) -> Preset:
+        """This preset with ``sft`` fields changed (validated)."""
+        return Preset.model_validate({**self.model_dump(), "sft": {**self.sft, **changes}})
+
+    def with_rl(self, changes: RLOverrides) -> Preset:
+        """This preset with dotted RL overrides added (validated)."""
+        return Preset.model_validate({**self.model_dump(), "rl": {**self.rl, **changes}})
+
+
+SMOKE = Preset(
+    name="smoke",
+    plan="smoke.toml",
+    train_repos=4,
+    train_tasks_per_repo=6,
+    heldout_repos=4,
+    heldout_tasks_per_repo=3,
+    validate_runs=3,
+    sft={"preset": "nano", "vocab_size": 1024, "episodes": 16, "epochs": 1, "think": False, "max_len": 4096,
+         "batch_tokens": 4096},
+    seeds=(0, 1),
+    rl={"run.steps": 2, "rollout.groups": 1, "rollout.group_size": 2, "rollout.max_turns": 3,
+        "rollout.max_new_tokens": 48, "rollout.max_context_tokens": 4096, "optim.lr": 1e-4, "run.progress": False},
+    eval=EvalSettings(max_turns=3, max_new_tokens=48),
+)
+
+MINI = Preset(
+    name="mini",
+    plan="mini.toml",
+    train_repos=40,
+    train_tasks_per_repo=10,
+    heldout_repos=8,
+    heldout_tasks_per_repo=5,
+    validate_runs=2,
+    # 128 expert episodes (median 1,542 tokens each, 16 % of them assistant tokens: benchmarks/episode_tokens_bench.py;
+    # 2,403 and 11 % before the compact episodes of issue #20); the auxiliary next-token loss on the
+    # observations (context_weight) is the only "pretraining" this from-scratch model gets
+    sft={"preset": "mini", "vocab_size": 4096, "episodes": 128, "epochs": 3, "think": False, "context_weight": 1.0,
+         "lr": 2e-3, "batch_tokens": 512, "warmup_steps": 10},
+    seeds=(0, 1, 2),
+    # sized to the 45-minute budget on 2 CPU cores: ~20 s per step (1 group of 4 rollouts, prefix-cached sampling)
+    rl={"run.steps": 6, "rollout.groups": 1, "rollout.group_size": 4, "rollout.max_turns": 8,
+        "rollout.max_new_tokens": 128, "rollout.max_context_tokens": 4096, "rollout.observation_max_tokens": 1024,
+        "optim.lr": 1e-4, "run.progress": False},
+    eval=EvalSettings(max_turns=8, max_new_tokens=128),
+)
+
+
+PRESETS: dict[str, Preset] = {p.name: p for p in (SMOKE, MINI)}

@@ -1,0 +1,183 @@
+"""The stages of ``tgsuite reproduce`` as public functions: each takes typed inputs and returns the JSON-able
+outputs dict that ``tgsuite.pipeline.stages.StageRunner`` records (``outputs["paths"]`` lists the files whose
+existence makes a finished stage fresh).
+
+The orchestrator (``tgsuite.pipeline.reproduce``) and the exploratory studies (``tgsuite.pipeline.studies``,
+``tiers``, ``probes``) both call these; neither calls back into the other. Covered: images, task sets, validation,
+SFT, protocol freeze, RL training, evaluation, analysis, report. Not covered: deciding WHEN a stage runs (the
+``StageRunner`` and its input hashes do that).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+from protocols.provenance import utc_now
+from tgsuite.pipeline.presets import Preset
+from tgsuite.pipeline.stages import atomic_write_json
+
+log = logging.getLogger(__name__)
+
+PLANS_DIR = Path(__file__).resolve().parents[2] / "protocols" / "plans"
+
+
+def pipeline_paths(out: Path) -> dict[str, Path]:
+    return {
+        "train_tasks": out / "tasks" / "train",
+        "heldout_tasks": out / "tasks" / "heldout",
+        "sft": out / "sft",
+        "frozen": out / "protocol" / "frozen.json",
+        "train": out / "train",
+        "eval": out / "eval",
+        "analysis": out / "analysis" / "analysis.json",
+        "report": out / "report",
+    }
+
+
+def stage_images(preset: Preset) -> dict[str, Any]:
+    if preset.eval.sandbox != "docker":
+        return {"image": None}
+    from harness.images import connect, ensure_base_image, image_digest
+
+    client = connect()
+    tag = ensure_base_image(client)
+    return {"image": tag, "digest": image_digest(client, tag)}
+
+
+def stage_tasks(out: Path, split: str, repos: int, per_repo: int, seed: int) -> dict[str, Any]:
+    from harness.minirepos import make_mini
+    from harness.tasks import load_task_set
+
+    summary = make_mini(out, split=split, repos=repos, tasks_per_repo=per_repo, seed=seed,  # type: ignore[arg-type]
+                        overwrite=True)
+    ts = load_task_set(out)
+    return {"paths": {"tasks": str(out / "tasks.jsonl")}, "sha256": ts.sha256, "name": ts.name, "n": summary.tasks}
+
+
+def stage_validate(task_dir: Path, preset: Preset, sha256: str) -> dict[str, Any]:
+    from harness.validate import load_validation, validate_task_set
+
+    report = load_validation(task_dir)
+    if (report is None or report.task_set_sha256 != sha256 or report.runs != preset.validate_runs
+            or report.sandbox != preset.eval.sandbox):
+        report = validate_task_set(task_dir, runs=preset.validate_runs, sandbox=preset.eval.sandbox,
+                                   workers=preset.workers, progress=True)
+    else:
+        log.info("reusing %s/validation.json (same task set, runs and sandbox)", task_dir)
+    if report.rejected:
+        reasons = "; ".join(f"{r.instance_id}: {r.reason}" for r in report.rejected[:5])
+        raise RuntimeError(f"{len(report.rejected)} held-out instance(s) failed validation ({reasons}). Every "
+                           f"generated held-out instance must validate; see {task_dir}/validation.json")
+    return {"paths": {"validation": str(task_dir / "validation.json")}, "n_valid": len(report.valid_ids())}
+
+
+def stage_sft(paths: dict[str, Path], preset: Preset) -> dict[str, Any]:
+    from repro.sft import SFTConfig, run_sft
+
+    cfg = SFTConfig(train_tasks=str(paths["train_tasks"]), heldout_tasks=None, seed=preset.task_seed,
+                    workers=preset.workers, **preset.sft)
+    report = run_sft(cfg, paths["sft"])
+    return {"paths": {"model": report.model_dir}, "report": report.model_dump(mode="json")}
+
+
+def stage_freeze(paths: dict[str, Path], preset: Preset, heldout: dict[str, Any]) -> dict[str, Any]:
+    from protocols.freeze import freeze_plan, with_task_set
+    from protocols.load import load_plan
+
+    proto = with_task_set(load_plan(PLANS_DIR / preset.plan), name=heldout["name"], sha256=heldout["sha256"])
+    rec = freeze_plan(proto, out=paths["frozen"], overwrite=True)
+    return {"paths": {"frozen": str(paths["frozen"])}, "sha256": rec.sha256, "frozen_at": rec.frozen_at}
+
+
+def stage_train(run_dir: Path, paths: dict[str, Path], preset: Preset, arm: str, seed: int,
+                 protocol_hash: str | None = None) -> dict[str, Any]:
+    from repro.config import load_config
+    from repro.train import train_rl
+
+    cfg = load_config(arm=arm, overrides={**preset.rl, "run.seed": seed, "model.init": str(paths["sft"] / "model"),
+                                          "tasks.path": str(paths["train_tasks"])})
+    if run_dir.exists():  # the stage re-runs because its inputs changed or it never finished: start clean
+        shutil.rmtree(run_dir)
+    info = train_rl(cfg, run_dir, argv=["tgsuite", "reproduce", "--preset", preset.name], protocol_hash=protocol_hash)
+    return {"paths": {"checkpoint": info.path}, "checkpoint": info.model_dump(mode="json")}
+
+
+def eval_policy(model_dir: str, name: str, preset: Preset) -> Any:
+    """A sampling policy over the checkpoint, its engine batching the concurrent episodes' turns; close
+    ``policy.engine`` when done."""
+    from transformers import AutoModelForCausalLM
+
+    from repro.batching import BatchingEngine
+    from repro.sampler import KVSampler, SamplerPolicy
+    from repro.tokenizer import load_tokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    tok = load_tokenizer(model_dir)
+    engine = BatchingEngine(KVSampler(model, prefix_cache=2 * preset.eval.concurrency),
+                            max_batch=preset.eval.concurrency)
+    pol = SamplerPolicy(engine, tok, name=name, max_new_tokens=preset.eval.max_new_tokens,
+                        temperature=preset.eval.temperature)
+    pol.spec = f"hf:{model_dir}"  # type: ignore[attr-defined]
+    return pol
+
+
+def stage_eval(run_dir: Path, heldout: Path, arms: dict[str, str], preset: Preset, protocol_hash: str | None,
+                excluded: dict[str, list[str]], feedback: str | None = None) -> dict[str, Any]:
+    """Evaluate checkpoints ``arms`` (runner arm -> model dir) on the held-out set; ``feedback`` is a
+    ``harness.feedback_spec.parse_feedback`` spec given to every arm (None = no hints)."""
+    from harness.feedback_spec import parse_feedback
+    from harness.interfaces import EpisodeLimits
+    from harness.metrics import metrics_for
+    from harness.run_control import sandbox_run_id
+    from harness.runner import run_eval
+    from harness.runner_sandbox import TaskSandboxFactory
+    from harness.tasks import load_task_set
+
+    ts = load_task_set(heldout)
+    policies = {name: eval_policy(d, name, preset) for name, d in arms.items()}
+    limits = EpisodeLimits(max_turns=preset.eval.max_turns)
+    with contextlib.ExitStack() as stack, TaskSandboxFactory(ts, kind=preset.eval.sandbox,
+                                                             run_id=sandbox_run_id(run_dir)) as fac:
+        for pol in policies.values():  # our sampling policies own a batching engine thread; stop it after
+            close = getattr(getattr(pol, "engine", None), "close", None)
+            if close is not None:
+                stack.callback(close)
+        fac.preflight()
+        results = run_eval(ts, policies, list(range(preset.eval.episodes)), run_dir, sandbox_factory=fac,
+                           workers=preset.eval.concurrency, order="arm", limits=limits, run_seed=preset.task_seed,
+                           protocol_hash=protocol_hash, excluded_tests=excluded, progress=True,
+                           metrics_for=metrics_for(ts),
+                           feedback={n: parse_feedback(feedback) for n in arms} if feedback else None,
+                           argv=["tgsuite", "reproduce", "--preset", preset.name])
+    scored = [r for r in results if r.scored]
+    return {"paths": {"manifest": str(run_dir / "manifest.json")}, "finished_at": utc_now(), "n": len(results),
+            "scored": len(scored),
+            "resolved": sum(r.resolved for r in scored), "behaviour_ok": sum(r.behaviour_ok for r in scored)}
+
+
+def stage_analyze(paths: dict[str, Path], run_dirs: list[Path], exploratory: Any = None) -> dict[str, Any]:
+    from evalsuite.analyze import analyze
+
+    result = analyze(paths["frozen"], [str(d) for d in run_dirs], exploratory=exploratory)
+    atomic_write_json(paths["analysis"], json.loads(result.model_dump_json()))
+    return {"paths": {"analysis": str(paths["analysis"])}, "decision": result.decision.verdict,
+            "reasons": list(result.decision.reasons)}
+
+
+def stage_report(paths: dict[str, Path], run_dirs: list[Path], training: dict[str, dict[str, str]]) -> dict[str, Any]:
+    from reports.build import build_report
+
+    summary = build_report(paths["analysis"], out_dir=paths["report"], protocol=paths["frozen"],
+                           run_dirs=[str(d) for d in run_dirs], training_metrics=training)
+    return {"paths": {"index": str(paths["report"] / "index.html")}, "summary": json.loads(summary.model_dump_json())}
+
+
+def excluded_tests(task_dir: Path) -> dict[str, list[str]]:
+    from harness.episode_grading import excluded_tests_of
+
+    return excluded_tests_of(task_dir)

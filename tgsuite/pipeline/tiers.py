@@ -1,0 +1,251 @@
+"""The ``behaviour_tiers`` study of ``tgsuite reproduce --studies behaviour_tiers`` (issue #7, item 3).
+
+Three behaviour tiers, each a checker of ``harness.behaviour.CHECKERS``:
+
+1. format — ``tool_args@v1``: every ``edit_file`` call carries a one-line ``reason`` (machine-checkable);
+2. style — ``markdown@v1``: the Markdown rule of the main study;
+3. tension — ``ask_first@v1``: ask the user (``ask_user``) before the first file change; it costs a turn the task
+   does not need.
+
+Stages (all resumable, all under ``<out>/train/studies/tiers/`` and ``<out>/eval/studies/``):
+
+- ``tiers_sft``: an SFT base trained like the main one (``tgsuite.pipeline.steps.stage_sft`` with the preset's ``sft``
+  settings) but whose hinted expert episodes carry the reminder of one of the three tiers
+  (``hint_checkers``; ``TierSizes.sft_hint_share`` of the episodes are hinted, split evenly over the tiers), so the
+  base can comply when reminded and rarely does unprompted.
+- ``tiers_train_<arm>_<tier>_s<seed>``: for each tier, arms ``grpo`` and ``tg`` (``tgsuite.pipeline.steps.stage_train``,
+  the preset's RL settings plus ``reward.checker = <tier>``: the format reward, TG's failing-turn gating and its
+  hints all target the tier) from that base, × the study's seeds.
+- ``tiers_tasks``: the held-out instances of the UNSEEN tier only (``template_tier == "unseen_templates"``:
+  templates and names never used in training), written as their own task set with the three tier checkers added
+  to each instance's ``behaviour``, so every episode is judged by all three.
+- ``tiers_eval``: the base and every tier checkpoint on that set, without hints (``tgsuite.pipeline.steps.stage_eval``).
+
+Analysis (descriptive, exploratory): per tier and arm (``base``, ``grpo``, ``tg``; training seeds pooled) the
+compliance rate (episodes whose tier checker passes / scored episodes), the same over episodes with at least one
+applicable turn, and the resolved rate, each with a Wilson CI (``evalsuite.describe.rate_ci``). The base row of a
+tier is the base's episodes judged by that tier's checker. Results: ``Exploratory.behaviour_tiers``. Nothing here is
+simulated: every number comes from these runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from tgsuite.pipeline.stages import StageRunner, atomic_write_json, canonical_hash
+from tgsuite.pipeline.study_context import StudyContext, StudyModel, model_key
+
+if TYPE_CHECKING:
+    from evalsuite.schema import BehaviourTiersResult
+
+log = logging.getLogger(__name__)
+
+TIERS: tuple[str, ...] = ("tool_args@v1", "markdown@v1", "ask_first@v1")
+LEVELS = {"tool_args@v1": "format", "markdown@v1": "style", "ask_first@v1": "tension"}
+UNSEEN = "unseen_templates"
+FRAME_COLUMNS = ["runner_arm", "label", "tier_trained", "seed", "instance_id", "repo", "resolved",
+                 *[f"ok:{t}" for t in TIERS], *[f"applicable:{t}" for t in TIERS]]
+
+
+@dataclass(frozen=True)
+class TierSizes:
+    """How big the study is for one preset (``TIER_SIZES``)."""
+
+    seeds: tuple[int, ...]
+    arms: tuple[str, ...] = ("grpo", "tg")
+    tiers: tuple[str, ...] = TIERS
+    sft_hint_share: float = 0.6  # hinted share of the tier base's expert episodes (the main base: 0.3, Markdown)
+
+
+TIER_SIZES: dict[str, TierSizes] = {
+    "smoke": TierSizes(seeds=(0,)),  # every path once; decides nothing
+    "mini": TierSizes(seeds=(0, 1, 2)),
+}
+
+
+def tier_sizes(preset_name: str) -> TierSizes:
+    if preset_name not in TIER_SIZES:
+        raise ValueError(f"no behaviour-tier sizes for preset {preset_name!r}; add it to "
+                         f"tgsuite.pipeline.tiers.TIER_SIZES (known: {', '.join(TIER_SIZES)})")
+    return TIER_SIZES[preset_name]
+
+
+def slug(tier: str) -> str:
+    """``ask_first@v1`` -> ``ask_first_v1`` (for stage names, directories and runner arm names)."""
+    return tier.replace("@", "_")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The unseen-tier task set
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def write_unseen_tasks(heldout: Path, out: Path, tiers: tuple[str, ...]) -> dict[str, Any]:
+    """Copy the held-out instances with ``template_tier == "unseen_templates"`` (records and snapshots) to ``out``,
+    with ``tiers`` added to their ``behaviour`` checkers; returns the stage outputs (path, sha256, name, instance ids)."""
+    from harness.tasks import TASKS_FILE, load_task_set, snapshot_path
+
+    ts = load_task_set(heldout)
+    chosen = [i for i in ts.instances if i.template_tier == UNSEEN]
+    if not chosen:
+        raise ValueError(f"{heldout}: no held-out instance has template_tier {UNSEEN!r} (the generator puts every "
+                         "second held-out repository there); generate at least 2 held-out repositories")
+    if out.exists():
+        shutil.rmtree(out)
+    (out / "snapshots").mkdir(parents=True)
+    lines = [i.model_copy(update={"behaviour": list(dict.fromkeys([*i.behaviour, *tiers]))}).model_dump_json()
+             for i in chosen]
+    (out / TASKS_FILE).write_text("\n".join(lines) + "\n")
+    for inst in chosen:
+        src = snapshot_path(Path(ts.path), inst.instance_id)
+        assert src is not None  # load_task_set required every snapshot
+        dest = out / "snapshots" / src.name
+        if src.is_dir():
+            shutil.copytree(src, dest, symlinks=True)
+        else:
+            shutil.copy2(src, dest)
+    sub = load_task_set(out)
+    return {"paths": {"tasks": str(out / TASKS_FILE)}, "sha256": sub.sha256, "name": sub.name,
+            "instance_ids": [i.instance_id for i in sub.instances], "repos": sorted({i.repo for i in chosen})}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Stages
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _train_tasks_sha(ctx: StudyContext) -> str:
+    from harness.tasks import load_task_set
+
+    return load_task_set(ctx.paths["train_tasks"]).sha256
+
+
+def _sft(runner: StageRunner, ctx: StudyContext, sizes: TierSizes, root: Path) -> dict[str, Any]:
+    # the base sees reminders of ALL three tiers, whichever tiers get RL runs: one base, comparable across tiers
+    preset = ctx.preset.with_sft(hint_checkers=list(TIERS), hint_share=sizes.sft_hint_share)
+    sft = preset.sft
+    paths = {**ctx.paths, "sft": root / "sft"}
+    inputs = {"tasks": _train_tasks_sha(ctx), "sft": sft, "seed": ctx.preset.task_seed}
+    return runner.run("tiers_sft", inputs, lambda: ctx.stages.sft(paths, preset))
+
+
+def _train(runner: StageRunner, ctx: StudyContext, sizes: TierSizes, root: Path,
+           sft: dict[str, Any]) -> tuple[dict[str, StudyModel], dict[str, str]]:
+    """Every (tier, arm, seed) RL run from the tier base; returns the models and each one's trained tier."""
+    models: dict[str, StudyModel] = {}
+    trained: dict[str, str] = {}
+    paths = {**ctx.paths, "sft": root / "sft"}  # stage_train starts from <paths["sft"]>/model
+    for tier in sizes.tiers:
+        preset = ctx.preset.with_rl({"reward.checker": tier})
+        for arm in sizes.arms:
+            for seed in sizes.seeds:
+                run_dir = root / f"{arm}_{slug(tier)}" / f"s{seed}"
+                inputs = {"sft": sft["paths"]["model"], "sft_inputs": canonical_hash(sft.get("report", sft)),
+                          "rl": preset.rl, "arm": arm, "seed": seed, "protocol": ctx.protocol_sha256}
+                rec = runner.run(f"tiers_train_{arm}_{slug(tier)}_s{seed}", inputs,
+                                 lambda a=arm, s=seed, d=run_dir, p=preset: ctx.stages.train(d, paths, p, a, s,
+                                                                                         ctx.protocol_sha256))
+                m = StudyModel(f"{arm}_{slug(tier)}_s{seed}", arm, seed, rec["paths"]["checkpoint"])
+                models[m.runner_arm] = m
+                trained[m.runner_arm] = tier
+    return models, trained
+
+
+def eval_models(runner: StageRunner, ctx: StudyContext, tasks: dict[str, Any], models: dict[str, StudyModel]) -> Path:
+    arms = {m.runner_arm: m.path for m in models.values()}
+    inputs = {"models": {k: model_key(v) for k, v in sorted(arms.items())}, "tasks": tasks["sha256"],
+              "protocol": ctx.protocol_sha256, "eval": ctx.preset.eval.stage_inputs()}
+    run_dir = ctx.paths["eval"] / "studies" / f"tiers_eval-{canonical_hash(inputs)[:12]}"
+    task_dir = Path(tasks["paths"]["tasks"]).parent
+    runner.run("tiers_eval", inputs, lambda: ctx.stages.evaluate(run_dir, task_dir, arms, ctx.preset, ctx.protocol_sha256,
+                                                         ctx.excluded, None))
+    return run_dir
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Analysis (pure on the frame)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def tier_frame(run_dir: Path, models: dict[str, StudyModel], trained_tier: dict[str, str | None]) -> pd.DataFrame:
+    """Scored episodes (highest attempt) of ``models`` in ``run_dir``: resolved, and per tier checker whether it
+    passed (``ok:<tier>``) and had an applicable turn (``applicable:<tier>``)."""
+    from evalsuite.outcomes import load_run
+
+    rows = []
+    for r in load_run(run_dir).results:
+        m = models.get(r.arm)
+        if m is None or not r.scored:
+            continue
+        beh = {b.checker: b for b in r.behaviour}
+        missing = [t for t in TIERS if t not in beh]
+        if missing:
+            raise ValueError(f"{run_dir}: episode {r.arm}/{r.instance_id}/s{r.seed} was not judged by {missing}; the "
+                             "tier task set must list every tier checker in 'behaviour' (re-run stage tiers_tasks)")
+        row: dict[str, Any] = {"runner_arm": r.arm, "label": m.label, "tier_trained": trained_tier[r.arm],
+                               "seed": m.seed, "instance_id": r.instance_id, "repo": r.cluster or r.repo,
+                               "resolved": r.resolved}
+        for t in TIERS:
+            row[f"ok:{t}"] = beh[t].ok
+            row[f"applicable:{t}"] = any(v != "NA" for v in beh[t].turn_verdicts)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=FRAME_COLUMNS)
+
+
+def tiers_result(frame: pd.DataFrame, sizes: TierSizes, *, task_set: str, n_instances: int) -> BehaviourTiersResult:
+    """Per tier: the base, then each arm trained for that tier; Wilson rates over the pooled episodes."""
+    from evalsuite.describe import rate_ci
+    from evalsuite.schema import BehaviourTierRow, BehaviourTiersResult
+
+    rows = []
+    for tier in sizes.tiers:
+        groups = [("base", frame[frame["label"] == "base"])]
+        groups += [(arm, frame[(frame["label"] == arm) & (frame["tier_trained"] == tier)]) for arm in sizes.arms]
+        for arm, sub in groups:
+            appl = sub[sub[f"applicable:{tier}"].astype(bool)]
+            rows.append(BehaviourTierRow(
+                tier=tier, level=LEVELS.get(tier, "other"), arm=arm,
+                seeds=sorted(int(s) for s in sub["seed"].unique() if s >= 0),
+                compliance=rate_ci(sub[f"ok:{tier}"].astype(float), "compliance", sub["repo"]),
+                compliance_applicable=rate_ci(appl[f"ok:{tier}"].astype(float), "compliance (applicable)",
+                                              appl["repo"]),
+                resolved=rate_ci(sub["resolved"].astype(float), "resolved", sub["repo"])))
+    notes = [f"evaluated on the {n_instances} held-out instances of UNSEEN repositories (template tier {UNSEEN}: "
+             "templates and names never used in training), without hints",
+             "base = an SFT base whose hinted expert episodes carried one of the three tiers' reminders; grpo/tg "
+             "= RL from that base with reward.checker set to the row's tier (format reward, TG gating and hints)",
+             "compliance = episodes in which the tier's checker finds no failing turn; an episode with no applicable "
+             "turn (e.g. no edit for ask_first@v1 and tool_args@v1) complies vacuously, so the applicable-only rate "
+             "is shown too", "rates pool episodes over training seeds (descriptive, exploratory); Wilson 95% CIs"]
+    return BehaviourTiersResult(rows=rows, task_set=task_set, n_instances=n_instances, notes=notes)
+
+
+def run_behaviour_tiers(runner: StageRunner, ctx: StudyContext, sizes: TierSizes | None = None
+                        ) -> BehaviourTiersResult:
+    """Train, evaluate and analyse the behaviour-tier study (module docstring); every step is a resumable stage.
+    Also writes ``<out>/studies/behaviour_tiers.json`` (models, run directory, task set)."""
+    sizes = sizes or tier_sizes(ctx.preset.name)
+    unknown = [t for t in sizes.tiers if t not in TIERS]
+    if unknown:
+        raise ValueError(f"TierSizes.tiers: {unknown} are not tiers of this study; use a subset of {list(TIERS)}")
+    root = ctx.paths["train"] / "studies" / "tiers"
+    sft = _sft(runner, ctx, sizes, root)
+    rl_models, rl_tiers = _train(runner, ctx, sizes, root, sft)
+    models = {"base": StudyModel("base", "base", -1, sft["paths"]["model"]), **rl_models}
+    trained: dict[str, str | None] = {"base": None, **rl_tiers}
+    task_dir = ctx.paths["heldout_tasks"].parent / "heldout_unseen_tiers"
+    tasks = runner.run("tiers_tasks", {"heldout": ctx.heldout_sha256, "tiers": list(TIERS), "code": "tiers_tasks@1"},
+                       lambda: write_unseen_tasks(ctx.paths["heldout_tasks"], task_dir, TIERS))
+    run_dir = eval_models(runner, ctx, tasks, models)
+    frame = tier_frame(run_dir, models, trained)
+    res = tiers_result(frame, sizes, task_set=tasks["name"], n_instances=len(tasks["instance_ids"]))
+    atomic_write_json(ctx.paths["eval"].parent / "studies" / "behaviour_tiers.json",
+                      {"sizes": vars(sizes), "models": {k: vars(m) for k, m in sorted(models.items())},
+                       "run_dir": str(run_dir), "tasks": tasks, "result": res.model_dump(mode="json")})
+    return res
