@@ -80,7 +80,7 @@ def sft_trajectories(path: str | Path) -> list[Trajectory]:
 
 def distill_examples(path: str | Path, tokenizer: Any, tools: list[dict[str, Any]], weights: Any) -> tuple[list, int]:
     """(``DistillExample`` per record with a known reward, number of records without one)."""
-    from repro.distill import DistillExample
+    from repro.schema import DistillExample
     from repro.tokenizer import ChatEncoder
 
     enc = ChatEncoder(tokenizer)

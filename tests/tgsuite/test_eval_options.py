@@ -181,3 +181,16 @@ def test_cli_endpoint_arm_settings_key_and_aggregate(mini: TaskSet, finish_serve
     assert stray.returncode == 2 and "openai: arms" in stray.stderr
     bad_limit = _eval(["--tasks", mini.path, "--out", str(tmp_path / "r4"), "--policy", "null", "--limit", "0"])
     assert bad_limit.returncode == 2 and "--limit 0" in bad_limit.stderr
+
+
+def test_the_expert_arm_is_built_by_the_runner_with_the_runs_sandboxes(mini: TaskSet) -> None:
+    """The CLI hands the runner the expert's spec (not a policy object), so the runner builds it with its factory's
+    scratch sandboxes: under --sandbox docker the expert's screening runs in containers, never on the host."""
+    import argparse
+
+    from tgsuite.commands.eval import build_arms
+
+    args = argparse.Namespace(temperature=None, top_p=None, max_tokens=None, max_concurrency=None, api_key_env=None)
+    policies, _ = build_arms(args, {"expert": "expert", "oracle": "oracle"}, mini)
+    assert policies["expert"] == "expert"
+    assert not isinstance(policies["oracle"], str)

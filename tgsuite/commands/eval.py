@@ -143,8 +143,11 @@ def build_arms(args: argparse.Namespace, arms: dict[str, str], ts: Any) -> tuple
         if "openai" not in kinds.values() and (args.api_key_env or args.max_concurrency):
             raise ValueError("--api-key-env and --max-concurrency are for openai: arms, and no arm is one; fix: drop "
                              "them or add e.g. --policy openai:http://127.0.0.1:8000/v1#MODEL")
-        policies = {name: build_arm_policy(spec, generation=gen, endpoint=endpoint, tasks=ts)
-                    for name, spec in arms.items()}
+        policies: dict[str, Any] = {name: build_arm_policy(spec, generation=gen, endpoint=endpoint, tasks=ts)
+                                    for name, spec in arms.items()}
+        # the expert screens candidate fixes by running task code: hand the runner its spec, so that it builds the
+        # policy with the run's own sandboxes (a container under --sandbox docker), never a host process
+        policies |= {name: arms[name] for name, kind in kinds.items() if kind == "expert"}
     except (ValueError, OSError) as exc:
         raise CLIError(str(exc)) from None
     config: dict[str, Any] = {**gen.as_config(), "endpoint.api_key_env": args.api_key_env,
