@@ -64,8 +64,8 @@ def read_result(attempt_dir: Path) -> EpisodeResult | None:
     except ValidationError as exc:
         e = exc.errors()[0]
         field = ".".join(str(x) for x in e["loc"]) or "<root>"
-        raise RunDirError(f"{p}: not an episode result (field {field}: {e['msg']}); fix: delete {p} (the attempt "
-                          "then re-runs on resume) or restore it from a copy") from None
+        raise RunDirError(f"{p}: not an episode result (not a valid EpisodeResult: field {field}: {e['msg']}); fix: "
+                          f"delete {p} (the attempt then re-runs on resume) or restore it from a copy") from None
     except UnicodeDecodeError as exc:
         raise RunDirError(f"{p}: not an episode result ({exc}); fix: delete {p} (the attempt then re-runs on "
                           "resume) or restore it from a copy") from None

@@ -87,7 +87,7 @@ def test_sft_reads_the_dataset(logs: dict[str, Path], tmp_path: Path) -> None:
 
 def test_feedback_provider_rejections_reach_the_reward(logs: dict[str, Path], tmp_path: Path) -> None:
     """In the mini world the user is the feedback provider: a draft it rejects is a correction in the reward."""
-    from harness.feedback import parse_feedback
+    from harness.feedback_spec import parse_feedback
     from harness.runner import run_eval
     from harness.runner_sandbox import TaskSandboxFactory
     from harness.tasks import load_task_set

@@ -76,7 +76,7 @@ def test_every_reader_applies_the_same_rule(tmp_path: Path) -> None:
 def test_bad_result_names_the_file_and_the_fix(tmp_path: Path) -> None:
     d = _write(tmp_path / "run", None)
     (d / "result.json").write_text('{"run_id": 3}')
-    with pytest.raises(RunDirError, match=r"a0/result\.json: not a valid EpisodeResult .*delete the attempt"):
+    with pytest.raises(RunDirError, match=r"a0/result\.json: not an episode result \(not a valid EpisodeResult.*fix: delete"):
         read_result(d)
     from evalsuite.outcomes import EvalDataError, load_run
 

@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     from reports.episodes import RunDirError
     from reports.training import MetricsError
 
-    if Path(args.out).exists() and not Path(args.out).is_dir():
+    if args.out is not None and Path(args.out).exists() and not Path(args.out).is_dir():
         raise CLIError(f"--out {args.out} is a file; fix: give a folder for the report (it is created), e.g. "
                        f"--out {Path(args.out).with_suffix('')}-report")
     if args.max_trajectory_pages < 0:
