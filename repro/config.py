@@ -22,6 +22,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from repro.precision import Precision
+
 
 class ConfigError(ValueError):
     """A bad configuration value: the message names the source, the field and the fix."""
@@ -45,11 +47,22 @@ class RunCfg(_Section):
 
 
 class ModelCfg(_Section):
+    @model_validator(mode="before")
+    @classmethod
+    def _no_dtype(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "dtype" in data:
+            raise ValueError("model.dtype was removed: training kept parameters and AdamW state in bf16 with no "
+                             "float32 master copy (small updates were lost). Fix: delete model.dtype and set "
+                             "model.precision = \"bf16-mixed\" (fp32 master weights, bf16 matmuls) or \"fp32\"")
+        return data
+
     preset: Literal["nano", "mini", "custom"] = "nano"
     name: str | None = Field(None, description="a label for the base model, e.g. Qwen3-Coder-30B-A3B-Instruct")
     init: str | None = Field(None, description="a checkpoint directory (HF layout + tokenizer) to start from")
     tokenizer: str | None = Field(None, description="tokenizer directory when `init` is not given")
-    dtype: Literal["float32", "bfloat16"] = "float32"
+    precision: Precision = Field("fp32", description="fp32, or bf16-mixed: float32 master weights, gradients and "
+                                 "AdamW state with bf16 matmuls under autocast (repro.precision); parameters are "
+                                 "never stored in bf16 for training")
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     threads: int = Field(0, ge=0, description="torch intra-op threads; 0 = torch default")
 

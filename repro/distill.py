@@ -37,6 +37,7 @@ from protocols.provenance import git_state, package_versions, utc_now
 from repro import checkpoint as ck
 from repro.compute import ComputeLedger, count_params, train_flops
 from repro.config import ConfigError, TrainConfig, to_toml
+from repro.precision import autocast, device_type_of
 from repro.rollout import RolloutSettings, run_group
 from repro.schema import DistillExample
 from repro.tokenizer import ChatEncoder
@@ -139,9 +140,10 @@ def _fit(model: torch.nn.Module, teacher: torch.nn.Module, examples: list[Distil
         stats = {"kl": 0.0, "ce": 0.0, "n": 0}
         with ledger.phase("trainer"):
             for ex in batch:
-                loss, st = distill_loss(model, teacher, torch.tensor(ex.ids), torch.tensor(ex.act),
-                                        tau=d.target_temperature, hard_weight=d.hard_weight,
-                                        chunk=cfg.guidance.chunk_size)
+                with autocast(cfg.model.precision, device_type_of(model)):
+                    loss, st = distill_loss(model, teacher, torch.tensor(ex.ids), torch.tensor(ex.act),
+                                            tau=d.target_temperature, hard_weight=d.hard_weight,
+                                            chunk=cfg.guidance.chunk_size)
                 (loss / len(batch)).backward()
                 stats = {k: stats[k] + st[k] / (len(batch) if k != "n" else 1) for k in stats}
             gn = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip))

@@ -156,6 +156,13 @@ class _ChunkedKL(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hs, ht, weight, token_weights, direction, beta, kappa, chunk_size, want_grad,  # type: ignore[override]
                 teacher_weight=None):
+        with torch.autocast(device_type=hs.device.type, enabled=False):  # fp32 math even under a bf16 policy
+            return _ChunkedKL._forward(ctx, hs, ht, weight, token_weights, direction, beta, kappa, chunk_size,
+                                       want_grad, teacher_weight)
+
+    @staticmethod
+    def _forward(ctx, hs, ht, weight, token_weights, direction, beta, kappa, chunk_size, want_grad,  # type: ignore[no-untyped-def]
+                 teacher_weight):
         n = hs.shape[0]
         cd = torch.promote_types(hs.dtype, torch.float32)  # fp32 math (fp64 if the inputs are fp64)
         w32 = weight.to(cd)

@@ -34,6 +34,7 @@ from repro import checkpoint as ck
 from repro.compute import ComputeLedger, count_params, forward_flops, train_flops
 from repro.config import ConfigError, TrainConfig, load_saved, to_toml
 from repro.pipeline_async import AsyncProducer, StalenessStats, WeightStore, clone_for_producer, take_fresh
+from repro.precision import autocast, master_weights_ok
 from repro.rollout import (
     RolloutSample,
     RolloutSettings,
@@ -221,7 +222,8 @@ def _optimizer_step(root: LossRoot, cfg: TrainConfig, plan: Any, opt: torch.opti
     device = next(root.parameters()).device
     for i in range(0, len(plan.trajs), mbs):
         mb = collate(plan.trajs[i:i + mbs], pad_id).to(device)
-        loss, terms = root(mb, plan.n_pg, plan.n_kl)
+        with autocast(cfg.model.precision, device.type):
+            loss, terms = root(mb, plan.n_pg, plan.n_kl)
         if cfg.run.log_grad_split and loss.requires_grad:
             _backward_split(root, {k: t for k, t in (("pg", terms.pg), ("kl", terms.kl)) if t is not None}, split)
         elif loss.requires_grad:
@@ -274,6 +276,7 @@ def train_rl(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = N
     if latest is not None and setup.init_from != latest:
         ck.load_weights(model, latest)
     model.train()
+    master_weights_ok(model, cfg.model.precision)
     (out / "config.toml").write_text(to_toml(cfg))
     root = LossRoot(model, cfg)  # after the resume load: a fresh ema/fixed teacher copy is replaced just below
     if latest is not None and root.teacher_lm is not None:

@@ -169,8 +169,8 @@ def load_model_and_tokenizer(cfg: TrainConfig, init: Path | str | None = None) -
             raise ConfigError(f"model.init = {src}: no config.json there; point it to a checkpoint directory "
                               "written by `tgsuite train` (HF save_pretrained layout with a tokenizer)")
         tok = load_tokenizer(src)
-        dtype = torch.bfloat16 if cfg.model.dtype == "bfloat16" else torch.float32
-        return AutoModelForCausalLM.from_pretrained(str(src), dtype=dtype), tok
+        model = AutoModelForCausalLM.from_pretrained(str(src), dtype=torch.float32)  # fp32 masters (repro.precision)
+        return model, tok
     if cfg.model.tokenizer is None:
         raise ConfigError("model.init and model.tokenizer are both unset; set model.init to an SFT checkpoint "
                           "(`tgsuite train sft` writes one) or model.tokenizer to a tokenizer directory")

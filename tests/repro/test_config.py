@@ -121,3 +121,17 @@ def test_paper_configs_validate() -> None:
     for f in files:
         cfg = load_config(path=f)
         assert cfg.rollout.groups == 32 and cfg.rollout.group_size == 32 and cfg.run.steps == 200
+
+
+def test_model_dtype_is_replaced_by_a_precision_policy() -> None:
+    """model.dtype = "bfloat16" trained parameters and AdamW state in bf16 with no master copy; it is refused with
+    the fix, and the paper configs use the bf16-mixed policy (fp32 masters, bf16 matmuls)."""
+    with pytest.raises(ConfigError, match="model.precision"):
+        load_config(sets=["model.dtype=bfloat16"])
+    assert load_config(sets=["model.precision=bf16-mixed"]).model.precision == "bf16-mixed"
+    with pytest.raises(ConfigError):
+        load_config(sets=["model.precision=bf16"])
+    for name in ("tg", "grpo"):
+        cfg = load_config(path=Path(__file__).resolve().parents[2] / "configs" / "paper"
+                          / f"qwen3_coder_30b_a3b_{name}.toml")
+        assert cfg.model.precision == "bf16-mixed"

@@ -106,3 +106,15 @@ def test_grad_norm_split_by_term_leaves_the_update_unchanged(tmp_path: Path) -> 
     assert row["grad/norm"] <= row["grad/norm_pg"] + row["grad/norm_kl"] + 1e-6  # triangle inequality
     wa, wb = _weights(tmp_path / "a", 1), _weights(tmp_path / "b", 1)
     assert max(float((wa[k] - wb[k]).abs().max()) for k in wa) < 1e-6
+
+
+def test_bf16_mixed_rl_step_keeps_float32_masters(tmp_path: Path) -> None:
+    """Under model.precision = bf16-mixed the RL step runs its forwards in bf16 autocast while the parameters (and
+    the saved checkpoint) stay float32 and every parameter moves."""
+    setup = F.setup()
+    before = {k: v.detach().clone() for k, v in setup.model.state_dict().items()}
+    train_rl(F.config("tg", *FAST, "model.precision=bf16-mixed", "run.steps=1"), tmp_path / "run", setup=setup)
+    after = _weights(tmp_path / "run", 1)
+    assert all(v.dtype == torch.float32 for v in after.values())
+    moved = sum(int((after[k] != before[k]).sum()) for k in after if k in before)
+    assert moved / sum(v.numel() for k, v in after.items() if k in before) > 0.9
