@@ -28,7 +28,8 @@ from dataclasses import dataclass
 
 import torch
 
-from repro.sampler import KVSampler, TokenRequest, TokenResult
+from repro.engine import TokenRequest, TokenResult
+from repro.sampler import KVSampler
 
 
 @dataclass

@@ -113,8 +113,8 @@ def _pool(cfg: TrainConfig, setup: Any) -> list[Any]:
     encoder, samples = ChatEncoder(setup.tokenizer), []
     setup.model.eval()
     for item in range(min(d.pool_tasks, len(setup.tasks))):
-        samples += run_group(instance=stream[item], item=item, version=0, make_env=setup.make_env,
-                             sampler=setup.sampler_factory(setup.model, setup.tokenizer.pad_token_id),
+        samples += run_group(instance=stream[item], item=item, make_env=setup.make_env,
+                             engine=setup.engine_factory(setup.model, setup.tokenizer.pad_token_id),
                              encoder=encoder, tokenizer=setup.tokenizer, tools=setup.tools, checker=setup.checker,
                              settings=settings, run_seed=cfg.run.seed + 7, reward_weights=cfg.reward)
     return samples

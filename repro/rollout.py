@@ -26,11 +26,11 @@ from typing import Any, Literal, Protocol
 
 import torch
 
-from harness.policies.sampling import draw, sampling_logprobs
 from harness.schema import Message, TaskInstance
 from harness.signals import episode_signals
 from harness.tools import parse_tool_calls
 from repro.compute import ComputeLedger, forward_flops
+from repro.engine import FinishReason, RolloutEngine, TokenRequest, TokenResult
 from repro.rewards import contributions, reward_components
 
 logger = logging.getLogger(__name__)
@@ -77,21 +77,6 @@ TurnChecker = Callable[[list[Message]], list[Verdict]]  # assistant messages -> 
 HintSource = Callable[[TaskInstance, int, random.Random], str | None]  # (instance, turn, rng) -> hint text
 
 
-class TurnSampler(Protocol):
-    """Samples one assistant turn for each context (token-in/token-out); returns ids and behaviour log-probs."""
-
-    def sample(
-        self,
-        contexts: Sequence[Sequence[int]],
-        *,
-        max_new_tokens: int | Sequence[int],
-        temperature: float,
-        top_p: float,
-        stop_id: int,
-        generator: torch.Generator,
-    ) -> list[tuple[list[int], list[float]]]: ...
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # Data
 # ----------------------------------------------------------------------------------------------------------------
@@ -115,7 +100,9 @@ class RolloutSample:
     verdicts: list[Verdict]
     truncated_turns: list[bool]
     outcome: EnvOutcome
-    version: int = 0
+    version: int = 0  # the oldest policy version among the turns' engine stamps (the engine's when no turn ran)
+    turn_versions: list[int] = field(default_factory=list)  # TokenResult.version of each assistant turn
+    finish_reasons: list[FinishReason] = field(default_factory=list)  # TokenResult.finish_reason of each turn
     rewards: dict[str, float] = field(default_factory=dict)  # R_k per term (repro.rewards.reward_components)
     reward: float = 0.0
     reward_terms: dict[str, float] = field(default_factory=dict)  # sign_k · w_k · R_k per term (sums to reward)
@@ -162,6 +149,8 @@ class _Live:
     index: int
     texts: list[str] = field(default_factory=list)
     truncated: list[bool] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    reasons: list[FinishReason] = field(default_factory=list)
     hint_turns: list[int] = field(default_factory=list)
     done: bool = False
 
@@ -199,9 +188,8 @@ def run_groups(
     *,
     instances: Sequence[TaskInstance],
     items: Sequence[int],
-    version: int,
     make_env: EnvFactory,
-    sampler: TurnSampler,
+    engine: RolloutEngine,
     encoder: Any,
     tokenizer: Any,
     tools: list[dict[str, Any]],
@@ -214,8 +202,10 @@ def run_groups(
     flop_params: int = 0,
 ) -> list[list[RolloutSample]]:
     """Run ``group_size`` episodes of each instance, all groups in lock-step, so that each assistant turn of the
-    whole batch is ONE sampling call; return one list of scored :class:`RolloutSample` per group. The sampling
-    generator is seeded from (run seed, first item), so the same batch of items gives the same samples."""
+    whole batch is ONE ``engine.generate`` call; return one list of scored :class:`RolloutSample` per group. Each
+    sample carries its turns' finish reasons and the engine's version stamps (the caller sets the version with
+    ``engine.set_version``). The sampling generator is seeded from (run seed, first item), so the same batch of
+    items gives the same samples."""
     ledger = ledger or ComputeLedger()
     n = settings.group_size
     live: list[_Live] = []
@@ -235,19 +225,19 @@ def run_groups(
         active, budget = _within_budget(active, settings, encoder, turn)
         if not active:
             break
-        contexts = [lv.ctx + encoder.assistant_header for lv in active]
+        reqs = [TokenRequest(lv.ctx + encoder.assistant_header, min(settings.max_new_tokens, b), (encoder.im_end,),
+                             settings.temperature, settings.top_p) for lv, b in zip(active, budget, strict=True)]
         with ledger.phase("rollout"):
-            outs = sampler.sample(contexts, max_new_tokens=[min(settings.max_new_tokens, b) for b in budget],
-                                  temperature=settings.temperature, top_p=settings.top_p, stop_id=encoder.im_end,
-                                  generator=gen)
-        n_new = sum(len(o[0]) for o in outs)
+            outs = engine.generate(reqs, generator=gen)
+        n_new = sum(len(o.ids) for o in outs)
         ledger.add("rollout", tokens=n_new, flops=forward_flops(flop_params, n_new))
-        for lv, (ids, lps) in zip(active, outs, strict=True):
-            _advance(lv, ids, lps, turn, encoder, tokenizer, ledger)
+        for lv, res in zip(active, outs, strict=True):
+            _advance(lv, res, turn, encoder, tokenizer, ledger)
     groups: list[list[RolloutSample]] = [[] for _ in instances]
+    idle_version = engine.current_version()
     for lv in live:
         gi = items.index(lv.item)
-        groups[gi].append(_finish(lv, lv.instance, lv.item, lv.index, version, encoder, tools, checker,
+        groups[gi].append(_finish(lv, lv.instance, lv.item, lv.index, idle_version, encoder, tools, checker,
                                   reward_weights, ledger))
     return groups
 
@@ -279,9 +269,15 @@ def _within_budget(active: list[_Live], settings: RolloutSettings, encoder: Any,
     return keep, budgets
 
 
-def _advance(lv: _Live, ids: list[int], lps: list[float], turn: int, encoder: Any, tokenizer: Any,
-             ledger: ComputeLedger) -> None:
-    finished = bool(ids) and ids[-1] == encoder.im_end
+def _advance(lv: _Live, res: TokenResult, turn: int, encoder: Any, tokenizer: Any, ledger: ComputeLedger) -> None:
+    ids, lps = res.ids, res.logprobs
+    finished = res.finish_reason == "stop"
+    if finished != (bool(ids) and ids[-1] == encoder.im_end):
+        raise AssertionError(f"engine finish_reason={res.finish_reason!r} disagrees with the sampled ids (last id "
+                             f"{ids[-1] if ids else None}, stop id {encoder.im_end}); the engine must stop on "
+                             "TokenRequest.stop_ids")
+    lv.versions.append(res.version)
+    lv.reasons.append(res.finish_reason)
     body = ids if finished else ids + [encoder.im_end]
     text = tokenizer.decode(ids[:-1] if finished else ids, skip_special_tokens=False)
     lv.texts.append(text)
@@ -299,7 +295,7 @@ def _advance(lv: _Live, ids: list[int], lps: list[float], turn: int, encoder: An
     lv.ctx += _observation_ids(encoder, out.observations)
 
 
-def _finish(lv: _Live, instance: TaskInstance, item: int, j: int, version: int, encoder: Any,
+def _finish(lv: _Live, instance: TaskInstance, item: int, j: int, idle_version: int, encoder: Any,
             tools: list[dict[str, Any]], checker: TurnChecker, weights: Any, ledger: ComputeLedger) -> RolloutSample:
     with ledger.phase("environment"):
         outcome = lv.env.outcome()
@@ -321,59 +317,7 @@ def _finish(lv: _Live, instance: TaskInstance, item: int, j: int, version: int, 
     return RolloutSample(
         item=item, index=j, instance_id=instance.instance_id, ids=enc.ids, act=enc.act, turn=enc.turn,
         think=enc.think, hint=enc.hint, logprobs=lps, header_starts=enc.header_starts, texts=lv.texts, verdicts=verdicts,
-        truncated_turns=lv.truncated, outcome=outcome, version=version, rewards=comps,
+        truncated_turns=lv.truncated, outcome=outcome, version=min(lv.versions, default=idle_version),
+        turn_versions=lv.versions, finish_reasons=lv.reasons, rewards=comps,
         reward=sum(terms.values()), reward_terms=terms, messages=lv.messages, hint_turns=lv.hint_turns,
     )
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# A batched KV-cached sampler over a transformers causal LM (the default TurnSampler)
-# ----------------------------------------------------------------------------------------------------------------
-
-
-class HFTurnSampler:
-    """Left-padded batched sampling with the model's KV cache; returns ids (up to and including ``stop_id``) and
-    the behaviour log-prob of each sampled token under the distribution actually sampled from (after temperature
-    and top-p, vLLM's ``processed_logprobs``)."""
-
-    def __init__(self, model: torch.nn.Module, pad_id: int) -> None:
-        self.model = model
-        self.pad_id = pad_id
-
-    @torch.no_grad()
-    def sample(self, contexts: Sequence[Sequence[int]], *, max_new_tokens: int | Sequence[int], temperature: float,
-               top_p: float, stop_id: int, generator: torch.Generator) -> list[tuple[list[int], list[float]]]:
-        b, width = len(contexts), max(len(c) for c in contexts)
-        limits = [max_new_tokens] * b if isinstance(max_new_tokens, int) else list(max_new_tokens)
-        ids = torch.full((b, width), self.pad_id, dtype=torch.long)
-        att = torch.zeros((b, width), dtype=torch.long)
-        for i, c in enumerate(contexts):
-            ids[i, width - len(c):] = torch.tensor(list(c), dtype=torch.long)
-            att[i, width - len(c):] = 1
-        dev = next(self.model.parameters()).device
-        ids, att = ids.to(dev), att.to(dev)
-        pos = (att.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=True)
-        past, logits = out.past_key_values, out.logits[:, -1]
-        done = torch.zeros(b, dtype=torch.bool, device=dev)
-        toks: list[list[int]] = [[] for _ in range(b)]
-        lps: list[list[float]] = [[] for _ in range(b)]
-        for _ in range(max(limits)):
-            logp = sampling_logprobs(logits.float(), temperature=temperature, top_p=top_p)
-            tok = draw(logp.cpu(), generator).to(dev)
-            chosen = logp.gather(1, tok[:, None]).squeeze(1)
-            for i in range(b):
-                if not done[i]:
-                    toks[i].append(int(tok[i]))
-                    lps[i].append(float(chosen[i]))
-                    if len(toks[i]) >= limits[i]:
-                        done[i] = True
-            done |= tok == stop_id
-            if bool(done.all()):
-                break
-            att = torch.cat([att, torch.ones((b, 1), dtype=torch.long, device=dev)], dim=1)
-            pos = pos[:, -1:] + 1
-            out = self.model(input_ids=tok[:, None], attention_mask=att, position_ids=pos, past_key_values=past,
-                             use_cache=True)
-            past, logits = out.past_key_values, out.logits[:, -1]
-        return list(zip(toks, lps, strict=True))

@@ -1,7 +1,8 @@
-"""Token-in/token-out rollout engines: the ``RolloutEngine`` protocol and our KV-cached batched sampler.
+"""Our KV-cached batched sampler and the evaluation policy over any ``repro.engine.RolloutEngine``.
 
-``RolloutEngine.generate(requests, generator=...)`` takes prompt token ids and returns sampled token ids with their
-behaviour log-probs and the policy version that produced them; nothing is ever re-tokenised. Engines today:
+``RolloutEngine.generate(requests, generator=...)`` (the one protocol, ``repro.engine``) takes prompt token ids and
+returns sampled token ids with their behaviour log-probs, finish reason and the policy version that produced them;
+nothing is ever re-tokenised. Engines today:
 
 - ``KVSampler`` (this file): a functional re-implementation of the Qwen3 decoder forward (RMSNorm, q/k-norm, RoPE,
   GQA, SwiGLU) over the *live* parameters of a ``Qwen3ForCausalLM``, with a preallocated KV cache, one left-padded
@@ -9,6 +10,7 @@ behaviour log-probs and the policy version that produced them; nothing is ever r
   per-step compaction of finished rows, per-request ``max_new_tokens``, temperature and top-p. It reads the model's tensors on every
   call, so optimizer updates are visible immediately; ``set_version`` records which weights they are.
   Equivalence with the HF forward is tested (greedy tokens and log-probs).
+- ``repro.engine.HFEngine``: any transformers causal LM (training rollouts of non-Qwen3 models).
 - vLLM (paper scale, SCALE.md §3.4): a client for ``vllm serve`` implementing the same protocol, not written yet.
 
 Log-probs are those of the distribution actually sampled from (after temperature and top-p), i.e. μ in METHOD §6.4;
@@ -23,48 +25,17 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from transformers import Qwen3ForCausalLM
 
 from harness.policies.sampling import draw, sampling_logprobs
+from repro.engine import FinishReason, RolloutEngine, TokenRequest, TokenResult
 from repro.prefix_cache import PrefixCache
 
 log = logging.getLogger(__name__)
-
-FinishReason = Literal["stop", "length"]
-
-
-@dataclass(frozen=True)
-class TokenRequest:
-    prompt_ids: list[int]
-    max_new_tokens: int
-    stop_ids: tuple[int, ...] = ()
-    temperature: float = 1.0
-    top_p: float = 1.0
-
-
-@dataclass(frozen=True)
-class TokenResult:
-    ids: list[int]                  # sampled ids, including the stop token when finish_reason == "stop"
-    logprobs: list[float]           # behaviour log-prob of each sampled id
-    finish_reason: FinishReason
-    version: int                    # policy version of the weights that sampled every token
-    info: dict[str, float] = field(default_factory=dict)
-
-
-@runtime_checkable
-class RolloutEngine(Protocol):
-    """What the RL loop needs from an inference engine (ours now, vLLM at scale)."""
-
-    def generate(self, requests: Sequence[TokenRequest], *, generator: torch.Generator) -> list[TokenResult]: ...
-
-    def current_version(self) -> int: ...
-
-    def set_version(self, version: int) -> None: ...
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:

@@ -133,6 +133,21 @@ def _rollout_metrics(groups: list[list[RolloutSample]]) -> dict[str, Any]:
     return out
 
 
+def version_metrics(groups: list[list[RolloutSample]], step: int) -> dict[str, Any]:
+    """What the engine stamped on the batch trained at ``step`` (whose weights are version ``step``): the
+    staleness ``step − RolloutSample.version`` (mean and max; 0 for synchronous runs, ≤ the lead when async) and
+    the share of assistant turns that ended at ``max_new_tokens`` / the context budget (``finish_reason ==
+    "length"``)."""
+    flat = [s for g in groups for s in g]
+    stale = [step - s.version for s in flat]
+    reasons = [r for s in flat for r in s.finish_reasons]
+    return {
+        "rollout/staleness_mean": sum(stale) / len(stale),
+        "rollout/staleness_max": max(stale),
+        "rollout/finish_length_frac": (sum(r == "length" for r in reasons) / len(reasons)) if reasons else None,
+    }
+
+
 class _Sources:
     """Where groups come from: produced inline (sync) or by the async producer thread."""
 
@@ -168,11 +183,12 @@ class _Sources:
 
     def _batch(self, model: torch.nn.Module, first_item: int, version: int) -> list[list[RolloutSample]]:
         s, g = self.setup, self.cfg.rollout.groups
-        sampler = s.sampler_factory(model, s.tokenizer.pad_token_id)
+        engine = s.engine_factory(model, s.tokenizer.pad_token_id)
+        engine.set_version(version)  # the stamp every sample of this batch carries (RolloutSample.version)
         items = list(range(first_item, first_item + g))
         hint_src = (lambda inst, turn, rng: s.hint_text(inst, turn, rng)) if self.settings.hint_in_rollout else None
-        return run_groups(instances=[self.stream[i] for i in items], items=items, version=version,
-                          make_env=s.make_env, sampler=sampler, encoder=self.encoder, tokenizer=s.tokenizer,
+        return run_groups(instances=[self.stream[i] for i in items], items=items,
+                          make_env=s.make_env, engine=engine, encoder=self.encoder, tokenizer=s.tokenizer,
                           tools=s.tools, checker=s.checker, settings=self.settings, run_seed=self.cfg.run.seed,
                           reward_weights=self.cfg.reward, hint_source=hint_src, ledger=self.ledger,
                           flop_params=self.flop_params)
@@ -331,6 +347,7 @@ def train_rl(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = N
             sched.step()
             sources.published(step + 1)
             metrics.update(_rollout_metrics(groups))
+            metrics.update(version_metrics(groups, step))
             metrics.update(plan.stats)
             metrics.update(sources.stats.as_metrics(cfg.rollout.groups))
             metrics["optim/lr"] = sched.get_last_lr()[0]

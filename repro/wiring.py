@@ -7,7 +7,7 @@
   validated exclusions, invalid grades settled by a gold control run). Infrastructure failures
   (``SandboxUnavailable``, ``GraderError``) become ``EnvOutcome.infra_error``; the trainer drops such groups and
   counts them — they are never scored as model failures.
-- :class:`KVTurnSampler` — ``repro.sampler.KVSampler`` behind the loop's ``TurnSampler`` interface.
+- :func:`default_engine` — the ``repro.engine.RolloutEngine`` the rollouts use: ``KVSampler`` for Qwen3, ``HFEngine`` otherwise.
 - :func:`hint_source` — the hint text for a failing turn from the configured feedback kind (correct, irrelevant,
   wrong, or a seeded mixture), using ``harness.feedback``'s texts, so the noisy-feedback study trains with imperfect
   hints.
@@ -30,7 +30,8 @@ import torch
 from harness.interfaces import EpisodeLimits
 from harness.schema import Message, TaskInstance
 from repro.config import ConfigError, TrainConfig
-from repro.rollout import EnvFactory, EnvOutcome, StepOut, TurnChecker, TurnSampler
+from repro.engine import HFEngine, RolloutEngine
+from repro.rollout import EnvFactory, EnvOutcome, StepOut, TurnChecker
 
 logger = logging.getLogger(__name__)
 
@@ -113,31 +114,16 @@ class EpisodeUnscorable(RuntimeError):
     """The instance cannot be graded (its gold patch fails the hidden tests too): never a model failure."""
 
 
-class KVTurnSampler:
-    """``repro.sampler.KVSampler`` (KV-cached, shared-prompt prefill, prompt prefixes reused across turns until the
-    weights change: ``repro.prefix_cache``) as the loop's ``TurnSampler``."""
-
-    def __init__(self, model: torch.nn.Module, pad_id: int, prefix_cache: int = 64) -> None:
-        from repro.sampler import KVSampler
-
-        self.engine = KVSampler(model, prefix_cache=prefix_cache)
-
-    def sample(self, contexts: Sequence[Sequence[int]], *, max_new_tokens: int | Sequence[int], temperature: float,
-               top_p: float, stop_id: int, generator: torch.Generator) -> list[tuple[list[int], list[float]]]:
-        from repro.sampler import TokenRequest
-
-        limits = [max_new_tokens] * len(contexts) if isinstance(max_new_tokens, int) else list(max_new_tokens)
-        reqs = [TokenRequest(list(c), m, (stop_id,), temperature, top_p) for c, m in zip(contexts, limits, strict=True)]
-        return [(list(r.ids), list(r.logprobs)) for r in self.engine.generate(reqs, generator=generator)]
-
-
-def default_sampler(model: torch.nn.Module, pad_id: int) -> Any:
-    """KVTurnSampler for dense Qwen3 models (what ``KVSampler`` covers), the generic HF sampler otherwise."""
+def default_engine(model: torch.nn.Module, pad_id: int, prefix_cache: int = 64) -> RolloutEngine:
+    """``repro.sampler.KVSampler`` for dense Qwen3 models (KV-cached, shared-prompt prefill, prompt prefixes reused
+    across turns until the weights change: ``repro.prefix_cache``), ``repro.engine.HFEngine`` otherwise."""
     from transformers import Qwen3ForCausalLM
 
-    from repro.rollout import HFTurnSampler
+    from repro.sampler import KVSampler
 
-    return KVTurnSampler(model, pad_id) if isinstance(model, Qwen3ForCausalLM) else HFTurnSampler(model, pad_id)
+    if isinstance(model, Qwen3ForCausalLM):
+        return KVSampler(model, prefix_cache=prefix_cache)
+    return HFEngine(model, pad_id)
 
 
 def hint_source(cfg: TrainConfig) -> Any:
@@ -211,7 +197,7 @@ class RLSetup:
     checker: TurnChecker
     hint_text: HintText
     tools: list[dict[str, Any]] = field(default_factory=list)
-    sampler_factory: Callable[[torch.nn.Module, int], TurnSampler] = default_sampler
+    engine_factory: Callable[[torch.nn.Module, int], RolloutEngine] = default_engine  # (model, pad id) -> engine
     init_from: Path | None = None  # the checkpoint whose weights `model` holds (None: model.init or fresh)
 
 
@@ -243,5 +229,5 @@ def default_setup(cfg: TrainConfig, *, init_override: Path | None = None) -> RLS
         return list(turn_verdicts(checker, messages))
 
     return RLSetup(tokenizer=tok, model=model, tasks=list(task_set.instances), make_env=make_env, checker=check,
-                   hint_text=hint_source(cfg), tools=tool_schemas(), sampler_factory=default_sampler,
+                   hint_text=hint_source(cfg), tools=tool_schemas(), engine_factory=default_engine,
                    init_from=init_override)

@@ -1,5 +1,5 @@
 """harness.policies.sampling: the one sampling distribution (temperature, top-k, top-p with one tie rule), with
-known answers, and its use by every sampler: the HF policy, the training rollouts' HFTurnSampler, the KV engine."""
+known answers, and its use by every sampler: the HF policy, the training rollouts' HFEngine, the KV engine."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 
 from harness.policies.hf import sample_token
 from harness.policies.sampling import draw, sampling_logprobs
-from repro.rollout import HFTurnSampler
+from repro.engine import HFEngine, TokenRequest
 
 # probabilities 0.5, 0.25, 0.25 (exact in fp32), the most likely token in the middle
 HALF = torch.log(torch.tensor([0.25, 0.5, 0.25]))
@@ -44,7 +44,7 @@ def test_hf_policy_samples_from_the_shared_distribution() -> None:
 
 
 class _FixedLM(torch.nn.Module):
-    """Every position predicts ``HALF``: enough for HFTurnSampler's decoding loop."""
+    """Every position predicts ``HALF``: enough for HFEngine's decoding loop."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -56,9 +56,9 @@ class _FixedLM(torch.nn.Module):
 
 
 def test_training_sampler_uses_the_same_tie_rule() -> None:
-    """HFTurnSampler (training rollouts of non-Qwen3 models) used ``>`` before: it kept the 0.25 tokens at
+    """The HF engine (training rollouts of non-Qwen3 models) used ``>`` before: it kept the 0.25 tokens at
     top_p = 0.5, where the HF policy and the KV engine dropped them."""
-    out = HFTurnSampler(_FixedLM(), pad_id=0).sample([[0, 1], [2]], max_new_tokens=40, temperature=1.0, top_p=0.5,
-                                                     stop_id=99, generator=torch.Generator().manual_seed(0))
-    for ids, lps in out:
-        assert ids == [1] * 40 and lps == [0.0] * 40
+    reqs = [TokenRequest([0, 1], 40, (99,), 1.0, 0.5), TokenRequest([2], 40, (99,), 1.0, 0.5)]
+    out = HFEngine(_FixedLM(), pad_id=0).generate(reqs, generator=torch.Generator().manual_seed(0))
+    for res in out:
+        assert res.ids == [1] * 40 and res.logprobs == [0.0] * 40 and res.finish_reason == "length"

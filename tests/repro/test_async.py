@@ -121,3 +121,7 @@ def test_async_staleness_one_runs_and_bounds(tmp_path: Path) -> None:
     rows = F.metrics(tmp_path / "a1")
     hist = rows[-1]["async/staleness_hist"]
     assert set(hist) <= {"0", "1"} and sum(hist.values()) == rows[-1]["async/consumed_groups"] == 6
+    # the engine's version stamps on the samples (RolloutSample.version) give the same staleness as the producer's
+    per_step = [r["rollout/staleness_max"] for r in rows]
+    assert per_step == [r["rollout/staleness_mean"] for r in rows]
+    assert {str(k): 2 * per_step.count(k) for k in set(per_step)} == hist

@@ -11,8 +11,8 @@ import torch
 from harness.schema import Message
 from repro.config import load_config
 from repro.rollout import RolloutSettings, run_group
+from repro.sampler import KVSampler
 from repro.tokenizer import ChatEncoder
-from repro.wiring import KVTurnSampler
 
 
 def _group(settings: RolloutSettings, *, hint: bool = False):
@@ -20,15 +20,15 @@ def _group(settings: RolloutSettings, *, hint: bool = False):
     s.model.eval()
     torch.set_num_threads(1)
     enc = ChatEncoder(s.tokenizer)
-    return s, run_group(instance=F.tasks(1)[0], item=0, version=3, make_env=F.ToyEnv,
-                        sampler=KVTurnSampler(s.model, s.tokenizer.pad_token_id), encoder=enc, tokenizer=s.tokenizer,
+    return s, run_group(instance=F.tasks(1)[0], item=0, make_env=F.ToyEnv,
+                        engine=KVSampler(s.model, version=3, prefix_cache=64), encoder=enc, tokenizer=s.tokenizer,
                         tools=[], checker=F.toy_checker, settings=settings, run_seed=0,
                         reward_weights=load_config().reward, hint_source=F.hint_text if hint else None)
 
 
 def test_token_in_token_out_and_behaviour_logprobs() -> None:
     s, samples = _group(RolloutSettings(group_size=3, max_turns=2, max_new_tokens=10, max_context_tokens=4096))
-    assert len(samples) == 3 and all(x.version == 3 for x in samples)
+    assert len(samples) == 3 and all(x.version == 3 and x.turn_versions == [3, 3] for x in samples)
     for x in samples:
         sampled = [t for m in x.messages if m.role == "assistant" for t in m.token_ids]
         assert [x.ids[t] for t, a in enumerate(x.act) if a] == sampled  # sampled ids appended verbatim
@@ -46,7 +46,7 @@ def test_token_in_token_out_and_behaviour_logprobs() -> None:
 def test_truncated_turn_end_token_is_not_generated() -> None:
     _, samples = _group(RolloutSettings(group_size=2, max_turns=1, max_new_tokens=3, max_context_tokens=4096))
     x = samples[0]
-    assert x.truncated_turns == [True]
+    assert x.truncated_turns == [True] and x.finish_reasons == ["length"]
     end = max(t for t, k in enumerate(x.turn) if k == 0)  # the newline after <|im_end|>
     assert x.act[end - 1] == 0 and sum(x.act) == 3
 

@@ -1,0 +1,69 @@
+"""repro.engine: the one rollout-engine protocol. Each implementation (the KV-cached ``KVSampler`` and the generic
+``HFEngine``) honours the contract: ids and one log-prob per id, the log-probs of the sampled distribution,
+``finish_reason`` (``stop`` on a stop id, ``length`` at ``max_new_tokens``) and the version stamp set by its owner."""
+
+from __future__ import annotations
+
+import _rl_fixtures as F
+import pytest
+import torch
+
+from repro.engine import HFEngine, RolloutEngine, TokenRequest, uniform_settings
+from repro.sampler import KVSampler
+from repro.train import version_metrics
+
+
+def _engine(kind: str, model: torch.nn.Module) -> RolloutEngine:
+    return KVSampler(model) if kind == "kv" else HFEngine(model, pad_id=0)
+
+
+@pytest.fixture(scope="module")
+def model() -> torch.nn.Module:
+    torch.set_num_threads(1)
+    return F.setup().model.eval()
+
+
+@pytest.mark.parametrize("kind", ["kv", "hf"])
+def test_ids_logprobs_length_and_version(kind: str, model: torch.nn.Module) -> None:
+    eng = _engine(kind, model)
+    assert isinstance(eng, RolloutEngine)
+    eng.set_version(7)
+    prompts = [[1, 2, 3, 4], [5, 6]]
+    res = eng.generate([TokenRequest(p, 5) for p in prompts], generator=torch.Generator().manual_seed(0))
+    assert eng.current_version() == 7
+    for p, r in zip(prompts, res, strict=True):
+        assert r.finish_reason == "length" and r.version == 7
+        assert len(r.ids) == len(r.logprobs) == 5
+        # at T = 1, top_p = 1 the behaviour log-probs are the model's log-softmax of the sampled ids
+        with torch.no_grad():
+            lp = torch.log_softmax(model(input_ids=torch.tensor([p + r.ids])).logits[0].float(), -1)
+        want = [float(lp[len(p) - 1 + t, i]) for t, i in enumerate(r.ids)]
+        assert torch.allclose(torch.tensor(r.logprobs), torch.tensor(want), atol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["kv", "hf"])
+def test_stop_id_ends_the_turn_with_finish_reason_stop(kind: str, model: torch.nn.Module) -> None:
+    vocab = model.config.vocab_size
+    eng = _engine(kind, model)
+    reqs = [TokenRequest([1, 2, 3], 8, stop_ids=tuple(range(vocab))), TokenRequest([4, 5], 3)]
+    stopped, ran = eng.generate(reqs, generator=torch.Generator().manual_seed(1))
+    assert stopped.finish_reason == "stop" and len(stopped.ids) == len(stopped.logprobs) == 1
+    assert ran.finish_reason == "length" and len(ran.ids) == 3
+    assert stopped.version == ran.version == 0
+
+
+def test_hf_engine_refuses_mixed_sampling_settings() -> None:
+    with pytest.raises(ValueError, match="one temperature and top_p per batch"):
+        uniform_settings([TokenRequest([1], 2, temperature=1.0), TokenRequest([1], 2, temperature=0.5)])
+
+
+def test_version_stamps_reach_the_training_metrics() -> None:
+    from repro.rollout import EnvOutcome, RolloutSample
+
+    def sample(version: int, reasons: list[str]) -> RolloutSample:
+        return RolloutSample(item=0, index=0, instance_id="t", ids=[], act=[], turn=[], think=[], logprobs=[],
+                             header_starts=[], hint=[], texts=[], verdicts=[], truncated_turns=[],
+                             outcome=EnvOutcome(resolved=False), version=version, finish_reasons=reasons)  # type: ignore[arg-type]
+
+    m = version_metrics([[sample(3, ["stop", "length"]), sample(4, ["stop"])]], step=4)
+    assert m == {"rollout/staleness_mean": 0.5, "rollout/staleness_max": 1, "rollout/finish_length_frac": 1 / 3}
