@@ -14,6 +14,7 @@ import pytest
 import tgsuite.pipeline.studies as ps
 from evalsuite.rates import StatsInputError
 from evalsuite.schema import AnalysisResult, Exploratory
+from evalsuite.study_tables import hint_probes_result, probe_frame, probe_pairs
 from harness.feedback_spec import parse_feedback
 from harness.interfaces import PolicyOutput
 from harness.probes import PROBES
@@ -21,7 +22,7 @@ from harness.schema import ArmSpec, EpisodeMetrics, EpisodeResult, Message, RunM
 from reports.probes import hint_probes_section
 from tgsuite.pipeline import steps
 from tgsuite.pipeline.presets import SMOKE
-from tgsuite.pipeline.probes import hint_probes_result, probe_pairs
+from tgsuite.pipeline.probes import probe_info
 from tgsuite.pipeline.stages import StageRunner
 from tgsuite.pipeline.steps import pipeline_paths as _paths
 
@@ -133,13 +134,13 @@ def _frame(kinds: list[str | None], edited: list[bool], steps: list[int], label:
 
 
 def test_probe_pairs_pair_by_state_and_drop_unknown_edits() -> None:
-    p = PROBES["explain"]
+    p = probe_info(PROBES["explain"])
     plain = _frame([None] * 4, [True] * 4, [3, 3, 0, 3])
     probed = _frame([p.kind, p.kind, p.kind, None], [False, True, False, False], [2, 2, 2, 0]).iloc[[0, 1, 2]]
     pairs, dropped = probe_pairs(plain, probed, p)
     assert dropped == 1 and list(pairs["state_id"]) == ["t0/train_s0/ep0", "t1/train_s0/ep0"]  # t2: plain steps 0
     assert list(pairs["probe_edited"]) == [False, True] and pairs["plain_edited"].all() and pairs["delivered"].all()
-    (r,) = hint_probes_result(plain, {"explain": probed})
+    (r,) = hint_probes_result(plain, {"explain": probed}, {"explain": p})
     assert r.n_states == 2 and any("1 pair(s) dropped" in n for n in r.notes)
     assert any("2 paired states of 3 scored probe episodes and 4 scored plain" in n for n in r.notes)
     with pytest.raises(StatsInputError, match="plain run has hinted episodes"):
@@ -178,12 +179,11 @@ def test_real_runner_pairs_probe_and_plain_episodes_by_seed(tmp_path: Path) -> N
     from harness.runner_episode import read_trajectory
     from harness.schema import TaskSet
     from tests.harness_fakes import FakeFactory, make_calc_task
-    from tgsuite.pipeline.probes import probe_frame
 
     inst, repo = make_calc_task(tmp_path / "repos", "calc-0")
     ts = TaskSet(name="calc", path=str(tmp_path), sha256="f" * 64, instances=[inst])
     index = RepoIndex.from_dir(repo)
-    models = {"tg_s0": ps.StudyModel("tg_s0", "tg", 0, "unused")}
+    arms = ps.study_arms({"tg_s0": ps.StudyModel("tg_s0", "tg", 0, "unused")})
     dirs = {}
     for name, spec in (("plain", None), ("probe", "probe:ask_approved")):
         dirs[name] = tmp_path / name
@@ -197,7 +197,8 @@ def test_real_runner_pairs_probe_and_plain_episodes_by_seed(tmp_path: Path) -> N
         first = [next(m.content for m in t.messages if m.role == "assistant") for t in (plain, probed)]
         assert first[0].split("\n")[0] == first[1].split("\n")[0]  # the same random note: same policy stream
     assert trajs["plain"][0].seed != trajs["plain"][1].seed
-    (r,) = hint_probes_result(probe_frame(dirs["plain"], models), {"ask_approved": probe_frame(dirs["probe"], models)})
+    (r,) = hint_probes_result(probe_frame(dirs["plain"], arms), {"ask_approved": probe_frame(dirs["probe"], arms)},
+                              {"ask_approved": probe_info(PROBES["ask_approved"])})
     ep = {e.endpoint: e for e in r.endpoints}
     assert (r.n_states, r.delivered) == (2, 2)
     assert (ep["edited"].plain_rate, ep["edited"].probe_rate) == (1.0, 0.0)

@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
+import evalsuite.study_tables as ST
 import tgsuite.pipeline.studies as ps
 from evalsuite.schema import Exploratory
 from harness.feedback_spec import parse_feedback
@@ -135,7 +136,7 @@ def test_study_sizes_name_real_arms_and_mixes_load() -> None:
 def test_noisy_frame_separates_mixes_with_equal_scores() -> None:
     frame = pd.DataFrame({"label": ["tg", "tg_mix_a", "tg_mix_b"], "behaviour_ok": [True, False, True],
                           "code_ok": [True] * 3, "joint_ok": [True, False, True]})
-    df, display = ps.noisy_frame(frame, {"a": {"correct": 0.5, "irrelevant": 0.5}, "b": {"correct": 0.75, "wrong": 0.25}})
+    df, display = ST.noisy_frame(frame, {"a": {"correct": 0.5, "irrelevant": 0.5}, "b": {"correct": 0.75, "wrong": 0.25}})
     assert sorted(df["arm"].unique()) == ["tg[a]", "tg[b]"]
     assert sorted(df.loc[df["arm"] == "tg[a]", "feedback_kind"]) == ["correct", "wrong=0.25"]
     assert display[("tg[a]", "correct")] == display[("tg[b]", "correct")] == "train:correct=1"
@@ -149,7 +150,7 @@ def test_can_do_rows_pair_only_matching_states() -> None:
                           for i in ("a", "b")])
     corr = pd.DataFrame([{**cols, "runner_arm": "tg_s0", "instance_id": i, "episode_seed": 0, "behaviour_ok": True}
                          for i in ("b", "c")])
-    rows = ps.can_do_rows(plain, corr)
+    rows = ST.can_do_rows(plain, corr)
     assert [r.state_id for r in rows] == ["b/train_s0/ep0"]
     assert not rows[0].plain_behaviour_ok and rows[0].corrective_behaviour_ok
 
@@ -254,10 +255,11 @@ def test_can_do_with_the_real_runner_and_scripted_expert(tmp_path: Path, monkeyp
     plain_dir = ps.eval_models(runner, ctx, "plain", models, None)
     corr_dir = ps.eval_models(runner, ctx, "corr", models, "correct@before_finish")
     assert plain_dir.parent == corr_dir.parent == paths["eval"] / "studies"
-    plain, corr = ps.study_frame(plain_dir, models), ps.study_frame(corr_dir, models)
+    arms = ps.study_arms(models)
+    plain, corr = ST.study_frame(plain_dir, arms), ST.study_frame(corr_dir, arms)
     assert list(corr["runner_arm"]) == ["base"] and "correct" in {r.feedback_kind for r in load_run(corr_dir).results}
     assert len(plain) == len(corr) == 1 and bool(plain["code_ok"].iloc[0]) and bool(corr["code_ok"].iloc[0])
-    (res,) = ps.can_do_result(plain, corr, "correct@before_finish")
+    (res,) = ST.can_do_result(plain, corr, "correct@before_finish")
     assert "delivered in 1 of 1" in res.notes[-1]
     beh = next(c for c in res.changes if c.endpoint == "behaviour_ok")
     assert (beh.a, beh.b, beh.c, beh.d) == (0, 1, 0, 0)

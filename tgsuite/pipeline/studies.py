@@ -24,7 +24,9 @@ Studies (select any subset with :func:`parse_studies`; every one is labelled exp
 
 Every study checkpoint is evaluated in one resumable run directory, ``<out>/eval/studies/study_eval_plain-<hash>`` (no
 hints), and the can-do corrective answers in ``<out>/eval/studies/study_eval_corrective-<hash>``. Runner arm names are ``<label>_s<seed>`` (``base``
-for the SFT base). Nothing here is simulated: every number comes from these runs. Entry point: :func:`run_studies`.
+for the SFT base). The tables and study results are built from those run directories by ``evalsuite.study_tables``
+(this module trains, evaluates and reads the checkpoints' compute ledgers). Nothing here is simulated: every number
+comes from these runs. Entry point: :func:`run_studies`.
 """
 
 from __future__ import annotations
@@ -37,6 +39,15 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import pandas as pd
 
+from evalsuite.study_tables import (
+    ENDPOINTS,
+    can_do_result,
+    equal_compute_result,
+    noisy_result,
+    rates_by_label,
+    study_frame,
+    successes,
+)
 from tgsuite.pipeline.probes import run_hint_probes
 from tgsuite.pipeline.stages import StageRunner, atomic_write_json, canonical_hash
 from tgsuite.pipeline.study_context import (
@@ -50,18 +61,12 @@ from tgsuite.pipeline.study_context import (
     default_stages,
     eval_models,
     mix_score,
+    study_arms,
 )
 from tgsuite.pipeline.tiers import run_behaviour_tiers
 
 if TYPE_CHECKING:
-    from evalsuite.schema import (
-        CanDoResult,
-        CanDoRow,
-        CheckpointEval,
-        EqualComputeResult,
-        Exploratory,
-        NoisyFeedbackResult,
-    )
+    from evalsuite.schema import CheckpointEval, Exploratory
 
 __all__ = ["HINT_QUALITY", "NOISY_MIXES", "STUDY_SIZES", "StudyContext", "StudyModel", "StudySizes", "StudyStages",
            "default_stages", "eval_models", "mix_score"]
@@ -70,12 +75,6 @@ log = logging.getLogger(__name__)
 
 StudyName = Literal["noisy_feedback", "can_do", "equal_compute", "ablations", "hint_probes", "behaviour_tiers"]
 STUDIES: tuple[str, ...] = get_args(StudyName)
-ENDPOINTS = ("behaviour_ok", "code_ok", "joint_ok")
-
-
-def mix_label(mix: dict[str, float]) -> str:
-    """Readable label of a training mix, e.g. ``train:correct=0.75,wrong=0.25``."""
-    return "train:" + ",".join(f"{k}={mix[k]:g}" for k in sorted(mix))
 
 
 def parse_studies(spec: str) -> set[str]:
@@ -103,68 +102,6 @@ def matched_steps(treatment_flops: Iterable[float], baseline_flops: Iterable[flo
     return max(baseline_steps, math.ceil(baseline_steps * ratio - 1e-9))
 
 
-def noisy_frame(frame: pd.DataFrame, mixes: dict[str, dict[str, float]]
-                ) -> tuple[pd.DataFrame, dict[tuple[str, str], str]]:
-    """Episodes for ``noisy_feedback_study``: one series per mix (arm ``tg[<mix>]``) holding the all-correct TG
-    episodes (kind ``correct``) and the mix's (kind ``wrong=<score>``). Returns the frame and
-    {(series, kind): display label} (two mixes may share a score, so the label depends on the series)."""
-    parts, display = [], {}
-    for name, mix in sorted(mixes.items()):
-        kind, series = f"wrong={mix_score(mix):g}", f"tg[{name}]"
-        display[(series, "correct")] = "train:correct=1"
-        display[(series, kind)] = mix_label(mix)
-        for label, k in (("tg", "correct"), (f"tg_mix_{name}", kind)):
-            sub = frame[frame["label"] == label]
-            parts.append(sub.assign(arm=series, feedback_kind=k))
-    cols = ["arm", "feedback_kind", *ENDPOINTS]
-    out = pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
-    return out, display
-
-
-def study_frame(run_dir: Path, models: dict[str, StudyModel]) -> pd.DataFrame:
-    """Scored episodes (highest attempt) of the study models in ``run_dir``, with label and training seed."""
-    from evalsuite.outcomes import load_run
-
-    rows = []
-    for r in load_run(run_dir).results:
-        m = models.get(r.arm)
-        if m is None or not r.scored:
-            continue
-        rows.append({"runner_arm": r.arm, "label": m.label, "seed": m.seed, "instance_id": r.instance_id,
-                     "repo": r.cluster or r.repo, "episode_seed": r.seed, "behaviour_ok": r.behaviour_ok,
-                     "code_ok": r.resolved, "joint_ok": r.joint_ok, "hinted": r.feedback_kind is not None})
-    cols = ["runner_arm", "label", "seed", "instance_id", "repo", "episode_seed", *ENDPOINTS, "hinted"]
-    return pd.DataFrame(rows, columns=cols)
-
-
-def can_do_rows(plain: pd.DataFrame, corrective: pd.DataFrame) -> list[CanDoRow]:
-    """Pair plain and corrective answers on the same (model, instance, episode seed); unpaired states are dropped."""
-    from evalsuite.schema import CanDoRow
-
-    key = ["runner_arm", "instance_id", "episode_seed"]
-    both = plain.merge(corrective, on=key, suffixes=("_p", "_c"))
-    return [CanDoRow(arm=r["label_p"], state_id=f"{r['instance_id']}/train_s{r['seed_p']}/ep{r['episode_seed']}",
-                     repo=str(r["repo_p"]), plain_behaviour_ok=bool(r["behaviour_ok_p"]),
-                     plain_code_ok=bool(r["code_ok_p"]), corrective_behaviour_ok=bool(r["behaviour_ok_c"]),
-                     corrective_code_ok=bool(r["code_ok_c"]))
-            for r in both.to_dict("records")]
-
-
-def can_do_result(plain: pd.DataFrame, corrective: pd.DataFrame, spec: str) -> list[CanDoResult]:
-    """``can_do_study`` on the paired states, each arm noting in how many states the corrective hint was given
-    (a ``before_finish`` hint reaches only episodes whose model tries to finish)."""
-    from evalsuite.studies import can_do_study
-
-    res = can_do_study(can_do_rows(plain, corrective))
-    out = []
-    for r in res:
-        sub = corrective[corrective["label"] == r.arm]
-        note = (f"corrective prompt {spec!r} was delivered in {int(sub['hinted'].sum())} of {len(sub)} corrective "
-                "episodes; where it was not, both answers had the same prompt")
-        out.append(r.model_copy(update={"notes": [*r.notes, note]}))
-    return out
-
-
 def checkpoint_eval(model: StudyModel, frame: pd.DataFrame, arm: str, tuning_trials: int) -> CheckpointEval:
     """A ``CheckpointEval`` row: the run's compute ledger (checkpoint.json) and its held-out successes."""
     from evalsuite.schema import CheckpointEval
@@ -173,29 +110,13 @@ def checkpoint_eval(model: StudyModel, frame: pd.DataFrame, arm: str, tuning_tri
     info = read_info(Path(model.path))
     c = info.compute
     tokens, wall = c.get("tokens", {}), c.get("wall_s", {})
-    sub = frame[frame["runner_arm"] == model.runner_arm]
-    if sub.empty:
-        raise ValueError(f"equal compute: no scored held-out episode for {model.runner_arm} ({model.path}); "
-                         "check <out>/eval/studies/study_eval_plain-* for infra errors and re-run")
+    wins, n = successes(frame, model.runner_arm, model.path)
     return CheckpointEval(arm=arm, seed=model.seed, step=info.step, rollout_tokens=int(tokens.get("rollout", 0)),
                           teacher_forward_tokens=int(tokens.get("teacher", 0)),
                           trainer_tokens=int(tokens.get("trainer", 0)), flops=float(c.get("flops_total", 0.0)),
                           wall_s=float(sum(wall.values())),
                           peak_memory_bytes=int(c.get("peak_cuda_bytes") or c.get("peak_rss_bytes") or 0),
-                          tuning_trials=tuning_trials, successes={e: int(sub[e].sum()) for e in ENDPOINTS},
-                          n=len(sub))
-
-
-def rates_by_label(frame: pd.DataFrame, labels: Iterable[str]) -> dict[str, dict[str, Any]]:
-    """Per label: Wilson rate per endpoint, episodes pooled over seeds (descriptive)."""
-    from evalsuite.describe import rate_ci
-
-    out: dict[str, dict[str, Any]] = {}
-    for label in labels:
-        sub = frame[frame["label"] == label]
-        out[label] = {e: rate_ci(sub[e].astype(float), e).model_dump(mode="json") for e in ENDPOINTS}
-        out[label]["seeds"] = sorted(int(s) for s in sub["seed"].unique())
-    return out
+                          tuning_trials=tuning_trials, successes=wins, n=n)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -271,38 +192,10 @@ def _train_studies(runner: StageRunner, ctx: StudyContext, sizes: StudySizes, st
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def noisy_result(frame: pd.DataFrame, mixes: dict[str, dict[str, float]]) -> NoisyFeedbackResult:
-    """``noisy_feedback_study`` over the mix series, with the kinds relabelled as the training mixes they are."""
-    from evalsuite.studies import noisy_feedback_study
-
-    df, display = noisy_frame(frame, mixes)
-    res = noisy_feedback_study(df)
-    rows = [r.model_copy(update={"feedback_kind": display[(r.arm, r.feedback_kind)]}) for r in res.rows]
-    notes = ["hint mixes are TRAINING conditions; every episode was evaluated without hints",
-             "each series tg[<mix>] holds the main tg runs (all hints correct) and one mix; the same tg episodes "
-             "appear in every series", "'wrong share' is the mix's hint-quality score (correct 0, irrelevant 0.5, "
-             "wrong 1), e.g. half correct + half irrelevant = 0.25"]
-    return res.model_copy(update={"rows": rows, "notes": [*res.notes, *notes]})
-
-
-def equal_compute_result(frame: pd.DataFrame, models: dict[str, StudyModel], steps: int,
-                         trials: int) -> EqualComputeResult:
-    """TG vs GRPO-with-matched-steps at the larger of their final FLOPs (every seed's final checkpoint enters)."""
-    from evalsuite.studies import equal_compute_study
-
-    evals = [checkpoint_eval(m, frame, m.label, trials) for m in models.values()
-             if m.label in ("tg", "grpo", "grpo_eqc")]
-    budget = max(e.flops for e in evals if e.arm in ("tg", "grpo_eqc"))
-    res = equal_compute_study(evals, treatment="tg", baseline="grpo_eqc", budget=budget)
-    notes = [f"grpo_eqc = GRPO trained for {steps} steps, chosen from the runs' ledgers so that its estimated FLOPs "
-             "match TG's (rollout + teacher forward + trainer); grpo = the main GRPO arm, shown for reference",
-             f"achieved FLOPs ratio tg / grpo_eqc = {res.ratios.get('flops', float('nan')):.3f} (whole steps, "
-             "rounded up: GRPO gets at least TG's estimated FLOPs)",
-             "FLOPs are estimates: 2·N per forward token, 6·N per trained token, attention term excluded",
-             f"tuning trials: {trials} per arm; no arm's hyperparameters were tuned in this pipeline",
-             "wall time = the sum of the ledger's phases; peak memory = the training process's peak (CUDA allocated "
-             "on GPU, else RSS), which includes earlier stages run in the same process"]
-    return res.model_copy(update={"notes": [*res.notes, *notes]})
+def equal_compute_evals(frame: pd.DataFrame, models: dict[str, StudyModel], trials: int) -> list[CheckpointEval]:
+    """The ``CheckpointEval`` rows of the equal-compute study: tg, grpo and grpo_eqc models."""
+    return [checkpoint_eval(m, frame, m.label, trials) for m in models.values()
+            if m.label in ("tg", "grpo", "grpo_eqc")]
 
 
 def run_studies(runner: StageRunner, ctx: StudyContext, studies: set[str]) -> Exploratory:
@@ -323,7 +216,7 @@ def run_studies(runner: StageRunner, ctx: StudyContext, studies: set[str]) -> Ex
     trained, eqc_steps = _train_studies(runner, ctx, sizes, studies)
     models.update(trained)
     dirs = {"plain": eval_models(runner, ctx, "study_eval_plain", models, None)} if models else {}  # none: tiers only
-    frame = study_frame(dirs["plain"], models) if models else pd.DataFrame(columns=["label", *ENDPOINTS])
+    frame = study_frame(dirs["plain"], study_arms(models)) if models else pd.DataFrame(columns=["label", *ENDPOINTS])
     out: dict[str, Any] = {"noisy_feedback": None, "equal_compute": None, "can_do_vs_does_do": []}
     errors: dict[str, str] = {}
     if "can_do" in studies:
@@ -331,9 +224,10 @@ def run_studies(runner: StageRunner, ctx: StudyContext, studies: set[str]) -> Ex
         dirs["corrective"] = eval_models(runner, ctx, "study_eval_corrective", cd, sizes.corrective)
     analyses = {
         "noisy_feedback": lambda: noisy_result(frame, sizes.noisy_mixes),
-        "equal_compute": lambda: equal_compute_result(frame, models, eqc_steps or 0, sizes.tuning_trials),
+        "equal_compute": lambda: equal_compute_result(equal_compute_evals(frame, models, sizes.tuning_trials),
+                                                      eqc_steps or 0, sizes.tuning_trials),
         "can_do": lambda: can_do_result(frame[frame["label"].isin(sizes.can_do_labels)],
-                                        study_frame(dirs["corrective"], models), sizes.corrective),
+                                        study_frame(dirs["corrective"], study_arms(models)), sizes.corrective),
         "hint_probes": lambda: run_hint_probes(runner, ctx, sizes, models, dirs),
         "behaviour_tiers": lambda: run_behaviour_tiers(runner, ctx),
     }

@@ -16,19 +16,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from evalsuite.study_tables import HINT_QUALITY, mix_score
 from tgsuite.pipeline import steps
 from tgsuite.pipeline.presets import Preset
 from tgsuite.pipeline.stages import StageRunner, canonical_hash
-
-HINT_QUALITY = {"correct": 0.0, "irrelevant": 0.5, "wrong": 1.0}  # the scale of evalsuite.studies.wrong_fraction
-
-
-def mix_score(mix: dict[str, float]) -> float:
-    """Expected hint-quality score of a training mix on ``evalsuite.studies``' scale (correct 0 … wrong 1)."""
-    return float(sum(w * HINT_QUALITY[k] for k, w in mix.items()))
-
-
-
 
 SftStage = Callable[[dict[str, Path], Preset], dict[str, Any]]
 TrainStage = Callable[..., dict[str, Any]]  # (run_dir, paths, preset, arm, seed, protocol_hash) -> outputs
@@ -120,6 +111,11 @@ class StudyModel:
     label: str
     seed: int
     path: str
+
+
+def study_arms(models: dict[str, StudyModel]) -> dict[str, tuple[str, int]]:
+    """The models as ``evalsuite.study_tables.StudyArms``: runner arm -> (study label, training seed)."""
+    return {k: (m.label, m.seed) for k, m in models.items()}
 
 
 def model_key(path: str) -> str:

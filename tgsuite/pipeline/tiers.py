@@ -21,7 +21,7 @@ Stages (all resumable, all under ``<out>/train/studies/tiers/`` and ``<out>/eval
   to each instance's ``behaviour``, so every episode is judged by all three.
 - ``tiers_eval``: the base and every tier checkpoint on that set, without hints (``tgsuite.pipeline.steps.stage_eval``).
 
-Analysis (descriptive, exploratory): per tier and arm (``base``, ``grpo``, ``tg``; training seeds pooled) the
+Analysis (descriptive, exploratory; built by ``evalsuite.study_tables.tier_frame`` / ``tiers_result``): per tier and arm (``base``, ``grpo``, ``tg``; training seeds pooled) the
 compliance rate (episodes whose tier checker passes / scored episodes), the same over episodes with at least one
 applicable turn, and the resolved rate, each with a Wilson CI (``evalsuite.describe.rate_ci``). The base row of a
 tier is the base's episodes judged by that tier's checker. Results: ``Exploratory.behaviour_tiers``. Nothing here is
@@ -36,10 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
+from evalsuite.study_tables import tier_frame, tiers_result
 from tgsuite.pipeline.stages import StageRunner, atomic_write_json, canonical_hash
-from tgsuite.pipeline.study_context import StudyContext, StudyModel, model_key
+from tgsuite.pipeline.study_context import StudyContext, StudyModel, model_key, study_arms
 
 if TYPE_CHECKING:
     from evalsuite.schema import BehaviourTiersResult
@@ -49,8 +48,6 @@ log = logging.getLogger(__name__)
 TIERS: tuple[str, ...] = ("tool_args@v1", "markdown@v1", "ask_first@v1")
 LEVELS = {"tool_args@v1": "format", "markdown@v1": "style", "ask_first@v1": "tension"}
 UNSEEN = "unseen_templates"
-FRAME_COLUMNS = ["runner_arm", "label", "tier_trained", "seed", "instance_id", "repo", "resolved",
-                 *[f"ok:{t}" for t in TIERS], *[f"applicable:{t}" for t in TIERS]]
 
 
 @dataclass(frozen=True)
@@ -169,61 +166,8 @@ def eval_models(runner: StageRunner, ctx: StudyContext, tasks: dict[str, Any], m
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Analysis (pure on the frame)
+# The study (the analysis tables: evalsuite.study_tables.tier_frame / tiers_result)
 # ----------------------------------------------------------------------------------------------------------------
-
-
-def tier_frame(run_dir: Path, models: dict[str, StudyModel], trained_tier: dict[str, str | None]) -> pd.DataFrame:
-    """Scored episodes (highest attempt) of ``models`` in ``run_dir``: resolved, and per tier checker whether it
-    passed (``ok:<tier>``) and had an applicable turn (``applicable:<tier>``)."""
-    from evalsuite.outcomes import load_run
-
-    rows = []
-    for r in load_run(run_dir).results:
-        m = models.get(r.arm)
-        if m is None or not r.scored:
-            continue
-        beh = {b.checker: b for b in r.behaviour}
-        missing = [t for t in TIERS if t not in beh]
-        if missing:
-            raise ValueError(f"{run_dir}: episode {r.arm}/{r.instance_id}/s{r.seed} was not judged by {missing}; the "
-                             "tier task set must list every tier checker in 'behaviour' (re-run stage tiers_tasks)")
-        row: dict[str, Any] = {"runner_arm": r.arm, "label": m.label, "tier_trained": trained_tier[r.arm],
-                               "seed": m.seed, "instance_id": r.instance_id, "repo": r.cluster or r.repo,
-                               "resolved": r.resolved}
-        for t in TIERS:
-            row[f"ok:{t}"] = beh[t].ok
-            row[f"applicable:{t}"] = any(v != "NA" for v in beh[t].turn_verdicts)
-        rows.append(row)
-    return pd.DataFrame(rows, columns=FRAME_COLUMNS)
-
-
-def tiers_result(frame: pd.DataFrame, sizes: TierSizes, *, task_set: str, n_instances: int) -> BehaviourTiersResult:
-    """Per tier: the base, then each arm trained for that tier; Wilson rates over the pooled episodes."""
-    from evalsuite.describe import rate_ci
-    from evalsuite.schema import BehaviourTierRow, BehaviourTiersResult
-
-    rows = []
-    for tier in sizes.tiers:
-        groups = [("base", frame[frame["label"] == "base"])]
-        groups += [(arm, frame[(frame["label"] == arm) & (frame["tier_trained"] == tier)]) for arm in sizes.arms]
-        for arm, sub in groups:
-            appl = sub[sub[f"applicable:{tier}"].astype(bool)]
-            rows.append(BehaviourTierRow(
-                tier=tier, level=LEVELS.get(tier, "other"), arm=arm,
-                seeds=sorted(int(s) for s in sub["seed"].unique() if s >= 0),
-                compliance=rate_ci(sub[f"ok:{tier}"].astype(float), "compliance", sub["repo"]),
-                compliance_applicable=rate_ci(appl[f"ok:{tier}"].astype(float), "compliance (applicable)",
-                                              appl["repo"]),
-                resolved=rate_ci(sub["resolved"].astype(float), "resolved", sub["repo"])))
-    notes = [f"evaluated on the {n_instances} held-out instances of UNSEEN repositories (template tier {UNSEEN}: "
-             "templates and names never used in training), without hints",
-             "base = an SFT base whose hinted expert episodes carried one of the three tiers' reminders; grpo/tg "
-             "= RL from that base with reward.checker set to the row's tier (format reward, TG gating and hints)",
-             "compliance = episodes in which the tier's checker finds no failing turn; an episode with no applicable "
-             "turn (e.g. no edit for ask_first@v1 and tool_args@v1) complies vacuously, so the applicable-only rate "
-             "is shown too", "rates pool episodes over training seeds (descriptive, exploratory); Wilson 95% CIs"]
-    return BehaviourTiersResult(rows=rows, task_set=task_set, n_instances=n_instances, notes=notes)
 
 
 def run_behaviour_tiers(runner: StageRunner, ctx: StudyContext, sizes: TierSizes | None = None
@@ -243,8 +187,9 @@ def run_behaviour_tiers(runner: StageRunner, ctx: StudyContext, sizes: TierSizes
     tasks = runner.run("tiers_tasks", {"heldout": ctx.heldout_sha256, "tiers": list(TIERS), "code": "tiers_tasks@1"},
                        lambda: write_unseen_tasks(ctx.paths["heldout_tasks"], task_dir, TIERS))
     run_dir = eval_models(runner, ctx, tasks, models)
-    frame = tier_frame(run_dir, models, trained)
-    res = tiers_result(frame, sizes, task_set=tasks["name"], n_instances=len(tasks["instance_ids"]))
+    frame = tier_frame(run_dir, study_arms(models), trained, TIERS)
+    res = tiers_result(frame, tiers=sizes.tiers, arms=sizes.arms, levels=LEVELS, unseen=UNSEEN,
+                       task_set=tasks["name"], n_instances=len(tasks["instance_ids"]))
     atomic_write_json(ctx.paths["eval"].parent / "studies" / "behaviour_tiers.json",
                       {"sizes": vars(sizes), "models": {k: vars(m) for k, m in sorted(models.items())},
                        "run_dir": str(run_dir), "tasks": tasks, "result": res.model_dump(mode="json")})
