@@ -67,3 +67,21 @@ def test_version_stamps_reach_the_training_metrics() -> None:
 
     m = version_metrics([[sample(3, ["stop", "length"]), sample(4, ["stop"])]], step=4)
     assert m == {"rollout/staleness_mean": 0.5, "rollout/staleness_max": 1, "rollout/finish_length_frac": 1 / 3}
+
+
+@pytest.mark.parametrize("kind", ["kv", "hf"])
+def test_evaluation_policy_reports_the_engines_finish_reason_and_version(kind: str, model: torch.nn.Module) -> None:
+    """``SamplerPolicy`` (the evaluation policy) over either engine: token ids and log-probs as sampled, the
+    engine's finish reason, and its version stamp in ``info``."""
+    import random
+
+    from harness.schema import Message
+    from repro.sampler import SamplerPolicy
+
+    eng = _engine(kind, model)
+    eng.set_version(11)
+    pol = SamplerPolicy(eng, F.tokenizer(), max_new_tokens=4)
+    out = pol.act([Message(role="user", content="fix the bug")], tools=[], rng=random.Random(0))
+    assert out.finish_reason in ("stop", "length") and out.info == {"version": 11}
+    assert len(out.token_ids) == len(out.logprobs) >= 1
+    assert (out.finish_reason == "length") == (len(out.token_ids) == 4 and out.token_ids[-1] != pol.enc.im_end)
