@@ -17,15 +17,33 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from evalsuite.schema_base import Frozen, RateCI
+from evalsuite.schema_studies import (  # noqa: F401  (re-exported: analysis.json's exploratory part)
+    BehaviourTierRow,
+    BehaviourTiersResult,
+    CanDoResult,
+    CanDoRow,
+    CheckpointEval,
+    ComputeRow,
+    EqualComputeResult,
+    Exploratory,
+    HintProbeResult,
+    MatchedComparison,
+    NoisyFeedbackResult,
+    NoisyFeedbackRow,
+    PairedChange,
+    ProbeEndpoint,
+    ProbeInfo,
+    TrendTest,
+)
 from protocols.schema import CriterionKind, Deviation, Estimand
 
 ANALYSIS_SCHEMA_VERSION = 1
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+_Frozen = Frozen
 
 
 DecisionVerdict = Literal["SHIP", "NO_SHIP", "INCONCLUSIVE"]
@@ -125,19 +143,6 @@ class Decision(_Frozen):
 # --------------------------------------------------------------------------------------------------------------
 # Descriptives
 # --------------------------------------------------------------------------------------------------------------
-
-
-class RateCI(_Frozen):
-    """A rate with a Wilson CI (pooled episodes) and, where available, a repository-clustered SE."""
-
-    endpoint: str
-    successes: float
-    n: int
-    rate: float | None
-    ci_low: float | None = None
-    ci_high: float | None = None
-    method: str = "wilson"
-    se_clustered: float | None = None
 
 
 class SeedRate(_Frozen):
@@ -296,181 +301,6 @@ class RunRef(_Frozen):
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Studies (exploratory)
-# --------------------------------------------------------------------------------------------------------------
-
-
-class TrendTest(_Frozen):
-    arm: str
-    endpoint: str
-    method: str  # "Cochran-Armitage trend over hint quality (correct=0, irrelevant=1, wrong=2)"
-    statistic: float | None
-    p_value: float | None
-    slope: float | None = None
-
-
-class NoisyFeedbackRow(_Frozen):
-    arm: str
-    feedback_kind: str  # "correct" | "irrelevant" | "wrong" | a mixture label such as "wrong=0.3"
-    wrong_fraction: float | None = None
-    endpoint: str
-    rate: RateCI
-
-
-class NoisyFeedbackResult(_Frozen):
-    rows: list[NoisyFeedbackRow]
-    trends: list[TrendTest] = Field(default_factory=list)
-    notes: list[str] = Field(default_factory=list)
-
-
-class ComputeRow(_Frozen):
-    arm: str
-    seed: int
-    rollout_tokens: int = 0
-    teacher_forward_tokens: int = 0
-    trainer_tokens: int = 0
-    flops: float = 0.0
-    wall_s: float = 0.0
-    peak_memory_bytes: int = 0
-    tuning_trials: int = 0
-
-
-class MatchedComparison(_Frozen):
-    endpoint: str
-    compute_axis: Literal["flops", "wall_s", "rollout_tokens", "trainer_tokens"]
-    budget: float
-    treatment_rate: float | None
-    baseline_rate: float | None
-    estimate: float | None
-    ci_low: float | None = None
-    ci_high: float | None = None
-    method: str = ""
-    note: str = ""
-
-
-class EqualComputeResult(_Frozen):
-    compute: list[ComputeRow]
-    totals: dict[str, dict[str, float]] = Field(default_factory=dict)  # arm -> quantity -> mean over seeds
-    ratios: dict[str, float] = Field(default_factory=dict)  # quantity -> treatment / baseline
-    comparisons: list[MatchedComparison] = Field(default_factory=list)
-    notes: list[str] = Field(default_factory=list)
-
-
-class PairedChange(_Frozen):
-    """Paired change (corrective − plain prompt) on the same held-out states."""
-
-    endpoint: str
-    a: int  # both prompts succeed
-    b: int  # corrective only
-    c: int  # plain only
-    d: int  # neither
-    estimate: float | None
-    ci_low: float | None = None
-    ci_high: float | None = None
-    method: str = "tango score"
-    mcnemar_p: float | None = None
-
-
-class CanDoResult(_Frozen):
-    arm: str
-    n_states: int
-    changes: list[PairedChange]
-    notes: list[str] = Field(default_factory=list)
-
-
-class ProbeInfo(_Frozen):
-    """A hint side-effect probe as it was run (``harness.probes.Probe``): the message, and in plain words what it
-    asks and what a side effect would look like."""
-
-    name: str  # e.g. "explain"
-    kind: str  # hint kind on the probe episodes, e.g. "probe:explain/v1"
-    placement: str  # harness.feedback.Placement, e.g. "first_turn"
-    text: str
-    asks: str
-    side_effect: str
-
-
-class ProbeEndpoint(_Frozen):
-    """One endpoint of a probe on paired states: plain and probe rates, and the paired change (probe − plain;
-    in ``change``, b = probe episode only, c = plain episode only)."""
-
-    endpoint: Literal["edited", "resolved", "blocked"]
-    plain_rate: float
-    probe_rate: float
-    change: PairedChange
-
-
-class HintProbeResult(_Frozen):
-    """One probe on one arm (``evalsuite.probes.hint_probe_study``)."""
-
-    probe: ProbeInfo
-    arm: str
-    n_states: int
-    delivered: int  # paired probe episodes in which the probe message was actually inserted
-    endpoints: list[ProbeEndpoint]
-    notes: list[str] = Field(default_factory=list)
-
-
-class BehaviourTierRow(_Frozen):
-    """One behaviour tier × one arm on the unseen held-out repositories (``tgsuite.pipeline.tiers``): Wilson rates,
-    episodes pooled over training seeds (descriptive)."""
-
-    tier: str  # the checker id, e.g. "ask_first@v1"
-    level: str  # "format" | "style" | "tension"
-    arm: str  # "base" (the SFT base) | "grpo" | "tg", the RL arms trained with reward.checker = tier
-    seeds: list[int] = Field(default_factory=list)  # training seeds pooled ([] for the base)
-    compliance: RateCI  # episodes whose tier checker passes (no FAIL turn) / scored episodes
-    compliance_applicable: RateCI  # the same over episodes with at least one applicable (non-NA) turn
-    resolved: RateCI
-
-
-class BehaviourTiersResult(_Frozen):
-    rows: list[BehaviourTierRow]
-    task_set: str = ""  # name of the unseen-tier task set that was evaluated
-    n_instances: int = 0
-    notes: list[str] = Field(default_factory=list)
-
-
-# Study inputs (fed by the reproduction pipeline) ------------------------------------------------------------
-
-
-class CheckpointEval(_Frozen):
-    """One evaluated checkpoint of one training run, with the compute spent to reach it (equal-compute study)."""
-
-    arm: str
-    seed: int
-    step: int
-    rollout_tokens: int = 0
-    teacher_forward_tokens: int = 0
-    trainer_tokens: int = 0
-    flops: float = 0.0
-    wall_s: float = 0.0
-    peak_memory_bytes: int = 0
-    tuning_trials: int = 0
-    successes: dict[str, int]  # endpoint -> successes on the held-out set
-    n: int = Field(ge=1)  # scored episodes
-
-
-class CanDoRow(_Frozen):
-    """One held-out state answered twice by the same checkpoint: with the plain and with a corrective prompt."""
-
-    arm: str
-    state_id: str
-    repo: str = ""
-    plain_behaviour_ok: bool
-    plain_code_ok: bool
-    corrective_behaviour_ok: bool
-    corrective_code_ok: bool
-
-
-class Exploratory(_Frozen):
-    noisy_feedback: NoisyFeedbackResult | None = None
-    equal_compute: EqualComputeResult | None = None
-    can_do_vs_does_do: list[CanDoResult] = Field(default_factory=list)
-    hint_probes: list[HintProbeResult] = Field(default_factory=list)  # empty: the study was not run
-    behaviour_tiers: BehaviourTiersResult | None = None  # None: the study was not run
-
-
 class PowerSummary(_Frozen):
     """Analytic power of the preregistered design under the plan's stated assumptions (STATS §7)."""
 
