@@ -71,11 +71,12 @@ def build_table(episodes: Sequence[CanaryEpisode], plan: CanaryPlan,
 
 @dataclass(frozen=True)
 class UnitAggregates:
-    """Per matured unit: numerator and denominator sums, and the arm."""
+    """Per matured unit: numerator and denominator sums, the arm, and the first exposure (hours; arrival order)."""
 
     num: np.ndarray
     den: np.ndarray
     canary: np.ndarray
+    start: np.ndarray | None = None
 
 
 def unit_aggregates(table: EpisodeTable, metric: CanaryMetric, *, as_of: float) -> UnitAggregates:
@@ -91,7 +92,8 @@ def unit_aggregates(table: EpisodeTable, metric: CanaryMetric, *, as_of: float) 
     n_units = len(table.unit_ids)
     ys = np.bincount(table.ep_unit[inside], weights=num[inside], minlength=n_units)
     ns = np.bincount(table.ep_unit[inside], weights=den[inside], minlength=n_units)
-    return UnitAggregates(num=ys[matured], den=ns[matured], canary=table.unit_canary[matured])
+    return UnitAggregates(num=ys[matured], den=ns[matured], canary=table.unit_canary[matured],
+                          start=table.unit_start[matured])  # fmt: skip
 
 
 def assigned_units(table: EpisodeTable, *, as_of: float) -> tuple[int, int]:

@@ -102,6 +102,7 @@ class MetricLook(_Frozen):
     method_ni: Literal["msprt", "gst", "none"]
     status: MetricStatus
     note: str = ""
+    fast_upper: float | None = None  # running min of the exact fast-path upper bound (oriented), at alpha_harm / 2
 
 
 class LookResult(_Frozen):
