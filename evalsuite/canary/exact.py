@@ -139,7 +139,7 @@ def aipw_ate_cs(y: ArrayLike, z: ArrayLike, *, pi: float, support: tuple[float, 
     rho = best_rho(t_opt * expected_noise * (1 / pi + 1 / (1 - pi)), alpha=alpha_opt)
     t = np.arange(1, y.size + 1)
     radius = np.array([ge_bound(vi, alpha=alpha / 2, rho=rho, c=c) for vi in v]) / t
-    p = np.minimum(1.0, np.exp(-np.array([ge_log_m(si, vi, rho=rho, c=c) for si, vi in zip(s, v)])))
+    p = np.minimum(1.0, np.exp(-np.array([ge_log_m(si, vi, rho=rho, c=c) for si, vi in zip(s, v, strict=True)])))
     est = s / t
     return ExactCS(estimate=tuple(est.tolist()), lower=tuple(np.maximum(-diam, est - radius).tolist()),
                    upper=tuple(np.minimum(diam, est + radius).tolist()), p_value=tuple(p.tolist()),
