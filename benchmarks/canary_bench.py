@@ -13,8 +13,12 @@ memory.
    units): share of logs that end in a false ROLLBACK (harm, SRM or a gate), in PROMOTE, and in ROLLBACK for
    "horizon reached without establishing non-inferiority" (expected at a 10 % share: a small canary cannot prove
    non-inferiority, CANARY §0.6), and seconds per canary.
+5. The exact harm fast path (``fast_path = "exact_union"``) on i.i.d. Bernoulli units, 10 % canary, 2,000 units
+   (about 200 canary units: the bundled plan's burn-in), p = 0.6, at the bundled plan's per-metric share
+   0.05/6 halved: P(ever harm) under H0 and for drops of 3, 10, 20 and 30 points, and the share caught while the
+   canary arm was still below 200 units.
 
-Run: PYTHONPATH=. .venv/bin/python benchmarks/canary_bench.py [--reps 10000] [--pipeline-reps 200] [--only 1,2,3,4]
+Run: PYTHONPATH=. .venv/bin/python benchmarks/canary_bench.py [--reps 10000] [--pipeline-reps 200] [--only 1,2,3,4,5]
 """
 
 from __future__ import annotations
@@ -73,7 +77,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=10_000)
     ap.add_argument("--pipeline-reps", type=int, default=200)
-    ap.add_argument("--only", default="1,2,3,4", help="comma list of sections to run")
+    ap.add_argument("--only", default="1,2,3,4,5", help="comma list of sections to run")
     a = ap.parse_args()
     only = set(a.only.split(","))
     rng = np.random.default_rng(20261201)
@@ -89,6 +93,9 @@ def main() -> None:
         _timed("4. full pipeline on A/A replay logs (3,000 units, bundled plan)", a.pipeline_reps,
                lambda: _pipeline(a.pipeline_reps, rng))
         print(f"  seconds per replayed canary: {(time.perf_counter() - t0) / a.pipeline_reps:.2f}")
+    if "5" in only:
+        for d in (0.0, -0.03, -0.10, -0.20, -0.30):
+            _timed(f"5. exact fast path, effect {d:+.2f}", a.reps, lambda d=d: simulate.fast_path(a.reps, rng=rng, delta=d))
 
 
 def _section1(reps: int, rng: np.random.Generator) -> None:

@@ -366,6 +366,7 @@ CanaryNumerator = Literal[
     "tool_calls", "tool_errors", "hallucination_reports",
 ]  # fmt: skip
 CanaryDenominator = Literal["episodes", "code_produced", "tool_calls"]
+_PER_EPISODE_BINARY = frozenset({"task_completed", "code_produced", "code_ran", "rework", "feedback_up", "feedback_down"})
 
 
 class CanaryMetric(_Frozen):
@@ -392,6 +393,9 @@ class CanaryMetric(_Frozen):
     anticipated_unit_var: float = Field(gt=0.0)
     baseline: float | None = Field(default=None, gt=0.0)  # anticipated control ratio; needed for relative margins
     rationale: str = ""
+    # exact harm fast path (CANARY §1.4 a3, §5.6): a PrPl-EB union CS on per-unit ratios in [0, 1], valid from the
+    # first matured unit; it takes half of the metric's rollback alpha, the mixture bound the other half
+    fast_path: Literal["none", "exact_union"] = "none"
 
     @model_validator(mode="after")
     def _margin_rules(self) -> CanaryMetric:
@@ -401,10 +405,24 @@ class CanaryMetric(_Frozen):
             if self.margin is None or self.margin >= 1.0 or self.baseline is None:
                 raise ValueError(f"metrics.{self.name}: a relative margin needs margin in (0, 1) and baseline (the "
                                  "anticipated control ratio, to put anticipated_unit_var on the log scale)")  # fmt: skip
+        if self.fast_path != "none":
+            self._check_fast_path()
         if self.role == "diagnostic" and (self.margin is not None or self.rollback_on != "never"):
             raise ValueError(f"metrics.{self.name}: a diagnostic metric decides nothing; drop margin and set "
                              "rollback_on = 'never', or make it a guardrail")  # fmt: skip
         return self
+
+    def _check_fast_path(self) -> None:
+        if self.rollback_on != "any_harm":
+            raise ValueError(f"metrics.{self.name}: fast_path = 'exact_union' is a harm test; it needs rollback_on = "
+                             "'any_harm' (or drop fast_path)")  # fmt: skip
+        bounded = (self.denominator == "episodes" and (self.numerator in _PER_EPISODE_BINARY or
+                                                       (self.cap is not None and self.cap <= 1.0))) or \
+                  (self.numerator, self.denominator) in (("code_ran", "code_produced"), ("tool_errors", "tool_calls"))
+        if not bounded:
+            raise ValueError(f"metrics.{self.name}: fast_path = 'exact_union' needs per-unit ratios in [0, 1]: a "
+                             "0/1 numerator over episodes, code_ran / code_produced, tool_errors / tool_calls, or "
+                             "cap <= 1 over episodes")  # fmt: skip
 
     @property
     def sign(self) -> int:

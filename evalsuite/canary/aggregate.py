@@ -37,6 +37,8 @@ class EpisodeTable:
     ep_crossover: np.ndarray  # bool per episode: served_model known and not the assigned arm's model
     columns: dict[str, np.ndarray]  # per-episode values, float
     watermark: float  # the latest episode (hours): no look may be later
+    unit_from_assignments: np.ndarray | None = None  # bool per unit: in the assignments log (None: no such log)
+    unit_pre: np.ndarray | None = None  # pre-period completion ratio per unit (NaN: 0 pre-period episodes)
 
 
 def _values(e: CanaryEpisode) -> tuple[float, ...]:
@@ -49,12 +51,17 @@ def build_table(episodes: Sequence[CanaryEpisode], plan: CanaryPlan,
                 assignments: Sequence[CanaryAssignment] | None = None) -> EpisodeTable:  # fmt: skip
     """Index units and episodes once; every look slices this table."""
     first: dict[str, tuple[datetime, bool]] = {}
+    pre: dict[str, float] = {}
     if assignments:
         for a in assignments:
             first[a.unit_id] = (a.assign_ts, a.arm == "canary")
+            if a.pre_period is not None:
+                n = a.pre_period.episodes
+                pre[a.unit_id] = a.pre_period.task_completed / n if n else float("nan")
     for e in sorted(episodes, key=lambda r: r.ts):
         first.setdefault(e.unit_id, (e.ts, e.arm == "canary"))
     unit_ids = tuple(first)
+    logged = {a.unit_id for a in assignments or ()}
     index = {u: i for i, u in enumerate(unit_ids)}
     start = min(t for t, _ in first.values())
     hours = np.array([(first[u][0] - start).total_seconds() / 3600.0 for u in unit_ids])
@@ -66,16 +73,19 @@ def build_table(episodes: Sequence[CanaryEpisode], plan: CanaryPlan,
         unit_start=hours, ep_unit=np.array([index[e.unit_id] for e in episodes], dtype=int), ep_hours=ep_hours,
         ep_crossover=np.array([e.served_model is not None and e.served_model != model[e.arm] for e in episodes]),
         columns={c: vals[:, j] for j, c in enumerate(COLUMNS)}, watermark=float(ep_hours.max()),
+        unit_from_assignments=None if not assignments else np.array([u in logged for u in unit_ids], dtype=bool),
+        unit_pre=np.array([pre.get(u, np.nan) for u in unit_ids]) if pre else None,
     )  # fmt: skip
 
 
 @dataclass(frozen=True)
 class UnitAggregates:
-    """Per matured unit: numerator and denominator sums, and the arm."""
+    """Per matured unit: numerator and denominator sums, the arm, and the first exposure (hours; arrival order)."""
 
     num: np.ndarray
     den: np.ndarray
     canary: np.ndarray
+    start: np.ndarray | None = None
 
 
 def unit_aggregates(table: EpisodeTable, metric: CanaryMetric, *, as_of: float) -> UnitAggregates:
@@ -91,7 +101,8 @@ def unit_aggregates(table: EpisodeTable, metric: CanaryMetric, *, as_of: float) 
     n_units = len(table.unit_ids)
     ys = np.bincount(table.ep_unit[inside], weights=num[inside], minlength=n_units)
     ns = np.bincount(table.ep_unit[inside], weights=den[inside], minlength=n_units)
-    return UnitAggregates(num=ys[matured], den=ns[matured], canary=table.unit_canary[matured])
+    return UnitAggregates(num=ys[matured], den=ns[matured], canary=table.unit_canary[matured],
+                          start=table.unit_start[matured])  # fmt: skip
 
 
 def assigned_units(table: EpisodeTable, *, as_of: float) -> tuple[int, int]:

@@ -49,8 +49,10 @@ def _harm(plan: CanaryPlan, metrics: Sequence[MetricLook]) -> list[str]:
         if m.upper is None or rules[m.name] == "never":
             continue
         if rules[m.name] == "any_harm" and m.upper < 0:
+            how = (f"exact fast path, upper {_fmt(m.fast_upper)} at alpha {m.alpha_harm / 2:.4g}"
+                   if m.fast_upper is not None and m.fast_upper < 0 else f"always-valid p {_p(m.p_harm)}")
             out.append(f"harm on {m.name}: upper bound {_fmt(m.upper)} < 0 at alpha {m.alpha_harm:.4g} "
-                       f"(effect {_fmt(m.effect)}, always-valid p {_p(m.p_harm)})")  # fmt: skip
+                       f"(effect {_fmt(m.effect)}, {how})")  # fmt: skip
         elif rules[m.name] == "inferior" and m.bar is not None and m.upper < m.bar:
             out.append(f"{m.name} inferior: upper bound {_fmt(m.upper)} < -margin {_fmt(m.bar)}")
     return out
@@ -71,7 +73,8 @@ def waiting_metrics(plan: CanaryPlan, metrics: Sequence[MetricLook]) -> list[Met
     """Decision metrics that keep PROMOTE waiting: every metric with a margin until it is past burn-in, and a
     harm-only metric until it has ``min_units_per_arm`` matured units per arm. A harm-only metric that stays below
     ``min_events`` events (e.g. rare hallucination reports) does not block PROMOTE: it has shown no harm,
-    but no exact fast-path CS watches it either (not implemented; CANARY §1.4)."""
+    and, with ``fast_path = "exact_union"`` in its plan, an exact CS watches it for harm from the first matured unit
+    (``guardrails.fast_path_upper``; CANARY §1.4 a3)."""
     return [m for m in metrics if m.status in ("burn_in", "degenerate") and
             (m.bar is not None or (m.alpha_harm is not None and min(m.n_canary, m.n_control) < plan.min_units_per_arm))]
 

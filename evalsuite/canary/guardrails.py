@@ -17,8 +17,13 @@ anytime-valid (the hybrid of CANARY §5.6). Each bound's mixing scale tau^2 is f
 (``tau2_for_horizon`` at the anticipated horizon variance).
 
 Covered: difference and log-ratio scales, burn-in and degenerate-variance statuses, a variance floor
-(``delta.with_variance_floor``) when every unit of an arm has the same ratio. Not covered: the exact
-fast-path CSs for rare hard guardrails (CANARY §1.4 a2/a3): a metric below its burn-in decides nothing.
+(``delta.with_variance_floor``) when every unit of an arm has the same ratio, and the exact harm fast path
+(``fast_path = "exact_union"``, CANARY §1.4 a3 and §5.4–5.6): a PrPl-EB union CS (``exact.union_difference``) on the
+per-unit ratios Y_i/N_i of matured units with N_i > 0 in arrival order, at half the metric's rollback alpha (the
+mixture bound gets the other half, so the metric's harm test stays at its Bonferroni share), from the first matured
+unit on; during burn-in it alone can show harm. Its estimand is the unweighted mean of per-unit ratios, not
+sum Y / sum N: both are 0 when the arms are identical (the false-ROLLBACK guarantee), they can differ otherwise.
+Not covered: the AIPW CS (a2) in the monitor (its ``c = 2/min(pi, 1-pi)`` makes a 10 % canary's CS very wide).
 
 References: Berger RL. Multiparameter hypothesis testing and acceptance sampling. Technometrics 24:295-300, 1982;
 Schultzberg M, Ankargren S, Frånberg M. Risk-aware product decisions in A/B tests with multiple metrics,
@@ -31,7 +36,9 @@ import math
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from evalsuite.canary import gsd, mixture
+import numpy as np
+
+from evalsuite.canary import exact, gsd, mixture
 from evalsuite.canary.aggregate import UnitAggregates
 from evalsuite.canary.delta import Estimate, effect, ratio_and_var, with_variance_floor
 from evalsuite.canary.schema import MetricLook, MetricStatus
@@ -49,6 +56,7 @@ class MetricDesign:
     alpha_harm: float | None  # None: no harm test (rollback_on = never)
     tau2_harm: float
     tau2_ni: float
+    alpha_fast: float | None = None  # share of alpha_harm spent on the exact fast path (None: no fast path)
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,7 @@ class MetricState:
     llr_harm: float = -math.inf
     llr_ni: float = -math.inf
     gst_fractions: tuple[float, ...] = ()
+    fast_upper: float = math.inf
 
 
 def alpha_allocation(plan: CanaryPlan) -> dict[str, float]:
@@ -77,8 +86,10 @@ def design_metric(plan: CanaryPlan, metric: CanaryMetric) -> MetricDesign:
         m = float(metric.margin or 0.0)
         bar = math.log(1.0 - m) if metric.sign > 0 else -math.log(1.0 + m)
     a_h = alpha_allocation(plan).get(metric.name)
-    return MetricDesign(metric=metric, scale=scale, bar=bar, var_horizon=var_h, alpha_harm=a_h,
-                        tau2_harm=mixture.tau2_for_horizon(var_h, alpha=a_h or plan.alpha_rollback, sides=1),
+    a_fast = None if a_h is None or metric.fast_path == "none" else a_h / 2.0
+    a_mix = (a_h or plan.alpha_rollback) - (a_fast or 0.0)
+    return MetricDesign(metric=metric, scale=scale, bar=bar, var_horizon=var_h, alpha_harm=a_h, alpha_fast=a_fast,
+                        tau2_harm=mixture.tau2_for_horizon(var_h, alpha=a_mix, sides=1),
                         tau2_ni=mixture.tau2_for_horizon(var_h, alpha=plan.alpha_promote, sides=1))  # fmt: skip
 
 
@@ -135,6 +146,29 @@ def _status(d: MetricDesign, st: MetricState) -> MetricStatus:
     return "inconclusive"
 
 
+def fast_path_upper(d: MetricDesign, agg: UnitAggregates) -> float | None:
+    """Oriented one-sided upper bound at ``d.alpha_fast`` from the exact union CS, or None (no fast path, or an arm
+    without a matured unit with N_i > 0). ``union_difference(alpha=2a)`` spends a/4 per side and arm, so each
+    oriented side is at level a."""
+    if d.alpha_fast is None:
+        return None
+    order = np.argsort(agg.start, kind="stable") if agg.start is not None else np.arange(agg.den.size)
+    keep = order[agg.den[order] > 0]
+    x, can = np.clip(agg.num[keep] / agg.den[keep], 0.0, 1.0), agg.canary[keep]
+    if not can.any() or can.all():
+        return None
+    ub = exact.union_difference(x[can], x[~can], alpha=2.0 * d.alpha_fast)
+    return ub.upper if d.metric.sign > 0 else -ub.lower
+
+
+def _with_fast_path(d: MetricDesign, agg: UnitAggregates, st: MetricState) -> tuple[MetricState, str]:
+    u = fast_path_upper(d, agg)
+    if u is None:
+        return st, ""
+    note = f"exact fast path: upper {u:.4f} at alpha {d.alpha_fast:.4g}" + (" (harm)" if u < 0 else "")
+    return replace(st, upper=min(st.upper, u), fast_upper=min(st.fast_upper, u)), note
+
+
 def evaluate_metric(plan: CanaryPlan, d: MetricDesign, agg: UnitAggregates, st: MetricState
                     ) -> tuple[MetricLook, MetricState]:  # fmt: skip
     """The metric's look result and its new state (unchanged when the metric is not yet ready)."""
@@ -143,23 +177,29 @@ def evaluate_metric(plan: CanaryPlan, d: MetricDesign, agg: UnitAggregates, st: 
     est, why = _estimate(agg, m, d.scale)
     base = dict(name=m.name, role=m.role, scale=d.scale, sign=m.sign, n_canary=n_t, n_control=n_c, bar=d.bar,
                 alpha_harm=d.alpha_harm, method_ni="none" if d.bar is None else plan.method)  # fmt: skip
+    st, fast = _with_fast_path(d, agg, st)
     if est is None or est.var <= 0:
-        status: MetricStatus = "burn_in" if est is None else "degenerate"
+        status: MetricStatus = "harm" if st.upper < 0 else "burn_in" if est is None else "degenerate"
         note = why or "zero variance: every unit has the same value; no decision on this metric"
-        return _look(base, st, status, note, est), st
+        return _look(base, st, status, _join(note, fast), est), st
     # events pooled over the arms: a canary with 0 events against a control with thousands is evidence, not burn-in
     events = est.treatment.total_num + est.control.total_num
     if min(n_t, n_c) < plan.min_units_per_arm or events < plan.min_events:
         note = (f"burn-in: {min(n_t, n_c)} matured units in the smaller arm (need {plan.min_units_per_arm}), "
                 f"{events:g} events in both arms (need {plan.min_events})")  # fmt: skip
-        return _look(base, st, "burn_in", note, est), st
+        return _look(base, st, "harm" if st.upper < 0 else "burn_in", _join(note, fast), est), st
     theta = m.sign * est.delta
     if d.alpha_harm is not None:
-        hi = theta + mixture.one_sided_halfwidth(est.var, tau2=d.tau2_harm, alpha=d.alpha_harm)
+        a_mix = d.alpha_harm - (d.alpha_fast or 0.0)
+        hi = theta + mixture.one_sided_halfwidth(est.var, tau2=d.tau2_harm, alpha=a_mix)
         llr = float(mixture.msprt_log_lr_one_sided(-theta, est.var, tau2=d.tau2_harm, theta0=0.0))
         st = replace(st, upper=min(st.upper, hi), llr_harm=max(st.llr_harm, llr))
     _, st, note = _ni_bound(plan, d, theta, est.var, st)
-    return _look(base, st, _status(d, st), "; ".join(x for x in (why, note) if x), est), st
+    return _look(base, st, _status(d, st), _join(why, note, fast), est), st
+
+
+def _join(*notes: str) -> str:
+    return "; ".join(x for x in notes if x)
 
 
 def _fin(x: float) -> float | None:
@@ -172,7 +212,7 @@ def _look(base: dict, st: MetricState, status: MetricStatus, note: str, est: Est
                       ratio_canary=None if est is None else est.treatment.ratio,
                       ratio_control=None if est is None else est.control.ratio,
                       effect=None if est is None else sign * est.delta, var=None if est is None else est.var,
-                      lower=_fin(st.lower), upper=_fin(st.upper),
+                      lower=_fin(st.lower), upper=_fin(st.upper), fast_upper=_fin(st.fast_upper),
                       p_harm=mixture.always_valid_p([st.llr_harm]) if math.isfinite(st.llr_harm) else 1.0,
                       p_ni=(None if base["bar"] is None or base["method_ni"] == "gst" else
                             mixture.always_valid_p([st.llr_ni]) if math.isfinite(st.llr_ni) else 1.0))  # fmt: skip

@@ -73,7 +73,19 @@ def read_assignments(path: str | Path) -> tuple[CanaryAssignment, ...]:
         out.append(row)
     if not out:
         raise CanaryDataError(f"{p}: no assignment rows; the file is empty")
+    _check_pre_period(out, list(seen.values()), p)
     return tuple(out)
+
+
+def _check_pre_period(rows: list[CanaryAssignment], lines: list[int], p: Path) -> None:
+    """Pre-period metrics on every row or on none: a unit without them cannot be silently left out of the balance
+    check."""
+    has = [r.pre_period is not None for r in rows]
+    if any(has) and not all(has):
+        i = lines[has.index(not has[0])]
+        raise CanaryDataError(f"{p}:{i}: field pre_period: present on some rows and absent on others (first "
+                              f"{'absent' if has[0] else 'present'} here); give every unit its pre-period "
+                              "metrics (0 episodes for a new unit) or drop the field everywhere")  # fmt: skip
 
 
 def read_episodes(path: str | Path, *, assignments: tuple[CanaryAssignment, ...] | None = None,

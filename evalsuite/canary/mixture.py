@@ -15,7 +15,8 @@ tests need. The confidence sequence is the set of ``theta0`` not rejected; its r
 
 Covered: the closed-form two-sided CS, one-sided bounds (root of ``log Lambda+ = ln(1/alpha)``, brentq), mixing scale
 tuned to a planned horizon, always-valid p-values, the Waudby-Smith et al. asymptotic-CS half-width (O9).
-Not covered: exact (non-asymptotic) CSs such as the gamma-exponential AIPW CS or PrPl-EB (CANARY.md §1.4 a2/a3).
+Not covered here: exact (non-asymptotic) CSs, the gamma-exponential AIPW CS and PrPl-EB (CANARY.md §1.4 a2/a3),
+which are in ``evalsuite.canary.exact``.
 Validity with a plug-in variance is asymptotic (Waudby-Smith et al. 2024): callers enforce a burn-in.
 
 References:

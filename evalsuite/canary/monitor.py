@@ -5,7 +5,9 @@ Looks are taken every ``plan.look_every_hours`` after the canary's start (the ea
 once more at the log's watermark (its latest episode); no look is ever later than the data (telemetry freshness).
 Data-quality gates at each look: ``srm`` (sequential Dirichlet-multinomial test on assigned units, block when
 flagged), ``crossover`` (share of units served the other arm's model: warn / block at the plan's thresholds) and
-``burn_in`` (warn until every decision metric has its minimum matured units and events).
+``burn_in`` (warn until every decision metric has its minimum matured units and events), ``missingness``
+(differential missing telemetry, block beyond 1 point) and ``pre_period`` (A/A balance, warn); see
+``evalsuite.canary.quality``.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 
-from evalsuite.canary import aggregate, srm
+from evalsuite.canary import aggregate, quality, srm
 from evalsuite.canary.decide import Verdict, decide, waiting_metrics
 from evalsuite.canary.guardrails import MetricDesign, MetricState, alpha_allocation, design_metric, evaluate_metric
 from evalsuite.canary.logs import read_assignments, read_episodes
@@ -63,6 +65,9 @@ def _gates(plan: CanaryPlan, s: SRMLook, table: aggregate.EpisodeTable, as_of: f
                       f"model (warn > {plan.crossover_warn:.1%}, block > {plan.crossover_block:.1%})"))
     gates.append(Gate(name="burn_in", level="warn" if waiting else "ok",
                       detail="; ".join(waiting) if waiting else "every decision metric is past its burn-in"))
+    grace = min(m.window_hours for m in plan.metrics)
+    gates.append(quality.missingness_gate(table, as_of=as_of, grace_hours=grace, alpha=plan.alpha_srm))
+    gates.append(quality.pre_period_gate(table, as_of=as_of, alpha=plan.alpha_srm))
     return gates  # fmt: skip
 
 

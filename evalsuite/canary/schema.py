@@ -51,14 +51,32 @@ class CanaryEpisode(_Frozen):
         return self
 
 
+class PrePeriod(_Frozen):
+    """A unit's pre-exposure metrics (before ``assign_ts``, both arms served the production model): the number of
+    episodes and how many completed the task. Feeds the pre-period balance (A/A) gate (CANARY §4.3 item 6)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    episodes: int = Field(ge=0)
+    task_completed: int = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _counts(self) -> PrePeriod:
+        if self.task_completed > self.episodes:
+            raise ValueError("pre_period.task_completed must be <= pre_period.episodes (completions are episodes)")
+        return self
+
+
 class CanaryAssignment(_Frozen):
-    """One randomisation record (optional log): the unit, its assigned arm and its first exposure."""
+    """One randomisation record (optional log): the unit, its assigned arm and its first exposure; optionally its
+    pre-period metrics (every row or none: ``logs.read_assignments`` refuses a mix)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     unit_id: str = Field(min_length=1)
     arm: Arm
     assign_ts: AwareDatetime
+    pre_period: PrePeriod | None = None
 
 
 class Gate(_Frozen):
@@ -102,6 +120,7 @@ class MetricLook(_Frozen):
     method_ni: Literal["msprt", "gst", "none"]
     status: MetricStatus
     note: str = ""
+    fast_upper: float | None = None  # running min of the exact fast-path upper bound (oriented), at alpha_harm / 2
 
 
 class LookResult(_Frozen):

@@ -13,6 +13,8 @@ binary outcomes with plug-in variances:
   episode-level binomial variance;
 * ``ni_boundary``: true effect exactly −margin; share of canaries declared non-inferior by the one-sided mixture
   bound at ``alpha`` (PROMOTE's rule) and by a naive one-sided z at every look.
+* ``fast_path``: the exact harm fast path (PrPl-EB union CS, ``evalsuite.canary.exact``) on one Bernoulli outcome
+  per unit, and how often it fires before the burn-in.
 Under H0 (``delta = 0``) the anytime-valid procedures stay at or below alpha; the naive ones do not.
 """
 
@@ -24,7 +26,7 @@ from collections.abc import Iterator
 import numpy as np
 from scipy import stats
 
-from evalsuite.canary import gsd, mixture
+from evalsuite.canary import exact, gsd, mixture
 
 
 def _chunks(reps: int, size: int) -> Iterator[int]:
@@ -133,3 +135,30 @@ def ni_boundary(reps: int, *, rng: np.random.Generator, n_units: int = 20_000, s
 def mc_se(rate: float, reps: int) -> float:
     """Monte Carlo standard error of an estimated rate."""
     return math.sqrt(max(rate * (1 - rate), 1e-12) / reps)
+
+
+def fast_path(reps: int, *, rng: np.random.Generator, n_units: int = 2_000, share: float = 0.1, p: float = 0.6,
+              delta: float = 0.0, alpha: float = 0.05 / 12, burn_in: int = 200) -> dict[str, float]:  # fmt: skip
+    """The exact harm fast path (``exact.union_difference`` one-sided at ``alpha``, as ``guardrails.fast_path_upper``
+    with ``union_difference(alpha=2 alpha)``) on one Bernoulli outcome per unit: share of replications whose upper
+    bound on ``p_T − p_C`` ever falls below 0 by ``n_units`` (``harm``; the running intersection makes 'ever' the
+    last unit), and share that did so while the canary arm had fewer than ``burn_in`` units (``harm_in_burn_in``),
+    i.e. where the mixture bound would have decided nothing. Default alpha: the bundled plan's per-metric rollback
+    share 0.05/6, halved."""
+    hits = early = 0
+    for _ in range(reps):
+        arm = rng.random(n_units) < share
+        y = (rng.random(n_units) < np.where(arm, p + delta, p)).astype(float)
+        if arm.sum() < 1 or arm.all():
+            continue
+        t_cs = exact.prpl_eb_cs(y[arm], alpha=alpha)  # alpha/2 per side = (2 alpha)/4, as union_difference(2 alpha)
+        c_cs = exact.prpl_eb_cs(y[~arm], alpha=alpha)
+        ut = np.minimum.accumulate(np.array(t_cs.upper))
+        lc = np.maximum.accumulate(np.array(c_cs.lower))
+        n_t, n_c = np.cumsum(arm), np.cumsum(~arm)
+        ok = (n_t > 0) & (n_c > 0)
+        u = ut[n_t[ok] - 1] - lc[n_c[ok] - 1]
+        crossed = np.flatnonzero(u < 0)
+        hits += bool(crossed.size > 0)
+        early += bool(crossed.size > 0 and n_t[ok][crossed[0]] < burn_in)
+    return {"harm": hits / reps, "harm_in_burn_in": early / reps}

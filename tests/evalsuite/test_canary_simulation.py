@@ -44,3 +44,12 @@ def test_vectorised_one_sided_halfwidth_matches_brentq():
     v = np.array([1e-6, 1e-5, 1e-4, 1e-3, 0.05])
     want = [mixture.one_sided_halfwidth(x, tau2=1e-3, alpha=0.025) for x in v]
     np.testing.assert_allclose(mixture.one_sided_halfwidth_vec(v, tau2=1e-3, alpha=0.025), want, rtol=1e-10)
+
+
+def test_exact_fast_path_keeps_alpha_and_catches_a_large_harm_in_burn_in():
+    """The exact harm fast path (a PrPl-EB union CS) at alpha = 0.05 under H0, 10 % canary, 2,000 units, checked at
+    every unit: false harm <= alpha + 3 SE; a 30-point drop is caught before 200 canary units in >= 90 %."""
+    r = simulate.fast_path(REPS, rng=np.random.default_rng(12), alpha=0.05)
+    assert r["harm"] <= 0.05 + 3 * simulate.mc_se(0.05, REPS), r
+    big = simulate.fast_path(300, rng=np.random.default_rng(13), delta=-0.3)
+    assert big["harm_in_burn_in"] >= 0.9, big
