@@ -111,3 +111,21 @@ class PretrainState(BaseModel):
     stage: str
     probes: list[ProbeScores] = Field(default_factory=list)
     status: Literal["running", "done"] = "running"
+
+
+class BaseManifest(BaseModel):
+    """``manifest.json`` of a shipped base (``repro.pretrain.ship``): where it came from and how to verify it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    kind: Literal["tgsuite-pretrained-base"] = "tgsuite-pretrained-base"
+    model: str
+    recipe_sha256: str
+    step: int
+    total_steps: int
+    tokens_seen: int
+    wall_s: float = Field(description="training time of the run, all sessions together")
+    probes: ProbeScores | None
+    commit: str | None = Field(description="git commit of the code that exported it")
+    created_at: str
+    dtype: Literal["bfloat16"] = "bfloat16"
+    files: dict[str, str] = Field(description="file name -> sha256 of every file of the base but this manifest")

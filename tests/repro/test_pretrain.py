@@ -163,3 +163,42 @@ def test_export_and_resume_from_a_state_folder(tmp_path: Path, capsys: pytest.Ca
     assert "already has checkpoints" in capsys.readouterr().err
     assert main(["train", "pretrain", "--preset", "nano", "--out", str(tmp_path / "c"), "--resume-from",
                  str(tmp_path)]) == 2
+
+
+def test_shipped_base_is_bf16_with_a_manifest_and_refuses_altered_files(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """export-base writes bf16 weights + tokenizer + manifest (recipe, tokens, probes, sha256 per file); load_base
+    returns the same weights in float32 and refuses a base whose files were altered, naming the file."""
+    from safetensors.torch import load_file
+
+    from repro.pretrain.ship import BaseIntegrityError, load_base, verify_base
+    from tgsuite.cli import main
+
+    run, base = tmp_path / "run", tmp_path / "base"
+    cfg = preset("nano").model_copy(update={"stages": preset("nano").stages[:1]})
+    run_pretrain(cfg, run)
+    assert main(["train", "pretrain", "--preset", "nano", "--out", str(run), "--export-base", str(base)]) == 0
+    assert "exported base" in capsys.readouterr().out
+    m = verify_base(base)
+    assert m.step == cfg.total_steps and m.recipe_sha256 == cfg.recipe_sha256() and m.probes is not None
+    assert {"model.safetensors", "tokenizer.json", "config.json"} <= set(m.files)
+    w = load_file(base / "model.safetensors")
+    assert all(v.dtype == torch.bfloat16 for v in w.values())
+    model, tok, _ = load_base(base)
+    master = load_file(run / "checkpoints" / f"step_{cfg.total_steps}" / "model.safetensors")
+    got = dict(model.named_parameters())
+    assert all(torch.equal(got[k].detach(), master[k].to(torch.bfloat16).float()) for k in master if k in got)
+    assert len(tok) == len(load_tokenizer_of(run))
+    with (base / "tokenizer.json").open("a") as f:
+        f.write(" ")
+    with pytest.raises(BaseIntegrityError, match=r"tokenizer\.json: sha256 differs"):
+        load_base(base)
+    (base / "manifest.json").unlink()
+    with pytest.raises(BaseIntegrityError, match="not a shipped base"):
+        verify_base(base)
+
+
+def load_tokenizer_of(run: Path):
+    from repro.tokenizer import load_tokenizer
+
+    return load_tokenizer(run / "tokenizer")

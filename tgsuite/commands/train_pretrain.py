@@ -15,6 +15,7 @@ Worked example:
   tgsuite train pretrain --preset nano --out /tmp/pt                   # seconds (tests)
   tgsuite train pretrain --out runs/pretrain --export-resume state/    # carry the run to another machine ...
   tgsuite train pretrain --preset mini --out runs/p2 --resume-from state/   # ... and continue it there
+  tgsuite train pretrain --out runs/pretrain --export-base bases/mini      # ship it: bf16 + manifest + sha256s
 
 Re-running the same command resumes from the newest checkpoint in --out (written every few minutes, at every
 stage end and on Ctrl-C / SIGTERM) and sees exactly the batches an uninterrupted run would. Progress:
@@ -34,6 +35,9 @@ def add_parser(sub: Any) -> None:
                    "--export-resume), e.g. the one committed in the repository")
     p.add_argument("--export-resume", type=Path, metavar="DIR", help="copy --out's resume state (config, tokenizer, "
                    "newest checkpoint) to DIR, replacing it, and exit without training")
+    p.add_argument("--export-base", type=Path, metavar="DIR", help="write --out's newest checkpoint to DIR as a "
+                   "bf16 base with a manifest (recipe hash, tokens seen, probes, commit, sha256 of every file), and "
+                   "exit without training")
     p.set_defaults(func=_pretrain)
 
 
@@ -41,14 +45,20 @@ def _pretrain(args: argparse.Namespace) -> int:
     from repro.pretrain.loop import PretrainError, run_pretrain
     from repro.pretrain.presets import preset
     from repro.pretrain.resume import ResumeError, export_resume, seed_from
+    from repro.pretrain.ship import BaseIntegrityError, export_base
 
     try:
+        if args.export_base is not None:
+            m = export_base(args.out, args.export_base)
+            print(f"exported base {args.export_base}: step {m.step} of {m.total_steps}, {m.tokens_seen / 1e6:.2f}M "
+                  f"tokens, {sum((args.export_base / f).stat().st_size for f in m.files) / 1e6:.1f} MB")
+            return 0
         if args.export_resume is not None:
             print(f"exported {export_resume(args.out, args.export_resume)}")
             return 0
         if args.resume_from is not None:
             print(f"seeded {args.out} from {seed_from(args.resume_from, args.out)}")
-    except ResumeError as exc:
+    except (ResumeError, BaseIntegrityError) as exc:
         raise CLIError(str(exc)) from exc
 
     try:

@@ -1,0 +1,92 @@
+"""Ship a pretraining run as a base model, and load a shipped base only when it is intact.
+
+``export_base(run_dir, dest)`` writes the newest checkpoint of a ``tgsuite train pretrain`` run as an HF
+``save_pretrained`` directory in **bfloat16** (the weights a preset starts from; training continues from them with
+float32 master weights, ``repro.precision``), the tokenizer, and ``manifest.json`` (:class:`BaseManifest`: recipe
+hash, step, tokens seen, training wall time, the last probe scores, the exporting commit, and the sha256 of every
+file). ``load_base(dest)`` checks every listed file's sha256 (and that no weight file is unlisted) before loading,
+and raises :class:`BaseIntegrityError` naming the file and the fix when one was altered; the model it returns is in
+float32.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from protocols.provenance import git_state, utc_now
+from repro.checkpoint import file_sha256, latest_checkpoint, load_trainer_state
+from repro.pretrain.schema import BaseManifest, PretrainConfig, ProbeScores
+
+MANIFEST = "manifest.json"
+
+
+class BaseIntegrityError(ValueError):
+    """A shipped base whose files do not match its manifest."""
+
+
+def export_base(run_dir: str | Path, dest: str | Path) -> BaseManifest:
+    """Write ``run_dir``'s newest checkpoint to ``dest`` (replaced) as a bf16 base with its manifest."""
+    from transformers import Qwen3ForCausalLM
+
+    from repro.tokenizer import load_tokenizer
+
+    run, out = Path(run_dir), Path(dest)
+    ckpt = latest_checkpoint(run)
+    if ckpt is None:
+        raise BaseIntegrityError(f"{run}: no checkpoints/step_<n>/ to export; run `tgsuite train pretrain` first.")
+    cfg = PretrainConfig.model_validate_json((run / "config.json").read_text())
+    state = load_trainer_state(ckpt)
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model = Qwen3ForCausalLM.from_pretrained(ckpt, dtype=torch.float32).to(torch.bfloat16)
+    model.save_pretrained(tmp, safe_serialization=True)
+    load_tokenizer(ckpt).save_pretrained(tmp)
+    probes = [ProbeScores.model_validate(p) for p in state["probes"]]
+    manifest = BaseManifest(
+        model=cfg.model, recipe_sha256=cfg.recipe_sha256(), step=int(state["step"]), total_steps=cfg.total_steps,
+        tokens_seen=int(state["tokens_seen"]), wall_s=round(float(state["wall_s"]), 1),
+        probes=probes[-1] if probes else None, commit=git_state()[0], created_at=utc_now(),
+        files={p.name: file_sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()})
+    (tmp / MANIFEST).write_text(manifest.model_dump_json(indent=2) + "\n")
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return manifest
+
+
+def verify_base(path: str | Path) -> BaseManifest:
+    """The manifest of the base at ``path`` after checking every file against it."""
+    base = Path(path)
+    mpath = base / MANIFEST
+    if not mpath.is_file():
+        raise BaseIntegrityError(f"{base}: no {MANIFEST}; this is not a shipped base. Fix: export one with "
+                                 "`tgsuite train pretrain --out RUN --export-base DIR`.")
+    manifest = BaseManifest.model_validate_json(mpath.read_text())
+    for name, want in manifest.files.items():
+        f = base / name
+        if not f.is_file():
+            raise BaseIntegrityError(f"{f}: listed in {mpath} but missing. Fix: restore the base (e.g. `git checkout "
+                                     "-- <its folder>`) or export it again.")
+        if file_sha256(f) != want:
+            raise BaseIntegrityError(f"{f}: sha256 differs from {mpath} (the file was altered). Fix: restore the "
+                                     "base (e.g. `git checkout -- <its folder>`) or export it again.")
+    extra = [p.name for p in base.glob("*.safetensors") if p.name not in manifest.files]
+    if extra:
+        raise BaseIntegrityError(f"{base}: weight files {extra} are not in {mpath}. Fix: remove them or export the "
+                                 "base again.")
+    return manifest
+
+
+def load_base(path: str | Path) -> tuple[Any, Any, BaseManifest]:
+    """(float32 model, tokenizer, manifest) of a verified shipped base."""
+    from transformers import Qwen3ForCausalLM
+
+    from repro.tokenizer import load_tokenizer
+
+    manifest = verify_base(path)
+    model = Qwen3ForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model.config._attn_implementation = "sdpa"
+    return model, load_tokenizer(path), manifest
