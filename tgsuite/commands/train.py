@@ -38,7 +38,7 @@ def _common(p: argparse.ArgumentParser, *, out: bool = True) -> None:
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("train", help="train: SFT, RL (GRPO / targeted guidance), self-distillation",
+    p = subparsers.add_parser("train", help="train: pretraining, SFT, RL (GRPO / targeted guidance), self-distillation",
                               description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="train_command", metavar="STAGE")
     rl = sub.add_parser("rl", help="RL with GRPO or targeted guidance (an arm preset)", epilog=EPILOG,
