@@ -17,7 +17,8 @@ number of the turn it answers / precedes. Limits (``EpisodeLimits``): ``max_turn
 ``max_tokens`` generated tokens (the policy's token ids when given, else an estimate of ceil(utf-8 bytes / 4)),
 ``wall_s`` seconds since ``reset()`` (checked between turns; a policy call is not interrupted), and a
 ``context`` limit when the policy reports ``finish_reason == "context"``. Hitting a limit ends the episode and is
-recorded in ``Trajectory.limit_hit``.
+recorded in ``Trajectory.limit_hit``. Each assistant message records the policy's ``finish_reason`` and
+``policy_version`` (``PolicyOutput``; None when the caller of ``step`` did not give them).
 
 A turn without any tool call is answered by a fixed nudge (a ``user`` message, ``NUDGE_TEXT``); it is not a
 protocol violation. Protocol violations = malformed calls + calls written after ``finish`` in the same turn
@@ -36,7 +37,7 @@ from typing import Any
 
 from harness.interfaces import EpisodeLimits, FeedbackProvider, Hint, Policy, PolicyOutput
 from harness.sandbox import Sandbox
-from harness.schema import LimitHit, LimitKind, Message, TaskInstance, ToolCall, Trajectory
+from harness.schema import LimitHit, LimitKind, Message, TaskInstance, ToolCall, Trajectory, TurnFinishReason
 from harness.tools import ToolExecutor, parse_tool_calls, tool_schemas
 
 log = logging.getLogger(__name__)
@@ -177,9 +178,13 @@ class AgentEnv:
         token_ids: list[int] | None = None,
         logprobs: list[float] | None = None,
         duration_s: float | None = None,
-        finish_reason: str = "stop",
+        finish_reason: TurnFinishReason | None = None,
+        policy_version: int | None = None,
     ) -> StepResult:
-        """Record assistant turn ``text``, run its tool calls in order, return the observations."""
+        """Record assistant turn ``text``, run its tool calls in order, return the observations.
+
+        ``finish_reason`` and ``policy_version`` (what the policy reported; None when unknown, treated as a
+        ``stop``) are recorded on the assistant message; ``context`` ends the episode with a ``context`` limit."""
         self._require_running()
         if logprobs is not None and token_ids is not None and len(logprobs) != len(token_ids):
             raise ValueError(f"step: {len(token_ids)} token ids but {len(logprobs)} logprobs; pass equal lengths")
@@ -193,6 +198,8 @@ class AgentEnv:
             token_ids=token_ids,
             logprobs=logprobs,
             duration_s=duration_s,
+            finish_reason=finish_reason,
+            policy_version=policy_version,
         )
         self.messages.append(assistant)
         self._policy_s += duration_s or 0.0
@@ -244,7 +251,7 @@ class AgentEnv:
                 self.final_message = res.finish_message
         return out, violations
 
-    def _check_limits(self, finish_reason: str) -> None:
+    def _check_limits(self, finish_reason: TurnFinishReason | None) -> None:
         lim = self.limits
         if finish_reason == "context":
             self._hit("context", float(lim.max_tokens))
@@ -335,7 +342,9 @@ def run_episode(
                 env.add_hint(hint)
         out, dt = _act(policy, env, tools, rng)
         if fb is not None and hasattr(fb, "review_draft") and out.finish_reason != "context":
-            draft = env.preview(out.text).model_copy(update={"token_ids": out.token_ids, "logprobs": out.logprobs})
+            draft = env.preview(out.text).model_copy(update={"token_ids": out.token_ids, "logprobs": out.logprobs,
+                                                             "finish_reason": out.finish_reason,
+                                                             "policy_version": out.policy_version})
             hint = fb.review_draft(instance, list(env.messages), draft, env.turn, fb_rng)
             if hint is not None:
                 env.discard_draft(draft, n_tokens=_n_tokens(out))
@@ -348,5 +357,6 @@ def run_episode(
             logprobs=out.logprobs,
             duration_s=dt,
             finish_reason=out.finish_reason,
+            policy_version=out.policy_version,
         )
     return env.trajectory(policy=policy.name, seed=seed)

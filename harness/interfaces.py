@@ -12,18 +12,23 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from harness.schema import Message, TaskInstance
+from harness.schema import Message, TaskInstance, TurnFinishReason
 
 
 @dataclass(frozen=True)
 class PolicyOutput:
     """One assistant turn. ``token_ids``/``logprobs`` are the sampled completion tokens and their behaviour
-    log-probabilities under the sampling policy, when the policy can give them (HF models, vLLM)."""
+    log-probabilities under the sampling policy, when the policy can give them (HF models, vLLM).
+    ``finish_reason``: ``stop`` (a stop token or a complete answer), ``length`` (``max_new_tokens``) or ``context``
+    (the context window is full; the episode ends with a ``context`` limit). ``policy_version``: the version stamp
+    of the weights that sampled the turn, from the engine (``RolloutEngine.current_version``); None when the policy
+    has no versions (scripted, API models). The agent loop records both on the assistant ``Message``."""
 
     text: str
     token_ids: list[int] | None = None
     logprobs: list[float] | None = None
-    finish_reason: str = "stop"
+    finish_reason: TurnFinishReason = "stop"
+    policy_version: int | None = None
     info: dict[str, Any] = field(default_factory=dict)
 
 

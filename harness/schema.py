@@ -76,6 +76,8 @@ class TaskSet(_Frozen):
 # --------------------------------------------------------------------------------------------------------------
 
 Role = Literal["system", "user", "assistant", "tool"]
+# why an assistant turn ended: a stop token, max_new_tokens, or the context window (nothing could be written)
+TurnFinishReason = Literal["stop", "length", "context"]
 
 
 class ToolCall(_Frozen):
@@ -98,6 +100,10 @@ class Message(_Frozen):
     token_ids: list[int] | None = None
     logprobs: list[float] | None = None
     duration_s: float | None = None
+    # assistant turns written by a policy: why the turn ended and the policy version of the weights that sampled it
+    # (None: not reported, e.g. trajectories recorded before these fields existed or a policy without versions)
+    finish_reason: TurnFinishReason | None = None
+    policy_version: int | None = None
 
 
 LimitKind = Literal["turns", "tokens", "wall_time", "context"]

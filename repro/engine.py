@@ -1,5 +1,10 @@
-"""The one rollout-engine protocol: prompt token ids in; sampled ids, behaviour log-probs, finish reason and the
-policy version of the weights out. Nothing is ever re-tokenised.
+"""The one rollout-engine protocol, re-exported for ``repro``, and :class:`HFEngine`, its generic implementation.
+
+The protocol (``TokenRequest``, ``TokenResult``, ``FinishReason``, ``RolloutEngine``) is defined in
+``harness.policies.engine_protocol`` (the harness's evaluation policies implement it too, and the harness may not
+import ``repro``); it is imported and re-exported here, so ``from repro.engine import TokenRequest`` keeps working.
+Prompt token ids in; sampled ids, behaviour log-probs, finish reason and the policy version of the weights out.
+Nothing is ever re-tokenised.
 
 ``RolloutEngine.generate(requests, generator=...)`` takes :class:`TokenRequest` records and returns one
 :class:`TokenResult` per request. Every sampler of the project implements it, and every caller uses it:
@@ -8,9 +13,11 @@ policy version of the weights out. Nothing is ever re-tokenised.
   evaluation; ``repro.batching.BatchingEngine`` wraps it for concurrent episode threads);
 - :class:`HFEngine` (this file) — any transformers causal LM through its own forward and KV cache (training
   rollouts of non-Qwen3 models);
+- ``harness.policies.hf_engine.HFChatEngine`` — the one-conversation engine behind ``HFPolicy`` (``hf:<dir>``);
 - callers: ``repro.rollout.run_groups`` (training and self-distillation rollouts; it stores each turn's
-  ``finish_reason`` and ``version`` in the ``RolloutSample``) and ``repro.sampler.SamplerPolicy`` (the evaluation
-  policy; ``PolicyOutput.finish_reason`` and ``info["version"]``).
+  ``finish_reason`` and ``version`` in the ``RolloutSample``), ``repro.sampler.SamplerPolicy`` and
+  ``harness.policies.hf.HFPolicy`` (the evaluation policies; ``PolicyOutput.finish_reason`` and
+  ``PolicyOutput.policy_version``, which the agent loop records on each assistant ``Message``).
 
 The version stamp is whatever the owner set with ``set_version`` (the trainer sets the optimizer step whose weights
 the engine reads); an engine never changes it by itself. Log-probs are those of the distribution actually sampled
@@ -21,43 +28,13 @@ a client would implement this protocol), top-k in training rollouts.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
 
 import torch
 
+from harness.policies.engine_protocol import FinishReason, RolloutEngine, TokenRequest, TokenResult
 from harness.policies.sampling import draw, sampling_logprobs
 
-FinishReason = Literal["stop", "length"]
-
-
-@dataclass(frozen=True)
-class TokenRequest:
-    prompt_ids: list[int]
-    max_new_tokens: int
-    stop_ids: tuple[int, ...] = ()
-    temperature: float = 1.0
-    top_p: float = 1.0
-
-
-@dataclass(frozen=True)
-class TokenResult:
-    ids: list[int]                  # sampled ids, including the stop token when finish_reason == "stop"
-    logprobs: list[float]           # behaviour log-prob of each sampled id
-    finish_reason: FinishReason
-    version: int                    # policy version of the weights that sampled every token
-    info: dict[str, float] = field(default_factory=dict)
-
-
-@runtime_checkable
-class RolloutEngine(Protocol):
-    """What the RL loop and the evaluation policy need from an inference engine (ours now, vLLM at scale)."""
-
-    def generate(self, requests: Sequence[TokenRequest], *, generator: torch.Generator) -> list[TokenResult]: ...
-
-    def current_version(self) -> int: ...
-
-    def set_version(self, version: int) -> None: ...
+__all__ = ["FinishReason", "HFEngine", "RolloutEngine", "TokenRequest", "TokenResult", "uniform_settings"]
 
 
 def uniform_settings(requests: Sequence[TokenRequest]) -> tuple[float, float]:

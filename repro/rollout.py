@@ -284,7 +284,8 @@ def _advance(lv: _Live, res: TokenResult, turn: int, encoder: Any, tokenizer: An
     lv.truncated.append(not finished)
     lv.messages.append(Message(role="assistant", content=text, turn=turn, token_ids=list(ids),
                                logprobs=[float(x) for x in lps], truncated=not finished,
-                               tool_calls=parse_tool_calls(text)))
+                               tool_calls=parse_tool_calls(text), finish_reason=res.finish_reason,
+                               policy_version=res.version))
     lv.ctx += encoder.assistant_header + body + encoder.newline
     with ledger.phase("environment"):
         out = lv.env.step(text)

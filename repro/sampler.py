@@ -301,4 +301,4 @@ class SamplerPolicy:
         with self._tok_lock:
             text = self.tok.decode(body, skip_special_tokens=False)
         return PolicyOutput(text=text, token_ids=list(res.ids), logprobs=list(res.logprobs),
-                            finish_reason=res.finish_reason, info={"version": res.version})
+                            finish_reason=res.finish_reason, policy_version=res.version)

@@ -10,6 +10,11 @@ triple is reproducible on the same device. ``temperature=0`` is greedy. ``top_k`
 temperature-scaled distribution and renormalise it (``harness.policies.sampling``: the one sampling
 distribution of the project, shared with the training samplers).
 
+Generation goes through the one engine protocol (``harness.policies.engine_protocol.RolloutEngine``):
+``HFPolicy.engine`` is an ``harness.policies.hf_engine.HFChatEngine`` over the model, asked with one
+``TokenRequest`` per turn; its ``TokenResult`` gives the ids, log-probs, finish reason and version stamp
+(``version=`` at construction, ``policy.engine.set_version`` later), returned as ``PolicyOutput.policy_version``.
+
 Returned ``token_ids`` are the sampled completion including the stop token (``<|im_end|>`` / eos) when one was
 sampled; ``logprobs`` are their behaviour log-probabilities under the distribution actually sampled from
 (``logprobs_mode="sampling"``: after temperature, top-k and top-p; at T=1 and no filtering this is the model's
@@ -23,17 +28,19 @@ Not covered: batching several conversations, speculative decoding, multi-GPU sha
 
 from __future__ import annotations
 
-import inspect
 import logging
 import random
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
 from harness.interfaces import PolicyOutput
-from harness.policies.sampling import sampling_logprobs
+from harness.policies.engine_protocol import RolloutEngine, TokenRequest
+from harness.policies.hf_engine import HFChatEngine, LogprobsMode, sample_token
 from harness.schema import Message
+
+__all__ = ["HFPolicy", "sample_token", "to_chat"]
 
 log = logging.getLogger(__name__)
 
@@ -41,26 +48,6 @@ log = logging.getLogger(__name__)
 def to_chat(messages: list[Message]) -> list[dict[str, Any]]:
     """Harness messages as chat-template dicts (role + content; see the module docstring)."""
     return [{"role": m.role, "content": m.content} for m in messages]
-
-
-def sample_token(
-    logits: torch.Tensor,
-    generator: torch.Generator,
-    *,
-    temperature: float,
-    top_p: float = 1.0,
-    top_k: int = 0,
-    logprobs_mode: Literal["sampling", "raw"] = "sampling",
-) -> tuple[int, float]:
-    """Sample one id from 1-D ``logits``; returns (id, log-prob) as described in the module docstring."""
-    logits = logits.float()
-    raw = torch.log_softmax(logits, dim=-1)
-    if temperature == 0:
-        tok = int(torch.argmax(logits))
-        return tok, float(raw[tok])
-    logp = sampling_logprobs(logits, temperature=temperature, top_p=top_p, top_k=top_k)
-    tok = int(torch.multinomial(logp.exp(), 1, generator=generator))
-    return tok, float(logp[tok] if logprobs_mode == "sampling" else raw[tok])
 
 
 class HFPolicy:
@@ -81,8 +68,9 @@ class HFPolicy:
         top_p: float = 1.0,
         top_k: int = 0,
         max_context: int | None = None,
-        logprobs_mode: Literal["sampling", "raw"] = "sampling",
+        logprobs_mode: LogprobsMode = "sampling",
         chat_template_kwargs: dict[str, Any] | None = None,
+        version: int = 0,
     ) -> None:
         if temperature < 0 or not 0 < top_p <= 1 or top_k < 0 or max_new_tokens < 1:
             raise ValueError(
@@ -104,9 +92,8 @@ class HFPolicy:
         cfg_ctx = getattr(model.config, "max_position_embeddings", None)
         self.max_context = int(max_context or cfg_ctx or 32_768)
         self.stop_ids = self._stop_ids()
-        # transformers >= 5.x names the KV cache argument ``cache`` (``past_key_values`` is deprecated there)
-        params = inspect.signature(model.forward).parameters
-        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self.engine: RolloutEngine = HFChatEngine(self.model, top_k=top_k, logprobs_mode=logprobs_mode,
+                                                  version=version)
 
     @classmethod
     def from_pretrained(cls, path: str | Path, *, device: str | None = None, **kwargs: Any) -> HFPolicy:
@@ -150,7 +137,6 @@ class HFPolicy:
             out = out["input_ids"]
         return list(out)
 
-    @torch.no_grad()
     def act(self, messages: list[Message], *, tools: list[dict[str, Any]], rng: random.Random) -> PolicyOutput:
         prompt = self.render(messages, tools)
         gen = torch.Generator(device="cpu").manual_seed(rng.getrandbits(63))
@@ -158,25 +144,12 @@ class HFPolicy:
         if budget <= 0:
             return PolicyOutput(text="", token_ids=[], logprobs=[], finish_reason="context",
                                 info={"prompt_tokens": len(prompt)})
-        device = next(self.model.parameters()).device
-        out = self.model(input_ids=torch.tensor([prompt], device=device), use_cache=True)
-        ids: list[int] = []
-        lps: list[float] = []
-        reason = "context" if budget < self.max_new_tokens else "length"
-        for _ in range(budget):
-            logits = out.logits[0, -1].to("cpu")
-            tok, lp = sample_token(
-                logits, gen, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
-                logprobs_mode=self.logprobs_mode,
-            )
-            ids.append(tok)
-            lps.append(lp)
-            if tok in self.stop_ids:
-                reason = "stop"
-                break
-            cache = getattr(out, self._cache_kw, None)
-            out = self.model(input_ids=torch.tensor([[tok]], device=device), use_cache=True, **{self._cache_kw: cache})
-        body = ids[:-1] if reason == "stop" else ids
+        req = TokenRequest(prompt, budget, stop_ids=tuple(sorted(self.stop_ids)), temperature=self.temperature,
+                           top_p=self.top_p)
+        res = self.engine.generate([req], generator=gen)[0]
+        # the engine stops at the budget ("length"); a budget cut short by max_context is a context limit
+        reason = "context" if res.finish_reason == "length" and budget < self.max_new_tokens else res.finish_reason
+        body = res.ids[:-1] if res.finish_reason == "stop" else res.ids
         text = self.tokenizer.decode(body, skip_special_tokens=False)
-        return PolicyOutput(text=text, token_ids=ids, logprobs=lps, finish_reason=reason,
-                            info={"prompt_tokens": len(prompt)})
+        return PolicyOutput(text=text, token_ids=list(res.ids), logprobs=list(res.logprobs), finish_reason=reason,
+                            policy_version=res.version, info={"prompt_tokens": len(prompt)})

@@ -44,7 +44,7 @@ from typing import Any, Literal
 
 from harness.interfaces import PolicyOutput
 from harness.sandbox import SandboxUnavailable
-from harness.schema import Message
+from harness.schema import Message, TurnFinishReason
 
 log = logging.getLogger(__name__)
 
@@ -250,7 +250,8 @@ class OpenAIPolicy:
         if ids is not None and lps is not None and len(ids) != len(lps):
             log.warning("%s: %d token ids but %d logprobs; dropping both", self.url, len(ids), len(lps))
             ids = lps = None
-        reason = {"tool_calls": "stop", "stop": "stop", "length": "length"}.get(choice.get("finish_reason"), "stop")
+        reasons: dict[str, TurnFinishReason] = {"tool_calls": "stop", "stop": "stop", "length": "length"}
+        reason = reasons.get(choice.get("finish_reason"), "stop")
         return PolicyOutput(
             text=response_text(choice["message"]),
             token_ids=ids,

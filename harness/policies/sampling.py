@@ -1,6 +1,6 @@
 """The one sampling distribution of the project: temperature, then top-k, then top-p, renormalised.
 
-Used by every sampler that draws tokens: the HF policy (``harness.policies.hf.sample_token``), the training
+Used by every sampler that draws tokens: the HF policy (``harness.policies.hf_engine.sample_token``), the training
 rollouts' generic engine (``repro.engine.HFEngine``) and the KV-cached engine (``repro.sampler.KVSampler``).
 It lives here, in a torch-only module of ``harness.policies``, because the harness may not import ``repro`` while
 ``repro`` may import the harness.

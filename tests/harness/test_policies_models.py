@@ -367,3 +367,41 @@ def test_hf_render_with_the_real_qwen3_template(tiny) -> None:
     assert text.count('{"name": "read_file", "arguments": {"path": "calc.py"}}') == 1
     assert "<|im_start|>user\n<tool_response>\ndef add(a, b): ...\n</tool_response><|im_end|>\n" in text
     assert text.endswith("<|im_start|>user\nReminder: use Markdown.<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_hf_policy_generates_through_the_engine_protocol(tiny) -> None:
+    """``HFPolicy`` samples through a ``RolloutEngine`` (``HFChatEngine``): the policy's output is the engine's
+    ``TokenResult`` for the request it built, with the engine's version stamp as ``policy_version``; a budget cut
+    short by ``max_context`` is reported as ``context``."""
+    from harness.policies.engine_protocol import RolloutEngine, TokenRequest
+    from harness.policies.hf_engine import HFChatEngine
+
+    model, tok = tiny
+    pol = HFPolicy(model, tok, max_new_tokens=5, temperature=0.8, version=3)
+    assert isinstance(pol.engine, HFChatEngine) and isinstance(pol.engine, RolloutEngine)
+    out = pol.act(MSGS, tools=[], rng=random.Random(2))
+    assert out.policy_version == 3
+    pol.engine.set_version(9)
+    again = pol.act(MSGS, tools=[], rng=random.Random(2))
+    assert again.policy_version == 9 and again.token_ids == out.token_ids and again.logprobs == out.logprobs
+    req = TokenRequest(pol.render(MSGS, []), 5, stop_ids=tuple(sorted(pol.stop_ids)), temperature=0.8)
+    gen = torch.Generator().manual_seed(random.Random(2).getrandbits(63))
+    res = pol.engine.generate([req], generator=gen)[0]
+    assert (res.ids, res.logprobs, res.version) == (out.token_ids, out.logprobs, 9)
+    assert res.finish_reason == out.finish_reason and (res.finish_reason == "stop") == (res.ids[-1] in pol.stop_ids)
+    n_prompt = len(req.prompt_ids)
+    near = HFPolicy(model, tok, max_context=n_prompt + 2, max_new_tokens=50, temperature=1.0)
+    near.stop_ids = {-1}  # nothing stops: the 2-token budget is spent, which is the context window's limit
+    cut = near.act(MSGS, tools=[], rng=random.Random(0))
+    assert cut.finish_reason == "context" and len(cut.token_ids) == 2 and cut.policy_version == 0
+
+
+def test_hf_episode_records_finish_reason_and_version(tiny, tmp_path: Path) -> None:
+    model, tok = tiny
+    pol = HFPolicy(model, tok, max_new_tokens=4, version=5)
+    inst, repo = make_calc_task(tmp_path)
+    with DirSandbox(repo) as sbx:
+        traj = run_episode(inst, pol, sbx, EpisodeLimits(max_turns=2), seed=0)
+    turns = [m for m in traj.messages if m.role == "assistant"]
+    assert len(turns) == 2 and all(m.policy_version == 5 for m in turns)
+    assert all(m.finish_reason == ("stop" if m.token_ids[-1] in pol.stop_ids else "length") for m in turns)

@@ -318,3 +318,39 @@ def test_agent_deleting_git_is_graded_not_infra(tmp_path: Path) -> None:
     assert "1 passed" in traj, "the zap test must have run"
     assert res[0].failure_class == "none" and res[0].resolved and res[0].attempt == 0
     assert res[0].grade.tests_touched  # it added a test file
+
+
+class _VersionedPolicy:
+    """Fixes the bug, then finishes; reports each turn's finish reason and a policy version stamp."""
+
+    name = "versioned"
+
+    def act(self, messages, *, tools, rng):
+        from harness.interfaces import PolicyOutput
+        from tests.harness_fakes import _call, _n_assistant
+
+        if _n_assistant(messages) == 0:
+            return PolicyOutput(_call("edit_file", path="calc.py", old="return a - b\n\n\ndef sub",
+                                      new="return a + b\n\n\ndef sub"), finish_reason="length", policy_version=7)
+        return PolicyOutput(_call("finish", message="Fixed `add`."), finish_reason="stop", policy_version=8)
+
+
+def test_trajectory_records_each_turns_finish_reason_and_policy_version(tmp_path: Path) -> None:
+    from harness.runner_episode import read_trajectory
+    from harness.schema import Message
+
+    ts, repos = _task_set(tmp_path, 1)
+    out = tmp_path / "run"
+    run_eval(ts, {"v": _VersionedPolicy(), "null": NullFinishPolicy()}, [0], out,
+             sandbox_factory=FakeFactory(repos), limits=EpisodeLimits(max_turns=4))
+    path = out / "episodes/calc-0/v/s0/a0/trajectory.jsonl"
+    raw = [json.loads(line) for line in path.read_text().splitlines()]
+    raw = [m for m in raw if m["type"] == "message"]
+    assert [(m["finish_reason"], m["policy_version"]) for m in raw if m["role"] == "assistant"] == [
+        ("length", 7), ("stop", 8)]
+    assert all(m["finish_reason"] is None and m["policy_version"] is None for m in raw if m["role"] != "assistant")
+    null = read_trajectory(out / "episodes/calc-0/null/s0/a0/trajectory.jsonl")
+    assert [(m.finish_reason, m.policy_version) for m in null.messages if m.role == "assistant"] == [("stop", None)]
+    # trajectories recorded before these fields existed still load
+    old = Message.model_validate({"role": "assistant", "content": "hi", "turn": 0})
+    assert old.finish_reason is None and old.policy_version is None

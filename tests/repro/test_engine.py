@@ -72,7 +72,7 @@ def test_version_stamps_reach_the_training_metrics() -> None:
 @pytest.mark.parametrize("kind", ["kv", "hf"])
 def test_evaluation_policy_reports_the_engines_finish_reason_and_version(kind: str, model: torch.nn.Module) -> None:
     """``SamplerPolicy`` (the evaluation policy) over either engine: token ids and log-probs as sampled, the
-    engine's finish reason, and its version stamp in ``info``."""
+    engine's finish reason, and its version stamp as the typed ``PolicyOutput.policy_version``."""
     import random
 
     from harness.schema import Message
@@ -82,6 +82,21 @@ def test_evaluation_policy_reports_the_engines_finish_reason_and_version(kind: s
     eng.set_version(11)
     pol = SamplerPolicy(eng, F.tokenizer(), max_new_tokens=4)
     out = pol.act([Message(role="user", content="fix the bug")], tools=[], rng=random.Random(0))
-    assert out.finish_reason in ("stop", "length") and out.info == {"version": 11}
+    assert out.finish_reason in ("stop", "length") and out.policy_version == 11
     assert len(out.token_ids) == len(out.logprobs) >= 1
     assert (out.finish_reason == "length") == (len(out.token_ids) == 4 and out.token_ids[-1] != pol.enc.im_end)
+
+
+def test_the_protocol_lives_in_the_harness_and_is_torch_free() -> None:
+    """One protocol: ``repro.engine`` re-exports the harness's records and Protocol (the same objects), and the
+    harness module that defines them imports no torch."""
+    import subprocess
+    import sys
+
+    import harness.policies.engine_protocol as hp
+    import repro.engine as re_
+
+    assert (re_.TokenRequest, re_.TokenResult, re_.RolloutEngine, re_.FinishReason) == (
+        hp.TokenRequest, hp.TokenResult, hp.RolloutEngine, hp.FinishReason)
+    code = "import sys, harness.policies.engine_protocol; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -47,6 +47,7 @@ def test_truncated_turn_end_token_is_not_generated() -> None:
     _, samples = _group(RolloutSettings(group_size=2, max_turns=1, max_new_tokens=3, max_context_tokens=4096))
     x = samples[0]
     assert x.truncated_turns == [True] and x.finish_reasons == ["length"]
+    assert [(m.finish_reason, m.policy_version) for m in x.messages if m.role == "assistant"] == [("length", 3)]
     end = max(t for t, k in enumerate(x.turn) if k == 0)  # the newline after <|im_end|>
     assert x.act[end - 1] == 0 and sum(x.act) == 3
 
