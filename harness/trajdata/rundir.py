@@ -1,7 +1,8 @@
 """Import a tgsuite run directory (``tgsuite eval`` / ``harness.runner.run_eval``): one record per episode.
 
-For every ``episodes/<instance>/<arm>/s<seed>/`` the latest attempt with a ``result.json`` is read (the attempt
-``results.jsonl`` lists; the run directory is not modified), with its ``trajectory.jsonl``. Outcome: ``resolved``
+For every ``episodes/<instance>/<arm>/s<seed>/`` the attempt that counts is read (``harness.rundir``'s rule, the
+one ``results.jsonl``, analyze and the report use: the highest finished attempt; the run directory is not
+modified), with its ``trajectory.jsonl``. Outcome: ``resolved``
 of a scored episode (``None`` for infra / invalid-instance episodes, whose ``infra_error`` is set instead),
 ``code_runs`` from the stored grade (``harness.signals.grade_code_runs``), ``status``, and ``truncated`` for the
 ``limit_*`` statuses. User feedback is in the trajectory itself (``discarded_drafts``: drafts the feedback provider
@@ -11,26 +12,17 @@ has no trajectory to import; it is counted as a skip, never dropped silently.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from harness.runner_episode import RESULT_FILE, read_result, read_trajectory
+from harness.rundir import RESULT_FILE, counting_attempt, episode_dirs
+from harness.runner_episode import read_trajectory
 from harness.schema import EpisodeResult
 from harness.signals import grade_code_runs
 from harness.trajdata.common import NoTrajectory, RecordError, record_id, sha256_file
 from harness.trajdata.schema import Provenance, RecordOutcome, TrajectoryRecord
 
-_ATTEMPT = re.compile(r"^a(\d+)$")
 NO_TRAJECTORY = "no trajectory.jsonl (the attempt failed before the agent ran)"
-
-
-def _latest(sdir: Path) -> Path | None:
-    attempts = sorted((int(m.group(1)), d) for d in sdir.iterdir() if (m := _ATTEMPT.match(d.name)) and d.is_dir())
-    for _, d in reversed(attempts):
-        if (d / RESULT_FILE).is_file():
-            return d
-    return None
 
 
 def _outcome(res: EpisodeResult) -> RecordOutcome:
@@ -48,15 +40,15 @@ def iter_run_dir(run_dir: str | Path) -> Iterator[TrajectoryRecord | RecordError
     if not (root / "episodes").is_dir():
         raise RecordError(root, "directory", "episodes/", "not a tgsuite run directory",
                           "pass the --out directory of `tgsuite eval` (it holds manifest.json and episodes/)")
-    for sdir in sorted((root / "episodes").glob("*/*/s*")):
-        d = _latest(sdir)
-        if d is None:
-            continue  # no finished attempt: the run is incomplete there (resume it); nothing to import yet
-        loc = d.relative_to(root).as_posix()
+    for _, _, _, sdir in episode_dirs(root):
+        loc = sdir.relative_to(root).as_posix()
         try:
-            res = read_result(d)
-            if res is None:
-                continue
+            got = counting_attempt(sdir)
+            if got is None:
+                continue  # no finished attempt: the run is incomplete there (resume it); nothing to import yet
+            attempt, res = got
+            d = sdir / f"a{attempt}"
+            loc = d.relative_to(root).as_posix()
             if not (d / "trajectory.jsonl").is_file():
                 yield NoTrajectory(root, loc, "trajectory.jsonl", NO_TRAJECTORY, "nothing to fix: it is counted")
                 continue
