@@ -10,7 +10,6 @@ metrics, margins and alphas cannot be chosen after seeing online data.
 from __future__ import annotations
 
 import hashlib
-import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from protocols.freeze import git_state, protocol_hash, utc_now
-from protocols.load import ProtocolError, format_validation_error
+from protocols.load import ProtocolError, format_validation_error, read_toml
 from protocols.schema import CanaryPlan, FrozenCanaryPlan
 
 
@@ -35,14 +34,8 @@ def canary_plan_from_dict(data: dict[str, Any], *, source: str = "<dict>") -> Ca
 
 def load_canary_plan(path: str | Path) -> CanaryPlan:
     """Read a canary plan TOML; raise :class:`ProtocolError` naming the file and field on any problem."""
-    p = Path(path)
-    if not p.is_file():
-        raise ProtocolError(f"{p}: canary plan not found; start from protocols/plans/canary/gray_release.toml")
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise ProtocolError(f"{p}: not valid TOML ({exc}); fix the syntax at that line") from None
-    return canary_plan_from_dict(data, source=str(p))
+    data = read_toml(path, what="canary plan", example="protocols/plans/canary/gray_release.toml")
+    return canary_plan_from_dict(data, source=str(Path(path)))
 
 
 def canary_plan_hash(plan: CanaryPlan) -> str:

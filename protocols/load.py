@@ -43,16 +43,22 @@ def protocol_from_dict(data: dict[str, Any], *, source: str = "<dict>") -> Proto
         raise ProtocolError(format_validation_error(exc, source)) from None
 
 
-def load_plan(path: str | Path) -> Protocol:
-    """Read a plan TOML file; raise :class:`ProtocolError` naming the file and field on any problem."""
+def read_toml(path: str | Path, *, what: str, example: str) -> dict[str, Any]:
+    """The TOML table in ``path``; a :class:`ProtocolError` naming the file (missing: ``what`` not found, start
+    from ``example``; broken: the syntax error's line)."""
     p = Path(path)
     if not p.is_file():
-        raise ProtocolError(f"{p}: plan file not found; pass a TOML file such as protocols/plans/paper_claims.toml")
+        raise ProtocolError(f"{p}: {what} not found; pass a TOML file such as {example}")
     try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
+        return tomllib.loads(p.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ProtocolError(f"{p}: not valid TOML ({exc}); fix the syntax at that line") from None
-    return protocol_from_dict(data, source=str(p))
+
+
+def load_plan(path: str | Path) -> Protocol:
+    """Read a plan TOML file; raise :class:`ProtocolError` naming the file and field on any problem."""
+    data = read_toml(path, what="plan file", example="protocols/plans/paper_claims.toml")
+    return protocol_from_dict(data, source=str(Path(path)))
 
 
 def bundled_plans() -> dict[str, Path]:
