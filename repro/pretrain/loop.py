@@ -144,13 +144,12 @@ def setup(cfg: PretrainConfig, out_dir: str | Path) -> Setup:
 
 
 def _kind_losses(lp: torch.Tensor, where: torch.Tensor, cu: tuple[int, ...], kinds: list[str]) -> dict[str, float]:
-    doc_of = torch.bucketize(where, torch.tensor(cu[1:]), right=True)
-    out: dict[str, list[float]] = {}
-    for k in sorted(set(kinds)):
-        sel = torch.tensor([kinds[int(d)] == k for d in doc_of], dtype=torch.bool)
-        if sel.any():
-            out[k] = [float(-lp.detach()[sel].mean())]
-    return {f"loss/{k}": v[0] for k, v in out.items()}
+    """Mean target NLL per document kind (``loss/<kind>``), from each target's document."""
+    names = sorted(set(kinds))
+    doc_kind = torch.tensor([names.index(k) for k in kinds])
+    of_target = doc_kind[torch.bucketize(where, torch.tensor(cu[1:]), right=True)]
+    nll = -lp.detach()
+    return {f"loss/{k}": float(nll[of_target == i].mean()) for i, k in enumerate(names) if (of_target == i).any()}
 
 
 def train_step(s: Setup) -> dict[str, float]:

@@ -15,6 +15,17 @@ from repro.checkpoint import latest_checkpoint
 PARTS = ("config.json", "tokenizer")
 
 
+def _copy_state(src: Path, ckpt: Path, dst: Path) -> Path:
+    """Copy the resume state's parts and the checkpoint ``ckpt`` from ``src`` into ``dst``; returns the copy."""
+    for part in PARTS:
+        target = dst / part
+        if target.exists():
+            shutil.rmtree(target) if target.is_dir() else target.unlink()
+        (shutil.copytree if (src / part).is_dir() else shutil.copy2)(src / part, target)
+    shutil.copytree(ckpt, dst / "checkpoints" / ckpt.name)
+    return dst / "checkpoints" / ckpt.name
+
+
 class ResumeError(ValueError):
     """A folder that is not a resume state, or a run directory that already has its own checkpoints."""
 
@@ -27,11 +38,8 @@ def export_resume(run_dir: str | Path, dest: str | Path) -> Path:
         raise ResumeError(f"{run}: no checkpoints/step_<n>/ to export; run `tgsuite train pretrain` first.")
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    (tmp / "checkpoints").mkdir(parents=True)
-    for part in PARTS:
-        src = run / part
-        (shutil.copytree if src.is_dir() else shutil.copy2)(src, tmp / part)
-    shutil.copytree(ckpt, tmp / "checkpoints" / ckpt.name)
+    tmp.mkdir(parents=True)
+    _copy_state(run, ckpt, tmp)
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return out / "checkpoints" / ckpt.name
@@ -48,10 +56,4 @@ def seed_from(state: str | Path, run_dir: str | Path) -> Path:
     if latest_checkpoint(run) is not None:
         raise ResumeError(f"{run} already has checkpoints; resume it as it is (drop --resume-from) or use a new --out.")
     run.mkdir(parents=True, exist_ok=True)
-    for part in PARTS:
-        target = run / part
-        if target.exists():
-            shutil.rmtree(target) if target.is_dir() else target.unlink()
-        (shutil.copytree if (src / part).is_dir() else shutil.copy2)(src / part, target)
-    shutil.copytree(ckpt, run / "checkpoints" / ckpt.name)
-    return run / "checkpoints" / ckpt.name
+    return _copy_state(src, ckpt, run)
