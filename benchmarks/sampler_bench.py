@@ -1,4 +1,4 @@
-"""Benchmark (a): rollout tokens/s of ``repro.sampler.KVSampler`` against ``model.generate`` on the same batch.
+"""Benchmark (a): rollout tokens/s of ``repro.sampler.KVSampler`` (fp32 and bf16) against ``model.generate``.
 
 The batch is shaped like a GRPO rollout step: ``--groups`` prompts, each repeated ``--rollouts`` times (a group
 shares its prompt), prompt lengths spread over ``--prompt-len`` ± 40 %, ``--new`` sampled tokens per row at
@@ -65,9 +65,14 @@ def main() -> None:
     stop = (a.stop,) if a.stop is not None else ()
     reqs = [TokenRequest(p, a.new, stop_ids=stop) for p in prompts]
     sampler = KVSampler(model, max_batch=len(reqs))
+    sampler_bf16 = KVSampler(model, max_batch=len(reqs), dtype=torch.bfloat16)
 
     def ours() -> int:
         res = sampler.generate(reqs, generator=torch.Generator().manual_seed(1))
+        return sum(len(r.ids) for r in res)
+
+    def ours_bf16() -> int:
+        res = sampler_bf16.generate(reqs, generator=torch.Generator().manual_seed(1))
         return sum(len(r.ids) for r in res)
 
     def hf() -> int:
@@ -79,11 +84,11 @@ def main() -> None:
             return new.numel()
         return sum(int((row == a.stop).nonzero()[0]) + 1 if (row == a.stop).any() else len(row) for row in new)
 
-    times: dict[str, list[float]] = {"ours": [], "hf": []}
+    times: dict[str, list[float]] = {"ours": [], "ours_bf16": [], "hf": []}
     toks: dict[str, int] = {}
     with torch.no_grad():
         for _ in range(a.repeats):
-            for name, fn in (("ours", ours), ("hf", hf)):
+            for name, fn in (("ours", ours), ("ours_bf16", ours_bf16), ("hf", hf)):
                 t0 = time.perf_counter()
                 toks[name] = fn()
                 times[name].append(time.perf_counter() - t0)
@@ -91,9 +96,10 @@ def main() -> None:
     print(f"batch: {a.groups} groups x {a.rollouts} rollouts, prompts {lens}, {a.new} new tokens, "
           f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params, threads={a.threads}")
     for k in times:
-        print(f"{k:5s}: {toks[k]} tokens, median {statistics.median(times[k]):.2f}s over {a.repeats} -> "
+        print(f"{k:9s}: {toks[k]} tokens, median {statistics.median(times[k]):.2f}s over {a.repeats} -> "
               f"{tps[k]:.1f} tok/s  (runs: {', '.join(f'{x:.2f}' for x in times[k])})")
-    print(f"ratio ours/hf tokens/s: {tps['ours'] / tps['hf']:.2f}x; peak RSS "
+    print(f"ratio ours/hf tokens/s: {tps['ours'] / tps['hf']:.2f}x; bf16 decode / fp32 decode (ours): "
+          f"{tps['ours_bf16'] / tps['ours']:.2f}x; peak RSS "
           f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
     print(json.dumps({"config": vars(a), "tokens_per_s": tps, "times": times}))
 

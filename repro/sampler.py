@@ -39,7 +39,9 @@ log = logging.getLogger(__name__)
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-    return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+    """RMSNorm computed in fp32 whatever the dtype of ``x`` (as HF's Qwen3RMSNorm does), returned in that dtype."""
+    xf = x.float()
+    return (w.float() * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps))).to(x.dtype)
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -64,14 +66,19 @@ class KVSampler:
     """KV-cached batched sampler over a ``Qwen3ForCausalLM``'s live weights (see module docstring)."""
 
     def __init__(self, model: Qwen3ForCausalLM, *, version: int = 0, max_batch: int = 64,
-                 prefix_cache: int = 0) -> None:
+                 prefix_cache: int = 0, dtype: torch.dtype | None = None) -> None:
         """``prefix_cache``: how many finished sequences to keep K/V for, so that a later prompt extending one of
-        them prefills only its new tokens (``repro.prefix_cache``); 0 switches reuse off."""
+        them prefills only its new tokens (``repro.prefix_cache``); 0 switches reuse off. ``dtype``: what the
+        weights, activations and KV cache are computed in (``torch.bfloat16``: bf16 matmuls, on AMX CPUs oneDNN's
+        AMX kernels; norms, softmax and the sampling distribution stay fp32); None = the model's own dtype. The
+        weights are cast from the live parameters on every call, so training updates stay visible."""
+        if dtype not in (None, torch.float32, torch.bfloat16):
+            raise ValueError(f"KVSampler dtype={dtype}: choose torch.float32, torch.bfloat16 or None (the model's).")
         cfg = model.config
         if getattr(cfg, "model_type", "") != "qwen3":
             raise ValueError(f"KVSampler supports dense Qwen3 models; got model_type={cfg.model_type!r}. Use "
                              "model.generate for other architectures.")
-        self.model, self.cfg, self.version, self.max_batch = model, cfg, version, max_batch
+        self.model, self.cfg, self.version, self.max_batch, self.dtype = model, cfg, version, max_batch, dtype
         self.n_heads, self.n_kv, self.hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         self.eps = cfg.rms_norm_eps
         self.max_len = cfg.max_position_embeddings
@@ -92,7 +99,13 @@ class KVSampler:
                 lyr.input_layernorm.weight, torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]),
                 a.q_norm.weight, a.k_norm.weight, a.o_proj.weight, lyr.post_attention_layernorm.weight,
                 torch.cat([p.gate_proj.weight, p.up_proj.weight]), p.down_proj.weight))
-        return layers, m.embed_tokens.weight, m.norm.weight, self.model.get_output_embeddings().weight
+        embed, head = m.embed_tokens.weight, self.model.get_output_embeddings().weight
+        if self.dtype is not None and self.dtype != embed.dtype:
+            c = self.dtype
+            layers = [_Layer(*(t.to(c) for t in vars(lyr).values())) for lyr in layers]
+            tied, embed = head is embed, embed.to(c)
+            head = embed if tied else head.to(c)
+        return layers, embed, m.norm.weight, head
 
     def _rope_table(self, n: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         rot = self.model.model.rotary_emb

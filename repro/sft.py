@@ -56,7 +56,8 @@ class SFTConfig(BaseModel):
     heldout_tasks: str | None = Field(None, description="held-out task-set directory; None skips the evaluation")
     preset: Literal["nano", "mini"] = "mini"
     init: str | None = Field(None, description="continue from this model directory (HF layout + tokenizer) instead "
-                             "of training a tokenizer and building a fresh model")
+                             "of training a tokenizer and building a fresh model; `base:<name>` is the base shipped "
+                             "in assets/base/<name>/ (its files are checked against its manifest's sha256 first)")
     vocab_size: int = 4096
     episodes: int = 120
     hint_share: float = Field(0.3, ge=0.0, le=1.0)
@@ -316,9 +317,16 @@ def _model_and_tokenizer(cfg: SFTConfig, trajs: list, tools: list) -> tuple:
     if cfg.init is not None:
         from transformers import Qwen3ForCausalLM
 
+        from repro.pretrain.ship import is_base, load_base, resolve_init
         from repro.tokenizer import load_tokenizer
 
-        return Qwen3ForCausalLM.from_pretrained(cfg.init), load_tokenizer(cfg.init)
+        path = resolve_init(cfg.init)
+        if is_base(path):  # a shipped base: every file checked against its manifest's sha256 first
+            model, tok, manifest = load_base(path)
+            log.info("SFT from base %s: pretrained %.2fM tokens, step %d", path, manifest.tokens_seen / 1e6,
+                     manifest.step)
+            return model, tok
+        return Qwen3ForCausalLM.from_pretrained(path), load_tokenizer(path)
     probe = train_tokenizer([json.dumps(tools)], vocab_size=300, min_frequency=1)  # template text for the corpus
     corpus = [probe.apply_chat_template([m.model_dump() for m in tr.messages], tools=tools, tokenize=False)
               for tr in trajs]

@@ -22,6 +22,9 @@ from repro.checkpoint import file_sha256, latest_checkpoint, load_trainer_state
 from repro.pretrain.schema import BaseManifest, PretrainConfig, ProbeScores
 
 MANIFEST = "manifest.json"
+# the bases shipped in the repository, by name: ``base:<name>`` in a model-init field means this folder
+BASES_DIR = Path(__file__).resolve().parents[2] / "assets" / "base"
+BASE_PREFIX = "base:"
 
 
 class BaseIntegrityError(ValueError):
@@ -78,6 +81,36 @@ def verify_base(path: str | Path) -> BaseManifest:
         raise BaseIntegrityError(f"{base}: weight files {extra} are not in {mpath}. Fix: remove them or export the "
                                  "base again.")
     return manifest
+
+
+def resolve_init(spec: str | Path) -> Path:
+    """The folder a model-init field names: ``base:<name>`` is the shipped base ``assets/base/<name>/`` of this
+    checkout (a clear error when it is absent), anything else a path as given."""
+    text = str(spec)
+    if not text.startswith(BASE_PREFIX):
+        return Path(text)
+    name = text[len(BASE_PREFIX):]
+    path = BASES_DIR / name
+    if not (path / MANIFEST).is_file():
+        shipped = sorted(p.parent.name for p in BASES_DIR.glob(f"*/{MANIFEST}")) if BASES_DIR.is_dir() else []
+        raise BaseIntegrityError(
+            f"{spec}: no shipped base {path} ({MANIFEST} missing; shipped: {shipped or 'none'}). Fix: restore it "
+            f"(`git checkout -- assets/base/{name}`) or rebuild it: `tgsuite train pretrain --preset {name} --out "
+            f"runs/pretrain`, then `tgsuite train pretrain --out runs/pretrain --export-base assets/base/{name}`.")
+    return path
+
+
+def is_base(path: str | Path) -> bool:
+    """Whether ``path`` holds a shipped base (a manifest to verify) rather than a plain model folder."""
+    return (Path(path) / MANIFEST).is_file()
+
+
+def init_fingerprint(spec: str | Path | None) -> dict[str, str]:
+    """``{"base_manifest": sha256}`` when ``spec`` names a shipped base (a new base re-runs what was trained from
+    the old one), else ``{}``: a stage's cache key gains it."""
+    if spec is None or not is_base(resolve_init(spec)):
+        return {}
+    return {"base_manifest": file_sha256(resolve_init(spec) / MANIFEST)}
 
 
 def load_base(path: str | Path) -> tuple[Any, Any, BaseManifest]:

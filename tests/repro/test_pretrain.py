@@ -202,3 +202,31 @@ def load_tokenizer_of(run: Path):
     from repro.tokenizer import load_tokenizer
 
     return load_tokenizer(run / "tokenizer")
+
+
+def test_sft_starts_from_a_verified_base_and_names_a_missing_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                 ) -> None:
+    """`init = "base:<name>"` resolves to assets/base/<name>/; SFT loads it only after the sha256 check, and the
+    reproduce stage's cache key carries the manifest's hash (a new base re-runs SFT)."""
+    from repro.pretrain import ship
+    from repro.sft import SFTConfig, _model_and_tokenizer
+    from tgsuite.cli import main
+
+    run, bases = tmp_path / "run", tmp_path / "bases"
+    cfg = preset("nano").model_copy(update={"stages": preset("nano").stages[:1]})
+    run_pretrain(cfg, run)
+    assert main(["train", "pretrain", "--preset", "nano", "--out", str(run), "--export-base",
+                 str(bases / "nano")]) == 0
+    monkeypatch.setattr(ship, "BASES_DIR", bases)
+    assert ship.resolve_init("base:nano") == bases / "nano" and ship.resolve_init("x/y") == Path("x/y")
+    with pytest.raises(ship.BaseIntegrityError, match=r"base:mini.*shipped: \['nano'\].*--export-base"):
+        ship.resolve_init("base:mini")
+    fp = ship.init_fingerprint("base:nano")
+    assert set(fp) == {"base_manifest"} and ship.init_fingerprint(None) == {} == ship.init_fingerprint(str(run))
+    sft = SFTConfig(train_tasks="unused", init="base:nano")
+    model, tok = _model_and_tokenizer(sft, [], [])
+    assert all(p.dtype == torch.float32 for p in model.parameters()) and len(tok) == len(load_tokenizer_of(run))
+    with (bases / "nano" / "model.safetensors").open("ab") as f:
+        f.write(b"\0")
+    with pytest.raises(ship.BaseIntegrityError, match=r"model\.safetensors: sha256 differs"):
+        _model_and_tokenizer(sft, [], [])

@@ -105,3 +105,15 @@ def test_invalid_requests_raise() -> None:
         s.generate([TokenRequest([], 3)], generator=torch.Generator())
     with pytest.raises(ValueError, match="top_p"):
         s.generate([TokenRequest([3], 3, top_p=0.0)], generator=torch.Generator())
+
+
+def test_bf16_decode_stays_close_to_fp32_and_leaves_the_weights_alone() -> None:
+    prompts = _prompts([9, 23, 4], seed=4)
+    reqs = [TokenRequest(p, 16, temperature=1.0) for p in prompts]
+    res = KVSampler(model(), dtype=torch.bfloat16).generate(reqs, generator=torch.Generator().manual_seed(0))
+    assert all(p.dtype == torch.float32 for p in model().parameters())
+    diffs = torch.cat([torch.tensor(r.logprobs) - _recompute_logprobs(q.prompt_ids, r.ids)
+                       for q, r in zip(reqs, res, strict=True)]).abs()
+    assert 0 < float(diffs.max()) < 0.1, float(diffs.max())   # bf16 rounding, not fp32 (0) and not a wrong forward
+    with pytest.raises(ValueError, match="dtype"):
+        KVSampler(model(), dtype=torch.float16)

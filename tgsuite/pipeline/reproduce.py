@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from repro.pretrain.ship import init_fingerprint
 from tgsuite.pipeline.presets import Preset
 from tgsuite.pipeline.stages import StageRunner, atomic_write_json, canonical_hash
 from tgsuite.pipeline.steps import (
@@ -70,7 +71,8 @@ def prepare(runner: StageRunner, paths: dict[str, Path], preset: Preset) -> Prep
     runner.run("validate", {"tasks": held_ts["sha256"], "runs": preset.validate_runs, "image": img.get("digest"),
                             "sandbox": preset.eval.sandbox},
                lambda: stage_validate(paths["heldout_tasks"], preset, held_ts["sha256"]))
-    sft = runner.run("sft", {"tasks": train_ts["sha256"], "sft": p["sft"], "seed": preset.task_seed},
+    sft = runner.run("sft", {"tasks": train_ts["sha256"], "sft": p["sft"], "seed": preset.task_seed,
+                             **init_fingerprint(preset.sft.get("init"))},
                      lambda: stage_sft(paths, preset))
     plan_sha = canonical_hash((PLANS_DIR / preset.plan).read_text())
     frozen = runner.run("protocol", {"plan": plan_sha, "tasks": held_ts["sha256"]},
