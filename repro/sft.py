@@ -104,6 +104,10 @@ class SFTConfig(BaseModel):
         return self
 
 
+# episode statuses reached through the agent's own `finish` call (the others: a limit, or a protocol violation)
+FINISHED = frozenset({"ok", "empty_patch", "patch_apply_failed", "tests_failed"})
+
+
 class EvalSummary(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     condition: Literal["unprompted", "hinted"]
@@ -113,6 +117,8 @@ class EvalSummary(BaseModel):
     n_applicable: int
     n_na: int
     infra_errors: int
+    finish_rate: float = math.nan         # share of scored episodes that ended with a valid `finish` call
+    tool_call_validity: float = math.nan  # mean over scored episodes with a tool call of valid calls / calls
 
 
 class SFTReport(BaseModel):
@@ -416,11 +422,14 @@ def evaluate_sft(model, tok, cfg: SFTConfig, out_dir: Path) -> list[EvalSummary]
         scored = [r for r in res if r.failure_class in ("none", "agent")]
         md = [next((b for b in r.behaviour if b.checker == "markdown@v1"), None) for r in scored]
         appl = [b for b in md if b is not None and any(v != "NA" for v in b.turn_verdicts)]
+        validity = [r.metrics.tool_call_validity for r in scored if r.metrics.tool_call_validity is not None]
         out.append(EvalSummary(
             condition=cond, n=len(scored), resolved_rate=sum(r.resolved for r in scored) / max(1, len(scored)),
             compliance=(sum(all(v != "FAIL" for v in b.turn_verdicts) for b in appl) / len(appl)) if appl
             else math.nan, n_applicable=len(appl), n_na=len(scored) - len(appl),
-            infra_errors=len(res) - len(scored)))
+            infra_errors=len(res) - len(scored),
+            finish_rate=sum(r.status in FINISHED for r in scored) / len(scored) if scored else math.nan,
+            tool_call_validity=sum(validity) / len(validity) if validity else math.nan))
         log.info("eval %s: %s", cond, out[-1])
     return out
 

@@ -151,7 +151,12 @@ def _sft(args: argparse.Namespace) -> int:
         known = ", ".join(sorted(SFTConfig.model_fields))
         raise CLIError(f"tgsuite train sft --set: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}; "
                        f"valid keys: {known}") from exc
-    report = run_sft(cfg, args.out)
+    from repro.pretrain.ship import BaseIntegrityError
+
+    try:
+        report = run_sft(cfg, args.out)
+    except BaseIntegrityError as exc:   # init = base:<name> missing or altered
+        raise CLIError(str(exc)) from exc
     print(report.model_dump_json(indent=2))
     return 0
 
