@@ -17,9 +17,10 @@ What this covers
   ``tokenizer.apply_chat_template(messages, tools=tools)`` for ordinary conversations (a test checks this); for
   rollouts, assistant bodies come from the sampled ``token_ids`` and are never re-tokenised.
 
-The pre-tokenizer is Qwen3's (``QWEN_SPLIT_PATTERN`` then byte-level, as in Qwen3's ``tokenizer.json``; until issue
-#20 it was GPT-2's split, ~8 % more tokens on mini episodes). Not covered: Qwen3's 151,646 learned merges and its NFC
-normaliser (the mini world's text is ASCII).
+The pre-tokenizer is Qwen3's split with one change (``WORD_SPLIT_PATTERN``: letters never take a leading punctuation
+mark, so a name tokenises the same in a path, an identifier and prose; see the constant), then byte-level, as in
+Qwen3's ``tokenizer.json``; ``split="qwen3"`` gives Qwen3's own pattern. Not covered: Qwen3's 151,646 learned merges
+and its NFC normaliser (the mini world's text is ASCII).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
@@ -48,6 +49,16 @@ MARKUP_TOKENS = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_re
 # ``_case`` or ``"path`` is one piece where GPT-2's split makes two; digits are single pieces.
 QWEN_SPLIT_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
                       r"\s*[\r\n]+|\s+(?!\S)|\s+")
+# Qwen3's split with one change: a run of letters takes at most a leading space, never a leading punctuation mark.
+# Under Qwen3's rule `/steirpal` and `_steirpal` are different tokens ("/st" + "eirpal" vs "_st" + "eirpal"), so a
+# model must learn, token pair by token pair, that `tests/test_steirpal.py` names `pkg/steirpal.py`; here a name
+# tokenises the same after `/`, `_`, `.`, a backtick or a quote. Measured on the mini base's run (issue #20): with
+# Qwen3's split the exact-path probe stalled at 0.23-0.39 for 450 steps (7.6M tokens) while the `old`-line probe
+# (copying within one context) reached 0.86; every miss inspected was the first token after the `/`.
+WORD_SPLIT_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)| ?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+                      r"\s*[\r\n]+|\s+(?!\S)|\s+")
+SPLIT_PATTERNS = {"qwen3": QWEN_SPLIT_PATTERN, "words": WORD_SPLIT_PATTERN}
+TokenizerSplit = Literal["qwen3", "words"]
 
 TOOLS_PREAMBLE = (
     "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
@@ -103,8 +114,12 @@ CHAT_TEMPLATE = (
 )
 
 
-def train_tokenizer(texts: Iterable[str], *, vocab_size: int = 4096, min_frequency: int = 2) -> PreTrainedTokenizerFast:
+def train_tokenizer(texts: Iterable[str], *, vocab_size: int = 4096, min_frequency: int = 2,
+                    split: TokenizerSplit = "words") -> PreTrainedTokenizerFast:
     """Train a byte-level BPE on ``texts`` and wrap it as a transformers fast tokenizer with the chat template.
+
+    ``split``: the pre-tokenizer's pattern, ``"words"`` (``WORD_SPLIT_PATTERN``, the default: names tokenise the same
+    after any punctuation) or ``"qwen3"`` (Qwen3's own, a few percent fewer tokens).
 
     Special tokens ``<|endoftext|>`` (pad), ``<|im_start|>``, ``<|im_end|>`` (eos) get ids 0, 1, 2; the markup tokens
     (``<think>``, ``<tool_call>``, ``<tool_response>`` and their closers) are added as single non-special tokens.
@@ -117,7 +132,7 @@ def train_tokenizer(texts: Iterable[str], *, vocab_size: int = 4096, min_frequen
                          f"tokens need {n_reserved}; pass vocab_size >= {n_reserved + 16}.")
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN_SPLIT_PATTERN), behavior="isolated"),
+        pre_tokenizers.Split(Regex(SPLIT_PATTERNS[split]), behavior="isolated"),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
     tok.decoder = decoders.ByteLevel()

@@ -92,7 +92,7 @@ def _tokenizer(cfg: PretrainConfig, out: Path) -> Any:
         texts.append(probe.apply_chat_template(list(d.messages), tokenize=False))
     if any("world" in s.mix for s in cfg.stages):
         texts += world.sample_texts(cfg.world, out / "world", max(8, cfg.tokenizer_docs // 4), seed=cfg.seed)
-    tok = train_tokenizer(texts, vocab_size=cfg.vocab_size)
+    tok = train_tokenizer(texts, vocab_size=cfg.vocab_size, split=cfg.tokenizer_split)
     tok.save_pretrained(path)
     return tok
 

@@ -47,6 +47,8 @@ class PretrainConfig(BaseModel):
     vocab_size: int = Field(4096, ge=300)
     tokenizer_docs: int = Field(600, ge=10, description="synthetic documents (plus the world sample) the BPE "
                                 "tokenizer is trained on")
+    tokenizer_split: Literal["qwen3", "words"] = Field("words", description="the BPE pre-tokenizer (repro.tokenizer): words "
+                                            "= names tokenise the same after any punctuation; qwen3 = Qwen3's split")
     precision: Precision = "bf16-mixed"
     batch_tokens: int = Field(16384, ge=64, description="tokens per optimizer step (packed)")
     max_doc_len: int = Field(2048, ge=16)

@@ -157,9 +157,16 @@ def test_too_small_vocab_is_rejected() -> None:
         train_tokenizer(["abc"], vocab_size=100)
 
 
-def test_pre_tokenizer_is_qwen3s_split() -> None:
-    """Qwen3's split (issue #20): a letter run keeps one leading non-letter (``_case``, ``.py``), digits are single
-    pieces; GPT-2's split, used before, cut ``_case`` and ``.py`` in two and kept ``12`` whole."""
+def test_pre_tokenizer_splits_names_the_same_after_any_punctuation() -> None:
+    """The default split (``words``): a letter run takes at most a leading space, so a name is the same pre-token
+    in a path, an identifier and between backticks; digits are single pieces. ``split="qwen3"`` is Qwen3's own
+    (a letter run keeps one leading non-letter: ``_case``, ``.py``, ``/steirpal``)."""
     pre = tok().backend_tokenizer.pre_tokenizer
     pieces = [p for p, _ in pre.pre_tokenize_str('test_case12 {"path": "a.py"}')]
-    assert pieces == ["test", "_case", "1", "2", 'Ġ{"', "path", '":', 'Ġ"', "a", ".py", '"}']
+    assert pieces == ["test", "_", "case", "1", "2", 'Ġ{"', "path", '":', 'Ġ"', "a", ".", "py", '"}']
+    for text in ("pkg/steirpal.py", "tests/test_steirpal.py", "`steirpal`", '"steirpal"'):
+        assert "steirpal" in [p for p, _ in pre.pre_tokenize_str(text)], text
+    qwen = train_tokenizer(["abc"], vocab_size=400, min_frequency=1, split="qwen3").backend_tokenizer.pre_tokenizer
+    assert [p for p, _ in qwen.pre_tokenize_str('test_case12 {"path": "a.py"}')] == [
+        "test", "_case", "1", "2", 'Ġ{"', "path", '":', 'Ġ"', "a", ".py", '"}']
+    assert [p for p, _ in qwen.pre_tokenize_str("pkg/steirpal.py")] == ["pkg", "/steirpal", ".py"]
