@@ -12,8 +12,9 @@ protocol (``harness.policies.engine_protocol``), with the trainer's weights push
   comes back as ``"length"``; the adapter reports ``"stop"`` whenever the last id is a stop id (as ``HFEngine`` and
   ``KVSampler`` do, and as ``repro.rollout`` checks). Any other vLLM reason (``abort``, a stop string) is an error.
 - Randomness: one ``SamplingParams.seed`` per request, drawn from the caller's ``torch.Generator``.
-- Versions: ``set_version(v)`` stamps every result, as for every engine. Before generating, when the stamp (or the
-  source model) differs from what vLLM holds, the source model's parameters are loaded into vLLM's model through
+- Versions: ``set_version(v)`` stamps every result, as for every engine. Before generating, when the engine was
+  (re)bound to a model (``bind``: every call of the factory, i.e. once per batch) or the stamp changed since the
+  last transfer, the bound model's parameters are loaded into vLLM's model through
   ``Model.load_weights`` (the colocated path TRL 1.16 uses: ``llm.llm_engine.model_executor.driver_worker
   .model_runner.model``) and ``llm.reset_prefix_cache()`` drops KV computed with the old weights. In the training
   loop the engine is asked for once per batch with the model whose weights are that version (the trainer's
@@ -137,7 +138,7 @@ class VLLMEngine:
 
     def __init__(self, llm: Any, api: VLLMApi, *, source: torch.nn.Module | None = None, version: int = 0) -> None:
         self.llm, self.api, self.source, self.version = llm, api, source, version
-        self.synced: tuple[int, int] | None = None  # (id of the source model, version) vLLM's weights are
+        self.synced: int | None = None  # the version stamp of the last transfer; None: transfer before generating
         self.syncs = 0
 
     def current_version(self) -> int:
@@ -147,8 +148,10 @@ class VLLMEngine:
         self.version = version
 
     def bind(self, source: torch.nn.Module) -> VLLMEngine:
-        """Use ``source``'s weights from now on (loaded before the next generation if not loaded yet)."""
-        self.source = source
+        """Sample with ``source``'s current weights: they are loaded before the next generation (a rebind always
+        transfers, so weights changed under an unchanged version stamp, e.g. between distillation rounds, are never
+        missed)."""
+        self.source, self.synced = source, None
         return self
 
     def sync_weights(self) -> None:
@@ -156,7 +159,7 @@ class VLLMEngine:
             raise RuntimeError("VLLMEngine.sync_weights: no source model bound; call bind(model) first")
         runner_model(self.llm).load_weights(named_weights(self.source))
         self.llm.reset_prefix_cache()  # cached KV was computed with the previous weights
-        self.synced = (id(self.source), self.version)
+        self.synced = self.version
         self.syncs += 1
 
     def params(self, request: TokenRequest, seed: int) -> Any:
@@ -168,7 +171,7 @@ class VLLMEngine:
     def generate(self, requests: Sequence[TokenRequest], *, generator: torch.Generator) -> list[TokenResult]:
         if not requests:
             raise ValueError("generate: no requests; pass at least one TokenRequest")
-        if self.source is not None and self.synced != (id(self.source), self.version):
+        if self.source is not None and self.synced != self.version:
             self.sync_weights()
         prompts = [{"prompt_token_ids": list(r.prompt_ids)} for r in requests]
         params = [self.params(r, request_seed(generator)) for r in requests]

@@ -141,7 +141,7 @@ def engine_factory_for(cfg: TrainConfig) -> EngineFactory:
         from repro.vllm_engine import VLLMRollouts, VLLMSettings
 
         return VLLMRollouts(VLLMSettings.from_config(cfg))
-    raise ConfigError(f"rollout.engine = {kind!r} (an external `vllm serve` over HTTP) is designed (SCALE.md §2) but "
+    raise ConfigError(f"rollout.engine = {kind!r} (an external `vllm serve` over HTTP) is designed (SCALE.md §2.2) but "
                       "not implemented; use rollout.engine = 'vllm' (a colocated vLLM engine, CUDA + the gpu extra) "
                       "or 'hf_sampler', or --dry-run to check a paper-scale plan")
 

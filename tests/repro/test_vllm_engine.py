@@ -108,7 +108,8 @@ def test_same_generator_seed_same_tokens(model: torch.nn.Module) -> None:
 
 def test_weights_follow_the_version_and_prefix_cache_is_reset(model: torch.nn.Module) -> None:
     fake = FakeVLLM()
-    eng = _rollouts(fake)(model, 0)
+    factory = _rollouts(fake)
+    eng = factory(model, 0)
     llm = fake.built[0]
     req = [TokenRequest([1, 2, 3], 4)]
     eng.set_version(0)
@@ -127,6 +128,13 @@ def test_weights_follow_the_version_and_prefix_cache_is_reset(model: torch.nn.Mo
     (fresh,) = eng.generate(req, generator=torch.Generator().manual_seed(0))
     assert eng.syncs == 2 and llm.prefix_resets == 2 and fresh.version == 1
     assert torch.allclose(torch.tensor(fresh.logprobs), torch.tensor(_processed(model, [1, 2, 3], fresh.ids, 1, 1)),
+                          atol=1e-4)
+    with torch.no_grad():  # weights changed under an unchanged stamp (e.g. a distillation round): a rebind transfers
+        model.lm_head.weight.mul_(1.5)
+    assert factory(model, 0) is eng
+    (again,) = eng.generate(req, generator=torch.Generator().manual_seed(0))
+    assert eng.syncs == 3 and again.version == 1
+    assert torch.allclose(torch.tensor(again.logprobs), torch.tensor(_processed(model, [1, 2, 3], again.ids, 1, 1)),
                           atol=1e-4)
 
 
