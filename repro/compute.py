@@ -8,7 +8,10 @@ the lm_head), not a profiler measurement; attention's quadratic term is left out
 ``plan`` is pure arithmetic for ``tgsuite train rl --dry-run``: parameter counts, bytes per GPU for full fine-tuning
 with fp32 master weights, gradients and AdamW moments (16 B/param, sharded), plus 4 B/param for the frozen teacher
 copy of the ``ema`` / ``fixed`` teachers (``repro.teacher``; no gradient, no optimizer state, same FLOPs: still one
-teacher forward), KV cache per token, FLOPs per step.
+teacher forward), KV cache per token, FLOPs per step; :func:`activation_plan` (what the trainer's backward keeps per
+micro-batch, with and without activation checkpointing) and :func:`engine_plan` (the rollout engine's weights and
+KV cache for the configured concurrency, on inference GPUs or colocated on the trainer's). SCALE.md §4 states the
+formulas and what they leave out.
 """
 
 from __future__ import annotations
@@ -187,3 +190,57 @@ def plan_shape(cfg: Any) -> tuple[ModelShape, str]:
                            intermediate=p.intermediate_size, tie_embeddings=p.tie_word_embeddings),
                 f"preset {cfg.model.preset}, vocab 4,096 assumed")
     raise ValueError("model.preset = 'custom' needs a [shape] table for --dry-run (layers, hidden, heads, ...)")
+
+
+def activation_elements_per_token_layer(shape: ModelShape) -> int:
+    """Elements one decoder layer keeps for the backward pass per token (an estimate, SCALE.md §4): attention
+    2·h (RMSNorm input and output) + 2·q + 2·kv (q and k before and after their norm and RoPE) + kv (v) + q (the
+    attention output; flash / SDPA attention keeps no tokens² matrix); MLP 2·h + k·4·I (gate, SiLU(gate), up and
+    their product for each of the k active experts; k = 1 for a dense MLP) + E router logits for a MoE layer.
+    q = heads·head_dim, kv = kv_heads·head_dim. Framework temporaries and allocator slack are not counted."""
+    q, kv, h = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim, shape.hidden
+    attn = 2 * h + 2 * q + 2 * kv + kv + q
+    if shape.experts:
+        mlp = 2 * h + shape.experts_per_token * 4 * shape.moe_intermediate + shape.experts
+    else:
+        mlp = 2 * h + 4 * shape.intermediate
+    return attn + mlp
+
+
+def activation_plan(shape: ModelShape, *, micro_batch_tokens: int, chunk_rows: int,
+                    dtype_bytes: int = 2) -> dict[str, float]:
+    """Activation bytes of one micro-batch of ``micro_batch_tokens`` tokens (per trainer GPU: FSDP shards weights,
+    not activations). Without checkpointing every layer keeps its tensors; with per-layer checkpointing only each
+    layer's input (h per token) is kept and one layer's tensors exist again while it is recomputed. The loss adds
+    one chunk of ``chunk_rows`` rows of fp32 student and teacher log-probs over the vocabulary
+    (``repro.losses.chunked_kl_loss``; full [tokens, vocab] logits never exist)."""
+    per_layer = activation_elements_per_token_layer(shape) * dtype_bytes
+    t = micro_batch_tokens
+    loss_chunk = 2.0 * min(chunk_rows, t) * shape.vocab * 4
+    return {
+        "micro_batch_tokens": float(t),
+        "activation_bytes_per_token_layer": float(per_layer),
+        "activations_bytes": float(t * shape.layers * per_layer),
+        "activations_checkpointed_bytes": float(t * shape.layers * shape.hidden * dtype_bytes + t * per_layer),
+        "loss_chunk_bytes": loss_chunk,
+    }
+
+
+def engine_plan(*, weights_bytes: float, kv_bytes_per_token: float, gpus: int, tp: int, concurrency: int,
+                tokens_per_sequence: int) -> dict[str, float]:
+    """The rollout engine's memory per GPU: ``gpus // tp`` replicas of tensor-parallel size ``tp``, each holding
+    the (bf16) weights split over its ``tp`` GPUs and the KV cache of its share (rounded up) of ``concurrency``
+    sequences of ``tokens_per_sequence`` tokens, also split over ``tp`` (kv heads ≥ tp assumed)."""
+    if tp < 1 or gpus < tp:
+        raise ValueError(f"engine_plan: {gpus} GPU(s) cannot hold a replica of tensor-parallel size {tp}; set "
+                         "cluster.inference_tp ≤ the GPUs the engine runs on")
+    replicas = gpus // tp
+    seqs = -(-concurrency // replicas)
+    kv = seqs * tokens_per_sequence * kv_bytes_per_token / tp
+    return {
+        "engine_replicas": float(replicas),
+        "engine_sequences_per_replica": float(seqs),
+        "engine_weights_bytes_per_gpu": weights_bytes / tp,
+        "engine_kv_bytes_per_gpu": float(kv),
+        "engine_bytes_per_gpu": weights_bytes / tp + kv,
+    }

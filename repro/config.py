@@ -84,7 +84,10 @@ class RolloutCfg(_Section):
     max_context_tokens: int = Field(2048, ge=16)
     observation_max_tokens: int = Field(256, ge=8, description="tool output tokens kept per observation")
     sandbox: Literal["local", "docker"] = "local"
-    engine: Literal["hf_sampler", "vllm_http"] = "hf_sampler"
+    engine: Literal["hf_sampler", "vllm", "vllm_http"] = Field(
+        "hf_sampler", description="hf_sampler = our KV-cached sampler (repro.sampler) or HFEngine; vllm = a colocated "
+        "vllm.LLM in this process (repro.vllm_engine; needs the gpu extra and CUDA); vllm_http = an external "
+        "`vllm serve` (designed, not built: train rl refuses it)")
     per_exec_timeout_s: float = Field(30.0, gt=0)
 
 
@@ -174,8 +177,24 @@ class ClusterCfg(_Section):
     gpu_memory_gb: float = Field(141.0, gt=0)
     weight_sync: Literal["disk", "nccl"] = "disk"
     fsdp: bool = False
+    inference_tp: int = Field(1, ge=1, description="tensor-parallel size of one rollout-engine replica (plan only)")
+    rollout_concurrency: int = Field(0, ge=0, description="sequences the rollout engines hold at once (plan: KV "
+                                     "cache); 0 = rollout.groups x group_size")
     tokens_per_trajectory: int = Field(2048, ge=1, description="planning estimate of tokens per trajectory")
     failing_fraction: float = Field(0.5, ge=0, le=1, description="planning estimate: share needing a teacher pass")
+
+
+class VllmCfg(_Section):
+    """The colocated vLLM engine (``rollout.engine = "vllm"``, ``repro.vllm_engine``); ignored by other engines."""
+
+    gpu_memory_utilization: float = Field(0.3, gt=0, le=1, description="share of the GPU vLLM may take (weights + "
+                                          "KV cache); the trainer shares the GPU, so keep it well below 1")
+    dtype: Literal["bfloat16", "float16", "float32"] = Field(
+        "bfloat16", description="vLLM's compute dtype; the trainer keeps fp32 masters, so bf16 log-probs differ "
+                                "from the trainer's by rounding (scripts/gpu_check.sh prints the largest difference)")
+    max_model_len: int = Field(0, ge=0, description="0 = rollout.max_context_tokens + rollout.max_new_tokens")
+    enforce_eager: bool = Field(True, description="no CUDA graphs: faster start, slower decode")
+    max_num_seqs: int = Field(0, ge=0, description="sequences decoded at once; 0 = rollout.groups x group_size")
 
 
 class ShapeCfg(_Section):
@@ -206,6 +225,7 @@ class TrainConfig(_Section):
     async_: AsyncCfg = Field(AsyncCfg(), alias="async")
     distill: DistillCfg = DistillCfg()
     cluster: ClusterCfg = ClusterCfg()
+    vllm: VllmCfg = VllmCfg()
     shape: ShapeCfg = ShapeCfg()
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)

@@ -45,7 +45,7 @@ from repro.schema import DistillExample
 from repro.tokenizer import ChatEncoder
 from repro.track import MetricsWriter, progress, read_metrics
 from repro.trainer_step import LossRoot, build_batch, collate, reduce_stats
-from repro.wiring import RLSetup, default_setup
+from repro.wiring import RLSetup, check_engine_choice, default_setup
 
 logger = logging.getLogger(__name__)
 
@@ -278,9 +278,7 @@ def _backward_split(root: LossRoot, terms: dict[str, torch.Tensor], acc: dict[st
 def train_rl(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = None, resume: bool = False,
              argv: list[str] | None = None, protocol_hash: str | None = None) -> ck.CheckpointInfo:
     """Run (or resume) RL training; returns the final checkpoint's :class:`repro.checkpoint.CheckpointInfo`."""
-    if cfg.rollout.engine != "hf_sampler":
-        raise ConfigError(f"rollout.engine = {cfg.rollout.engine!r} is designed (SCALE.md §3.3) but not implemented "
-                          "yet; use rollout.engine = 'hf_sampler', or --dry-run to check a paper-scale plan")
+    check_engine_choice(cfg, None if setup is None else setup.engine_factory)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     latest = _check_run_dir(out, cfg, resume)

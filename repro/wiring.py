@@ -7,7 +7,8 @@
   validated exclusions, invalid grades settled by a gold control run). Infrastructure failures
   (``SandboxUnavailable``, ``GraderError``) become ``EnvOutcome.infra_error``; the trainer drops such groups and
   counts them — they are never scored as model failures.
-- :func:`default_engine` — the ``repro.engine.RolloutEngine`` the rollouts use: ``KVSampler`` for Qwen3, ``HFEngine`` otherwise.
+- :func:`default_engine` — the ``repro.engine.RolloutEngine`` the rollouts use: ``KVSampler`` for Qwen3, ``HFEngine`` otherwise;
+  :func:`engine_factory_for` — the one ``rollout.engine`` chooses (``vllm``: ``repro.vllm_engine.VLLMRollouts``).
 - :func:`hint_source` — the hint text for a failing turn from the configured feedback kind (correct, irrelevant,
   wrong, or a seeded mixture), using ``harness.feedback``'s texts, so the noisy-feedback study trains with imperfect
   hints.
@@ -126,6 +127,40 @@ def default_engine(model: torch.nn.Module, pad_id: int, prefix_cache: int = 64) 
     return HFEngine(model, pad_id)
 
 
+EngineFactory = Callable[[torch.nn.Module, int], RolloutEngine]  # (model, pad id) -> engine holding its weights
+
+
+def engine_factory_for(cfg: TrainConfig) -> EngineFactory:
+    """The engine ``rollout.engine`` chooses: :func:`default_engine` for ``hf_sampler``; for ``vllm`` one colocated
+    ``vllm.LLM`` (``repro.vllm_engine.VLLMRollouts``, built on first use; the weights follow the model it is called
+    with). ``vllm_http`` is refused: designed, not built."""
+    kind = cfg.rollout.engine
+    if kind == "hf_sampler":
+        return default_engine
+    if kind == "vllm":
+        from repro.vllm_engine import VLLMRollouts, VLLMSettings
+
+        return VLLMRollouts(VLLMSettings.from_config(cfg))
+    raise ConfigError(f"rollout.engine = {kind!r} (an external `vllm serve` over HTTP) is designed (SCALE.md §2.2) but "
+                      "not implemented; use rollout.engine = 'vllm' (a colocated vLLM engine, CUDA + the gpu extra) "
+                      "or 'hf_sampler', or --dry-run to check a paper-scale plan")
+
+
+def check_engine_choice(cfg: TrainConfig, factory: EngineFactory | None) -> None:
+    """Refuses ``vllm_http`` (not built), and a setup built by hand (``factory``; None: :func:`default_setup` will
+    build it) whose engine is not the one the configuration names (its config.toml says which engine sampled)."""
+    if cfg.rollout.engine == "vllm_http":
+        engine_factory_for(cfg)  # raises the refusal that says what to use instead
+    if factory is None:
+        return
+    from repro.vllm_engine import VLLMRollouts
+
+    if (cfg.rollout.engine == "vllm") != isinstance(factory, VLLMRollouts):
+        got = type(factory).__name__ if isinstance(factory, VLLMRollouts) else getattr(factory, "__name__", "?")
+        raise ConfigError(f"rollout.engine = {cfg.rollout.engine!r} but the RLSetup's engine_factory is {got}; "
+                          "build the setup with engine_factory=repro.wiring.engine_factory_for(cfg)")
+
+
 def hint_source(cfg: TrainConfig) -> Any:
     """(instance, turn, rng) -> hint text, for the configured feedback kind or mixture."""
     from harness.feedback import MixtureFeedback, ReminderFeedback
@@ -197,7 +232,7 @@ class RLSetup:
     checker: TurnChecker
     hint_text: HintText
     tools: list[dict[str, Any]] = field(default_factory=list)
-    engine_factory: Callable[[torch.nn.Module, int], RolloutEngine] = default_engine  # (model, pad id) -> engine
+    engine_factory: EngineFactory = default_engine  # (model, pad id) -> engine; engine_factory_for(cfg) chooses
     init_from: Path | None = None  # the checkpoint whose weights `model` holds (None: model.init or fresh)
 
 
@@ -229,5 +264,5 @@ def default_setup(cfg: TrainConfig, *, init_override: Path | None = None) -> RLS
         return list(turn_verdicts(checker, messages))
 
     return RLSetup(tokenizer=tok, model=model, tasks=list(task_set.instances), make_env=make_env, checker=check,
-                   hint_text=hint_source(cfg), tools=tool_schemas(), engine_factory=default_engine,
+                   hint_text=hint_source(cfg), tools=tool_schemas(), engine_factory=engine_factory_for(cfg),
                    init_from=init_override)

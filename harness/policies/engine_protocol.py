@@ -10,7 +10,7 @@ reason and the policy version of the weights out. Nothing is ever re-tokenised.
 The records are plain frozen dataclasses and the module imports no torch at run time (``torch.Generator`` appears
 only in the annotation), so it can be imported without an accelerator stack. The version stamp is whatever the
 owner set with ``set_version``; an engine never changes it by itself. Not covered: the sampling distribution
-(``harness.policies.sampling``), vLLM (a client would implement this protocol).
+(``harness.policies.sampling``). ``repro.vllm_engine.VLLMEngine`` implements it over a colocated vLLM engine.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""repro.engine: the one rollout-engine protocol. Each implementation (the KV-cached ``KVSampler`` and the generic
-``HFEngine``) honours the contract: ids and one log-prob per id, the log-probs of the sampled distribution,
+"""repro.engine: the one rollout-engine protocol. Each implementation (the KV-cached ``KVSampler``, the generic
+``HFEngine`` and the vLLM adapter ``repro.vllm_engine.VLLMEngine`` over a fake of vLLM's objects) honours the contract: ids and one log-prob per id, the log-probs of the sampled distribution,
 ``finish_reason`` (``stop`` on a stop id, ``length`` at ``max_new_tokens``) and the version stamp set by its owner."""
 
 from __future__ import annotations
@@ -14,6 +14,12 @@ from repro.train import version_metrics
 
 
 def _engine(kind: str, model: torch.nn.Module) -> RolloutEngine:
+    if kind == "vllm":  # the vLLM adapter over a faithful CPU fake of vLLM's objects (tests/vllm_fakes.py)
+        from vllm_fakes import FakeVLLM
+
+        from repro.vllm_engine import VLLMRollouts, VLLMSettings
+
+        return VLLMRollouts(VLLMSettings(max_model_len=256), api=FakeVLLM().api())(model, 0)
     return KVSampler(model) if kind == "kv" else HFEngine(model, pad_id=0)
 
 
@@ -23,7 +29,7 @@ def model() -> torch.nn.Module:
     return F.setup().model.eval()
 
 
-@pytest.mark.parametrize("kind", ["kv", "hf"])
+@pytest.mark.parametrize("kind", ["kv", "hf", "vllm"])
 def test_ids_logprobs_length_and_version(kind: str, model: torch.nn.Module) -> None:
     eng = _engine(kind, model)
     assert isinstance(eng, RolloutEngine)
@@ -41,7 +47,7 @@ def test_ids_logprobs_length_and_version(kind: str, model: torch.nn.Module) -> N
         assert torch.allclose(torch.tensor(r.logprobs), torch.tensor(want), atol=1e-4)
 
 
-@pytest.mark.parametrize("kind", ["kv", "hf"])
+@pytest.mark.parametrize("kind", ["kv", "hf", "vllm"])
 def test_stop_id_ends_the_turn_with_finish_reason_stop(kind: str, model: torch.nn.Module) -> None:
     vocab = model.config.vocab_size
     eng = _engine(kind, model)
@@ -69,7 +75,7 @@ def test_version_stamps_reach_the_training_metrics() -> None:
     assert m == {"rollout/staleness_mean": 0.5, "rollout/staleness_max": 1, "rollout/finish_length_frac": 1 / 3}
 
 
-@pytest.mark.parametrize("kind", ["kv", "hf"])
+@pytest.mark.parametrize("kind", ["kv", "hf", "vllm"])
 def test_evaluation_policy_reports_the_engines_finish_reason_and_version(kind: str, model: torch.nn.Module) -> None:
     """``SamplerPolicy`` (the evaluation policy) over either engine: token ids and log-probs as sampled, the
     engine's finish reason, and its version stamp as the typed ``PolicyOutput.policy_version``."""

@@ -180,10 +180,6 @@ def format_plan(cfg: Any) -> str:
              tokens_per_trajectory=c.tokens_per_trajectory, failing_fraction=c.failing_fraction if cfg.guidance.lam
              else 0.0, steps=cfg.run.steps,
              teacher_copy_bytes_per_param=4.0 if cfg.guidance.teacher != "live" and cfg.guidance.lam else 0.0)
-    gb = 1e9
-    kv_cap = (c.gpu_memory_gb * gb * 0.9 - p["bf16_weights_bytes"]) / p["kv_bytes_per_token"]
-    state = (p["train_state_bytes_per_gpu"] + p["teacher_copy_bytes_per_gpu"]) / gb
-    teacher = (f" + fp32 {cfg.guidance.teacher} teacher copy (4 B/param)" if p["teacher_copy_bytes_per_gpu"] else "")
     lines = [
         f"config OK: arm {cfg.run.arm}, {cfg.run.steps} steps x {r.groups} groups x {r.group_size} rollouts, "
         f"lambda {cfg.guidance.lam}, engine {r.engine}, sandbox {r.sandbox}, async {cfg.async_.enabled} "
@@ -191,18 +187,58 @@ def format_plan(cfg: Any) -> str:
         f"model: {cfg.model.name or cfg.model.preset} ({shape_note})",
         f"parameters: {p['params_total'] / 1e9:.2f} B total, {p['params_per_layer'] / 1e6:.1f} M per layer, "
         f"{p['params_active_flop'] / 1e9:.2f} B active (matmul FLOPs)",
-        f"trainer: {c.trainer_gpus} GPU(s); fp32 master + grad + AdamW (16 B/param){teacher} sharded = {state:.1f} GB/GPU of "
-        f"{c.gpu_memory_gb:.0f} GB" + ("  <-- does not fit: shard wider or offload the optimizer"
-                                      if state > 0.85 * c.gpu_memory_gb else ""),
-        f"inference: {c.inference_gpus} GPU(s); bf16 weights {p['bf16_weights_bytes'] / gb:.1f} GB; KV cache "
-        f"{p['kv_bytes_per_token'] / 1024:.0f} KiB/token; one GPU holding the whole model (TP 1, 0.9 utilisation) "
-        f"keeps ~{max(0.0, kv_cap) / 1e3:.0f}k tokens of KV",
+        *memory_lines(cfg, shape, p),
         f"per step: {p['tokens_per_step'] / 1e6:.2f} M tokens (estimate {c.tokens_per_trajectory} per trajectory), "
         f"{p['flops_per_step']:.3g} FLOP (6N per trained token + 2N teacher pass on {c.failing_fraction:.0%} of "
         "tokens when lambda > 0)",
         f"whole run: {p['flops_total']:.3g} FLOP",
     ]
     if r.engine == "vllm_http":
-        lines.append("NOTE: the vLLM rollout engine and the FSDP2 trainer wrap are designed (SCALE.md) but not "
-                     "implemented or tested on this project's machines; `train rl` refuses this config for now.")
+        lines.append("NOTE: the external vLLM server engine (vllm_http) is designed (SCALE.md) but not implemented; "
+                     "`train rl` refuses this config for now (rollout.engine = 'vllm' is the colocated engine).")
     return "\n".join(lines)
+
+
+def memory_lines(cfg: Any, shape: Any, p: dict[str, float]) -> list[str]:
+    """Per-GPU memory of the plan: trainer state, activations of one micro-batch, the rollout engine (SCALE.md §4)."""
+    from repro.compute import activation_plan, engine_plan
+
+    r, c, gb = cfg.rollout, cfg.cluster, 1e9
+    a = activation_plan(shape, micro_batch_tokens=cfg.optim.micro_batch * c.tokens_per_trajectory,
+                        chunk_rows=cfg.guidance.chunk_size, dtype_bytes=2 if cfg.model.precision == "bf16-mixed" else 4)
+    colocated = c.inference_gpus == 0
+    concurrency = c.rollout_concurrency or r.groups * r.group_size
+    e = engine_plan(weights_bytes=p["bf16_weights_bytes"], kv_bytes_per_token=p["kv_bytes_per_token"],
+                    gpus=c.trainer_gpus if colocated else c.inference_gpus, tp=c.inference_tp,
+                    concurrency=concurrency, tokens_per_sequence=c.tokens_per_trajectory)
+    state = (p["train_state_bytes_per_gpu"] + p["teacher_copy_bytes_per_gpu"]) / gb
+    acts = (a["activations_checkpointed_bytes"] + a["loss_chunk_bytes"]) / gb
+    trainer_total = state + acts + (e["engine_bytes_per_gpu"] / gb if colocated else 0.0)
+    teacher = (f" + fp32 {cfg.guidance.teacher} teacher copy (4 B/param)" if p["teacher_copy_bytes_per_gpu"] else "")
+    free_for_kv = c.gpu_memory_gb * gb * 0.9 - e["engine_weights_bytes_per_gpu"] - ((state + acts) * gb if colocated
+                                                                                    else 0.0)
+    fit = max(0.0, free_for_kv) * c.inference_tp / (c.tokens_per_trajectory * p["kv_bytes_per_token"])
+    place = (f"colocated on the {c.trainer_gpus} trainer GPU(s)" if colocated else f"on {c.inference_gpus} inference GPU(s)")
+
+    def over(x: float) -> str:
+        return "  <-- does not fit" if x > 0.9 * c.gpu_memory_gb else ""
+
+    return [
+        f"trainer: {c.trainer_gpus} GPU(s); fp32 master + grad + AdamW (16 B/param){teacher} sharded = {state:.1f} GB/GPU of "
+        f"{c.gpu_memory_gb:.0f} GB" + ("  <-- does not fit: shard wider or offload the optimizer"
+                                      if state > 0.85 * c.gpu_memory_gb else ""),
+        f"activations: micro-batch of {a['micro_batch_tokens']:.0f} tokens ({cfg.optim.micro_batch} x "
+        f"{c.tokens_per_trajectory}), {a['activation_bytes_per_token_layer'] / 1024:.1f} KiB per token per layer ({cfg.model.precision}): "
+        f"{a['activations_bytes'] / gb:.1f} GB without activation checkpointing, "
+        f"{a['activations_checkpointed_bytes'] / gb:.1f} GB with it; + {a['loss_chunk_bytes'] / gb:.2f} GB for one "
+        f"loss chunk of {cfg.guidance.chunk_size} rows x vocab {shape.vocab} (fp32 student + teacher)",
+        f"rollout engine ({r.engine}) {place}: {e['engine_replicas']:.0f} replica(s) of TP {c.inference_tp}, bf16 "
+        f"weights {e['engine_weights_bytes_per_gpu'] / gb:.1f} GB/GPU, KV cache {p['kv_bytes_per_token'] / 1024:.0f} "
+        f"KiB/token: {concurrency} sequences x {c.tokens_per_trajectory} tokens = "
+        f"{e['engine_kv_bytes_per_gpu'] / gb:.1f} GB/GPU ({e['engine_sequences_per_replica']:.0f} per replica); "
+        f"{e['engine_bytes_per_gpu'] / gb:.1f} GB/GPU in all" + over(e["engine_bytes_per_gpu"] / gb)
+        + f"; at 0.9 of a GPU{' beside the trainer' if colocated else ''} a replica holds ~{fit:.0f} such sequences",
+        "trainer GPU total (state + checkpointed activations + loss chunk"
+        + (" + colocated engine" if colocated else "") + f"): {trainer_total:.1f} GB of {c.gpu_memory_gb:.0f} GB"
+        + over(trainer_total),
+    ]
