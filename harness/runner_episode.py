@@ -54,6 +54,7 @@ class SandboxFactory(Protocol):
         """Image key → digest of every image this factory has used or will use."""
         ...
 
+    # Optional: ``disk_limit() -> dict``: which disk limit the sandboxes get (recorded in the run manifest).
     # Optional: ``base_repo(instance) -> (host path of a git repository at the base commit, base commit)``.
     # When present the runner extracts patches on the host against it (``grading.extract_patch_host``).
 

@@ -269,6 +269,8 @@ class RunManifest(_Frozen):
     sandbox: Literal["docker", "local"]
     isolated: bool
     limits: dict[str, float] = Field(default_factory=dict)
+    # which disk limit the sandboxes ran under: mode (storage-opt / tmpfs / rlimit-fsize), bytes, what is capped
+    disk_limit: dict[str, Any] = Field(default_factory=dict)
     grader_version: str = "grade@v1"
     behaviour_checkers: list[str] = Field(default_factory=list)
     protocol_hash: str | None = None
