@@ -236,3 +236,21 @@ def test_unittest_repo_graded_from_its_log_docker(ucalc, docker_provider) -> Non
             sb.copy_in(repo, ".")
             grades[name] = grade_patch(inst, patch, sb, timeout_s=60)
     _check(grades)
+
+
+def test_regrade_reads_the_stored_test_log(tmp_path: Path) -> None:
+    """``tgsuite eval --regrade`` re-decides a log-parsed episode from ``grade/test_log.txt``."""
+    from types import SimpleNamespace
+
+    from harness.runner_regrade import _stored_grade
+
+    inst = parse_record(_record(test_log_parser="django", FAIL_TO_PASS=[f"test_add_view {ADMIN}"],
+                                PASS_TO_PASS=[f"test_changelist_view {ADMIN}"]), where="t")
+    (tmp_path / "test_output.txt").write_text(_out(DJANGO_LOG, 1))
+    (tmp_path / "test_log.txt").write_text(DJANGO_LOG)
+    grade = _stored_grade(tmp_path, SimpleNamespace(grade=None), inst, [])  # type: ignore[arg-type]
+    assert grade is not None and grade.parse_source == "test-log" and grade.valid and not grade.resolved
+    assert grade.p2p == {f"test_changelist_view {ADMIN}": "failed"}
+    assert json.loads((tmp_path / "grade.json").read_text())["reason"].startswith("TESTS_FAILED")
+    excluded = _stored_grade(tmp_path, SimpleNamespace(grade=None), inst, [f"test_changelist_view {ADMIN}"])  # type: ignore[arg-type]
+    assert excluded is not None and excluded.p2p == {}
