@@ -211,7 +211,6 @@ def _check(grades: dict[str, object]) -> None:
     assert empty.f2p == {"test_add (tests.test_calc.TestCalc.test_add)": "failed"}  # type: ignore[attr-defined]
 
 
-@pytest.mark.slow  # two grading runs with git: 3-15 s on a busy 2-core machine
 def test_unittest_repo_graded_from_its_log_local(ucalc) -> None:
     from harness.sandbox_local import LocalSandbox
 
