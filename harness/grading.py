@@ -21,7 +21,8 @@ deletes or edits the tests is undone); test-infrastructure files the patch touch
 ``pytest.ini``, ``tox.ini``, ``setup.cfg``, ``pyproject.toml`` when its ``[tool.pytest*]`` table changed) are reset
 to base with ``infra_policy="reset"`` (default) and always flagged as ``tests_touched``. What is NOT covered: code
 that runs inside the pytest process (e.g. the library under test, imported by the tests) can forge the JUnit file
-on purpose; that needs a process boundary we do not have.
+on purpose; that needs a process boundary we do not have. A task with a ``test_log_parser`` (non-pytest runners:
+Django, sympy) is graded from its test command's output instead, which that process can print at will.
 """
 
 from __future__ import annotations
@@ -132,11 +133,16 @@ def decide_grade(
     tests_touched: bool = False,
     text_statuses: dict[str, TestStatus] | None = None,
     duration_s: float = 0.0,
+    log: dict[str, TestStatus] | None = None,
+    log_parser: str = "junit",
 ) -> Grade:
     """Decide a ``Grade`` from parsed results. ``valid=False`` grades go to the ambiguous path (HARNESS §7.6).
 
-    ``resolved`` needs: the patch applied, a JUnit report, exit code 0, every F2P ``passed`` and every P2P
-    ``passed`` or ``skipped``. Text statuses are recorded (``parse_source="text"``) but never resolve.
+    ``resolved`` needs: the patch applied, a report, exit code 0, every F2P ``passed`` and every P2P
+    ``passed`` or ``skipped``. The report is the JUnit one (``junit``, keyed like pytest's junitxml) or, for a task
+    with a ``test_log_parser`` other than ``junit``, the statuses that parser read from the test command's output
+    (``log``, keyed by test id; ``parse_source="test-log"``). The same rules apply to both. Text statuses of the
+    JUnit path are recorded (``parse_source="text"``) but never resolve.
     """
     common = dict(exit_code=exit_code, tests_touched=tests_touched, duration_s=duration_s,
                   grader_version=GRADER_VERSION)
@@ -146,24 +152,33 @@ def decide_grade(
     if timed_out:
         return Grade(resolved=False, valid=False, reason="GRADE_TIMEOUT: test command timed out",
                      parse_source="none", **common)
-    if junit is None:
+    if log_parser != "junit":
+        if log is None:
+            return Grade(resolved=False, valid=False, parse_source="none", **common,
+                         reason=f"NO_TEST_LOG: the test command left no log (exit code {exit_code})")
+        found, what = log, f"the {log_parser} test log"
+        f2p_s, p2p_s = {t: log.get(t, "missing") for t in f2p}, {t: log.get(t, "missing") for t in p2p}
+        common["parse_source"] = "test-log"
+    elif junit is None:
         text = text_statuses or {}
         f2p_s = {t: text.get(t, "missing") for t in f2p}
         p2p_s = {t: text.get(t, "missing") for t in p2p}
         return Grade(resolved=False, valid=False, f2p=f2p_s, p2p=p2p_s,
                      reason=f"NO_JUNIT: pytest wrote no JUnit report (exit code {exit_code}); text is not trusted",
                      parse_source="text" if text else "none", **common)
-    f2p_s, p2p_s = statuses_for(f2p, junit), statuses_for(p2p, junit)
-    any_fail = any(s in _FAILING for s in junit.values())
+    else:
+        found, what = junit, "the JUnit report"
+        f2p_s, p2p_s = statuses_for(f2p, junit), statuses_for(p2p, junit)
+    any_fail = any(s in _FAILING for s in found.values())
     if exit_code == 0 and any_fail:
         return Grade(resolved=False, valid=False, f2p=f2p_s, p2p=p2p_s,
                      reason="INVALID_GRADE: exit code 0 but the report has failures", **common)
     if exit_code != 0 and not any_fail and not _has_missing(f2p_s, p2p_s):
         return Grade(resolved=False, valid=False, f2p=f2p_s, p2p=p2p_s,
                      reason=f"INVALID_GRADE: exit code {exit_code} but no test failed", **common)
-    if not junit:
+    if not found:
         return Grade(resolved=False, valid=False, f2p=f2p_s, p2p=p2p_s,
-                     reason=f"NO_TESTS_COLLECTED: the JUnit report has no test results (exit code {exit_code})", **common)
+                     reason=f"NO_TESTS_COLLECTED: {what} has no test results (exit code {exit_code})", **common)
     bad_f2p = sorted(t for t, s in f2p_s.items() if s != "passed")
     bad_p2p = sorted(t for t, s in p2p_s.items() if s not in ("passed", "skipped"))
     resolved = exit_code == 0 and not bad_f2p and not bad_p2p
@@ -343,23 +358,27 @@ def grade_patch(
         base_commit=instance.base_commit, candidate_patch=patch, test_patch=instance.test_patch,
         restore_files=restore, infra_files=infra, test_cmd=instance.test_cmd, test_ids=f2p + p2p,
         grader_dir=grader_dir, timeout_s=timeout_s, reset_pyproject=infra_policy == "reset",
-        shadow=shadow_candidates(touched, pythonpath_roots(instance.test_cmd)),
+        shadow=shadow_candidates(touched, pythonpath_roots(instance.test_cmd)), log_parser=instance.test_log_parser,
     )
     res = sandbox.exec(["bash", "-s"], input=script.encode(), timeout=timeout_s + 120)
     markers = parse_eval_markers(res.stdout)
-    junit_text = _read_junit(sandbox, grader_dir) if markers.exit_code is not None else None
+    is_junit = instance.test_log_parser == "junit"
+    report = f"{grader_dir}/out/{'junit.xml' if is_junit else 'test.log'}"
+    report_text = _read_report(sandbox, report) if markers.exit_code is not None else None
     _cleanup(sandbox, grader_dir)
     if artifacts is not None:
         artifacts.update({"eval.sh": script, "test_output.txt": res.stdout + STDERR_SEPARATOR + res.stderr})
-        if junit_text is not None:
-            artifacts["junit.xml"] = junit_text
+        if report_text is not None:
+            artifacts["junit.xml" if is_junit else TEST_LOG_ARTIFACT] = report_text
     if markers.reset_failed:
         raise GraderError(f"grading sandbox could not reset the repository to {instance.base_commit}")
     touched_tests = bool(foreign) or any(p in restore for p in touched)
+    junit_text, log_text = (report_text, None) if is_junit else (None, report_text)
     grade = grade_from_output(f2p=f2p, p2p=p2p, stdout=res.stdout, junit_text=junit_text,
                               touched_tests=touched_tests, duration_s=time.monotonic() - t0,
                               sandbox_timed_out=res.timed_out, instance_id=instance.instance_id,
-                              oom_killed=bool(getattr(res, "oom_killed", False)))
+                              oom_killed=bool(getattr(res, "oom_killed", False)),
+                              log_parser=instance.test_log_parser, log_text=log_text)
     if grade is None:
         raise GraderError(f"eval script ended without an exit-code marker (rc {res.returncode}): "
                           f"{res.stderr.strip()[-300:]}")
@@ -367,12 +386,15 @@ def grade_patch(
 
 
 STDERR_SEPARATOR = "\n--- stderr ---\n"
+TEST_LOG_ARTIFACT = "test_log.txt"  # grade/ file holding a log-parsed test command's output (junit.xml otherwise)
 
 
 def grade_from_output(*, f2p: list[str], p2p: list[str], stdout: str, junit_text: str | None, touched_tests: bool,
                       duration_s: float = 0.0, sandbox_timed_out: bool = False,
-                      instance_id: str = "", oom_killed: bool = False) -> Grade | None:
-    """Pure: the Grade from the eval script's stdout and the JUnit text (live grading and offline ``--regrade``).
+                      instance_id: str = "", oom_killed: bool = False, log_parser: str = "junit",
+                      log_text: str | None = None) -> Grade | None:
+    """Pure: the Grade from the eval script's stdout and the JUnit text, or for ``log_parser`` other than
+    ``junit`` the test command's log parsed by that swebench parser (live grading and offline ``--regrade``).
     Returns None when the script died before printing an exit code and the sandbox did not time out."""
     markers = parse_eval_markers(stdout)
     oom_killed = oom_killed or markers.oom_killed
@@ -396,24 +418,29 @@ def grade_from_output(*, f2p: list[str], p2p: list[str], stdout: str, junit_text
             junit = parse_junit_xml(junit_text)
         except ValueError as exc:
             log.warning("%s: %s", instance_id, exc)
+    parsed = None
+    if log_parser != "junit" and log_text is not None:
+        from harness.swebench_compat import parse_log_as
+
+        parsed = parse_log_as(log_parser, log_text, instance_id=instance_id, f2p=f2p, p2p=p2p)
     if oom_killed and markers.exit_code in (137, -9):
         return Grade(resolved=False, valid=False, reason="TESTS_OOM_KILLED: the test run hit the memory limit",
                      exit_code=markers.exit_code, parse_source="none", grader_version=GRADER_VERSION, **common)
     return decide_grade(
         f2p=f2p, p2p=p2p, junit=junit, exit_code=markers.exit_code, timed_out=markers.exit_code in (124, 137),
-        text_statuses=parse_pytest_text(stdout), **common,
+        text_statuses=parse_pytest_text(stdout), log=parsed, log_parser=log_parser, **common,
     )
 
 
-def _read_junit(sandbox: Sandbox, grader_dir: str) -> str | None:
-    res = sandbox.exec(["cat", f"{grader_dir}/out/junit.xml"], timeout=60)
+def _read_report(sandbox: Sandbox, path: str) -> str | None:
+    res = sandbox.exec(["cat", path], timeout=60)
     if res.returncode != 0:
         return None
     if res.truncated:
         try:
-            return sandbox.read_file(f"{grader_dir}/out/junit.xml", max_bytes=256 << 20).decode("utf-8", "replace")
+            return sandbox.read_file(path, max_bytes=256 << 20).decode("utf-8", "replace")
         except (OSError, ValueError) as exc:
-            log.warning("junit report too large to read back: %s", exc)
+            log.warning("test report %s too large to read back: %s", path, exc)
             return None
     return res.stdout
 

@@ -4,7 +4,8 @@ Order inside the sandbox: set up the grader directory (outside the repository) a
 has only ``python3``; reset to base; apply the candidate (``git apply`` → ``--3way`` → ``patch --fuzz``); remove
 new top-level entries that would shadow the test runner or the standard library; reset touched test
 infrastructure (policy ``reset``); restore every hidden-test file to base and apply the hidden test patch; run
-the tests with JUnit XML written into the grader directory; print the exit code. Markers printed before
+the tests with JUnit XML written into the grader directory (or, for a task with a ``test_log_parser``, its test
+command as given with its output kept there for the log parser); print the exit code. Markers printed before
 ``>>>>> Start Test Output`` are the script's own; test output cannot forge them.
 """
 
@@ -44,6 +45,7 @@ def build_eval_script(
     timeout_s: float,
     reset_pyproject: bool = True,
     shadow: Iterable[str] = (),
+    log_parser: str = "junit",
 ) -> str:
     """The bash script run (``bash -s``) in the fresh grading sandbox's work directory. Pure; stored as eval.sh."""
     q = shlex.quote
@@ -52,7 +54,8 @@ def build_eval_script(
         + _script_apply()
         + _script_restore(" ".join(q(f) for f in infra_files), " ".join(q(f) for f in restore_files),
                           reset_pyproject, " ".join(q(f) for f in shadow))
-        + _script_test(test_cmd, " ".join(q(t) for t in test_ids), timeout_s)
+        + (_script_test(test_cmd, " ".join(q(t) for t in test_ids), timeout_s) if log_parser == "junit"
+           else _script_test_log(test_cmd, timeout_s))
     )
 
 
@@ -132,6 +135,22 @@ unset PYTEST_ADDOPTS PYTEST_PLUGINS PYTHONSTARTUP
 timeout -k 5 {int(timeout_s)} {cmd} -c "$CFG" --rootdir="$PWD" -rA -p no:cacheprovider --junitxml="$G/out/junit.xml" {ids} < /dev/null
 rc=$?
 rm -f -- "$CFG"
+printf '\\n>>>>> Test Exit Code: %s\\n' "$rc"
+echo ">>>>> OOM Kills: ${{oom0:-?}} $(oom_kills)"
+"""
+
+
+def _script_test_log(test_cmd: str, timeout_s: float) -> str:
+    """A non-pytest test command (``TaskInstance.test_log_parser``): run as given, its output (stdout and stderr
+    together) kept in ``$G/out/test.log`` for the log parser and shown in the test output too."""
+    cmd = runnable_test_cmd(test_cmd)
+    return f"""mkdir -p "$G/out"
+{_OOM_FN}oom0=$(oom_kills)
+echo '>>>>> Start Test Output'
+export PYTHONDONTWRITEBYTECODE=1 PYTHONNOUSERSITE=1
+unset PYTHONSTARTUP
+timeout -k 5 {int(timeout_s)} {cmd} < /dev/null 2>&1 | tee "$G/out/test.log"
+rc=${{PIPESTATUS[0]}}
 printf '\\n>>>>> Test Exit Code: %s\\n' "$rc"
 echo ">>>>> OOM Kills: ${{oom0:-?}} $(oom_kills)"
 """

@@ -5,7 +5,7 @@ Directory of an attempt (ARCHITECTURE §4)::
     episodes/<instance_id>/<arm>/s<seed>/a<attempt>/
         trajectory.jsonl   header line ({"type": "trajectory", ...}) then one {"type": "message", ...} per message
         patch.diff         the candidate (``git add -A && git diff --binary --cached <base>``)
-        grade/             eval.sh, test_output.txt, junit.xml, grade.json
+        grade/             eval.sh, test_output.txt, junit.xml (or test_log.txt), grade.json
         timing.json        seconds per phase: sandbox_start, agent, extract, grade (includes grade_sandbox_start),
                            control, behaviour
         result.json        harness.schema.EpisodeResult, written LAST (tmp + os.replace): its presence = finished
@@ -54,6 +54,7 @@ class SandboxFactory(Protocol):
         """Image key → digest of every image this factory has used or will use."""
         ...
 
+    # Optional: ``disk_limit() -> dict``: which disk limit the sandboxes get (recorded in the run manifest).
     # Optional: ``base_repo(instance) -> (host path of a git repository at the base commit, base commit)``.
     # When present the runner extracts patches on the host against it (``grading.extract_patch_host``).
 

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
-from harness.grading import GRADER_VERSION, STDERR_SEPARATOR, grade_from_output
+from harness.grading import GRADER_VERSION, STDERR_SEPARATOR, TEST_LOG_ARTIFACT, grade_from_output
 from harness.infra import ControlCache, Outcome, agent_outcome, atomic_write_text, settle_ambiguous
 from harness.interfaces import EpisodeLimits
 from harness.rundir import RESULT_FILE, counting_attempt, episode_dirs
@@ -92,12 +92,14 @@ def _stored_grade(gdir: Path, old: EpisodeResult, inst, excluded: list[str]) -> 
         return old.grade
     stdout = out_file.read_text().split(STDERR_SEPARATOR, 1)[0]
     junit = (gdir / "junit.xml").read_text() if (gdir / "junit.xml").is_file() else None
+    test_log = (gdir / TEST_LOG_ARTIFACT).read_text() if (gdir / TEST_LOG_ARTIFACT).is_file() else None
     skip = set(excluded)
     touched = bool(old.grade and old.grade.tests_touched)
     grade = grade_from_output(
         f2p=[t for t in inst.FAIL_TO_PASS if t not in skip], p2p=[t for t in inst.PASS_TO_PASS if t not in skip],
         stdout=stdout, junit_text=junit, touched_tests=touched,
         duration_s=old.grade.duration_s if old.grade else 0.0, instance_id=inst.instance_id,
+        log_parser=inst.test_log_parser, log_text=test_log,
     )
     if grade is not None:
         atomic_write_text(gdir / "grade.json", grade.model_dump_json(indent=1))

@@ -65,6 +65,15 @@ class TaskSandboxFactory:
     def image_digests(self) -> dict[str, str]:
         return dict(self._digests)
 
+    def disk_limit(self) -> dict[str, object]:
+        """Which disk limit this factory's sandboxes get (``RunManifest.disk_limit``): Docker's mode
+        (``harness.sandbox_docker_disk``), or the local sandbox's per-file ``RLIMIT_FSIZE`` only."""
+        if self._provider is not None:
+            return self._provider.disk_limit(self.spec)
+        from harness.sandbox_local import FILE_SIZE_LIMIT
+
+        return {"mode": "rlimit-fsize", "bytes": None, "per_file_bytes": FILE_SIZE_LIMIT, "capped": "each file only"}
+
     def _repo(self, inst: TaskInstance) -> tuple[Path, str]:
         with self._guard:
             lock = self._locks.setdefault(inst.instance_id, threading.Lock())
@@ -98,8 +107,11 @@ class TaskSandboxFactory:
             sb.copy_in(repo, ".")
         except OSError as exc:
             sb.close()
-            raise SandboxUnavailable(f"copying {instance.instance_id} into the sandbox failed: {exc}",
-                                     kind="DISK_FULL" if "No space" in str(exc) else "SANDBOX") from exc
+            full = "No space" in str(exc) or "no space" in str(exc)
+            fix = (f" Fix: the repository needs more than the sandbox's disk limit ({self.spec.disk_bytes >> 20} MiB):"
+                   " raise it (`tgsuite eval --disk-mib`, SandboxSpec.disk_bytes)." if full else "")
+            raise SandboxUnavailable(f"copying {instance.instance_id} into the sandbox failed: {exc}.{fix}",
+                                     kind="DISK_FULL" if full else "SANDBOX") from exc
         except BaseException:
             sb.close()
             raise

@@ -17,13 +17,16 @@ Isolation it guarantees (each one exercised by tests/harness/test_sandbox_docker
 
 Writable for the agent (uid 1000): the work dir (``/work/...``), ``/home/agent``, ``/tmp`` and ``/var/tmp``, in
 the container's own throw-away layer or tmpfs; system paths (``/etc``, ``/usr``, ``/``, ``/root``, ``/proc/sys``)
-are not, and nothing on the host is reachable (no bind mounts, no volumes). Writable space is bounded by
-``SandboxSpec.disk_bytes`` (``DockerSandboxProvider.disk_mode``: a storage-opt size where the driver supports it,
-else sized tmpfs ``/tmp``, ``/var/tmp`` and home plus a per-file ``RLIMIT_FSIZE``).
+are not, and nothing on the host is reachable (no bind mounts; the only volume is the sandbox's own tmpfs work
+directory, removed with it). Writable space is bounded by ``SandboxSpec.disk_bytes``
+(``DockerSandboxProvider.disk_mode``, ``harness.sandbox_docker_disk``: a storage-opt size where the driver supports
+it, else a sized tmpfs volume as the work dir and sized tmpfs ``/tmp``, ``/var/tmp`` and home; plus a per-file
+``RLIMIT_FSIZE`` in both). Under the tmpfs mode the image's own content at the work dir is hidden (it starts empty;
+the repository is copied in).
 
-What it does NOT guarantee: protection from kernel exploits (containers share the host kernel), a cap on the work
-directory's total size under the tmpfs mode (each file is capped, their sum is not), or fairness between sandboxes
-beyond the CPU quota.
+What it does NOT guarantee: protection from kernel exploits (containers share the host kernel), one total across
+the tmpfs mounts under the tmpfs mode (each is capped at ``disk_bytes``, so the writable total is up to six times
+that, in host memory), or fairness between sandboxes beyond the CPU quota.
 Harness-side file calls (``write_file`` etc.) may write anywhere inside the container: the container is the
 boundary, not the work directory. A process killed with SIGKILL cannot clean up; ``cleanup_orphans()`` at the next
 start removes its containers (owner process no longer alive on this host).
@@ -46,6 +49,7 @@ import tarfile
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +61,18 @@ from harness.sandbox import (
     Sandbox,
     SandboxSpec,
     SandboxUnavailable,
+)
+from harness.sandbox_docker_disk import (
+    DiskMode,
+    create_work_volume,
+    disk_mode_for,
+    disk_report,
+    enospc_from,
+    host_config_args,
+    remove_volume,
+    restore_workdir,
+    snapshot_workdir,
+    volume_name,
 )
 from harness.sandbox_docker_io import (  # noqa: F401  (re-exported: the public cleanup API and label keys)
     AGENT_UID,
@@ -97,8 +113,9 @@ class DockerSandbox(Sandbox):
 
     isolated = True
 
-    def __init__(self, client: Any, container_id: str, spec: SandboxSpec, name: str) -> None:
+    def __init__(self, client: Any, container_id: str, spec: SandboxSpec, name: str, volume: str | None = None) -> None:
         self._client = client
+        self.volume = volume  # the work directory's tmpfs volume (disk mode ``tmpfs``), removed on close
         self._api = client.api
         self.id = container_id
         self.name = name
@@ -210,9 +227,27 @@ class DockerSandbox(Sandbox):
             )
 
     def _restart(self) -> None:
-        with translate_errors(f"restart sandbox {self.name}", kind="EXEC_TRANSPORT"):
-            self._api.restart(self.id, timeout=0)
+        if self.volume is None:
+            with translate_errors(f"restart sandbox {self.name}", kind="EXEC_TRANSPORT"):
+                self._api.restart(self.id, timeout=0)
+        else:  # the engine unmounts a tmpfs volume when the container stops: carry the work directory across
+            with snapshot_workdir(self._api, self.id, self.workdir, self.name) as saved:
+                with translate_errors(f"restart sandbox {self.name}", kind="EXEC_TRANSPORT"):
+                    self._api.restart(self.id, timeout=0)
+                restore_workdir(self._api, self.id, self.workdir, saved, self.name)
         self._oom_seen = 0  # a restart gives the container a fresh cgroup
+
+    @contextlib.contextmanager
+    def _full_is_enospc(self) -> Iterator[None]:
+        """A harness-side write that fills the work directory's own size limit is the caller's ``OSError``
+        (ENOSPC, as for a command), not an infra error."""
+        try:
+            yield
+        except SandboxUnavailable as exc:
+            full = enospc_from(str(exc), self.workdir if self.volume else None) if exc.kind == "DISK_FULL" else None
+            if full is None:
+                raise
+            raise full from exc
 
     # files -------------------------------------------------------------------------------------------------
     def read_file(self, path: str, *, max_bytes: int = DEFAULT_OUTPUT_CAP) -> bytes:
@@ -259,7 +294,7 @@ class DockerSandbox(Sandbox):
         full = self._abs(path)
         parent, base = posixpath.split(full)
         archive = tar_one(base, data, 0o644)
-        with translate_errors(f"write {full} in {self.name}", kind="EXEC_TRANSPORT", paths=True):
+        with self._full_is_enospc(), translate_errors(f"write {full} in {self.name}", kind="EXEC_TRANSPORT", paths=True):
             try:
                 self._api.put_archive(self.id, parent, archive)
             except docker.errors.NotFound as exc:
@@ -288,7 +323,8 @@ class DockerSandbox(Sandbox):
             archive = buf.read()
         import docker
 
-        with translate_errors(f"copy into {full} of {self.name}", kind="EXEC_TRANSPORT", paths=True):
+        with self._full_is_enospc(), translate_errors(f"copy into {full} of {self.name}", kind="EXEC_TRANSPORT",
+                                                      paths=True):
             try:
                 self._api.put_archive(self.id, full, archive)
             except docker.errors.NotFound as exc:
@@ -326,6 +362,8 @@ class DockerSandbox(Sandbox):
             LIVE.pop(self.id, None)
         with contextlib.suppress(Exception):
             self._api.remove_container(self.id, force=True, v=True)
+        if self.volume is not None:
+            remove_volume(self._api, self.volume)
 
 
 def _make_dirs(api: Any, cid: str, path: str) -> None:
@@ -357,7 +395,7 @@ class DockerSandboxProvider:
         self._timeout = client_timeout
         self.run_id = run_id or f"adhoc-{uuid.uuid4().hex[:8]}"
         self._premade_cache: dict[tuple[str, str], bool] = {}
-        self._disk_mode: str | None = None
+        self._disk_mode: DiskMode | None = None
 
     @property
     def client(self) -> Any:
@@ -398,6 +436,12 @@ class DockerSandboxProvider:
         tag = self.resolve_image(spec.image)
         safe = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in f"{self.run_id}-{instance_id}")[:80]
         name = f"tgs-{safe}-a{attempt}-{uuid.uuid4().hex[:8]}"
+        mode = self.disk_mode()
+        volume = volume_name(name) if mode == "tmpfs" else None
+        try:
+            premade = self._premade(tag, spec.workdir)
+        except SandboxUnavailable:  # a missing image: create_container below names it (IMAGE_MISSING)
+            premade = False
         labels = {**spec.labels, LABEL_SANDBOX: "1", LABEL_RUN: self.run_id, LABEL_INSTANCE: instance_id,
                   LABEL_ATTEMPT: str(attempt), LABEL_OWNER: owner_label()}
         host_config = api.create_host_config(
@@ -406,55 +450,50 @@ class DockerSandboxProvider:
             nano_cpus=int(spec.cpus * 1e9), log_config=docker.types.LogConfig(type="none"),
             ulimits=[docker.types.Ulimit(name="nofile", soft=4096, hard=4096),
                      docker.types.Ulimit(name="fsize", soft=spec.disk_bytes, hard=spec.disk_bytes)],
-            **self._disk_config(spec),
+            **host_config_args(mode, spec.disk_bytes, spec.workdir, volume, parent_owned=premade),
         )
         install_cleanup_handlers()
-        with translate_errors(f"create sandbox from {tag}", kind="CONTAINER_CREATE"):
-            try:
-                cid = api.create_container(tag, command=["sleep", "infinity"], user=f"{AGENT_UID}:{AGENT_UID}",
-                                           environment=dict(spec.env), labels=labels, name=name,
-                                           host_config=host_config)["Id"]
-            except docker.errors.ImageNotFound as exc:
-                raise SandboxUnavailable(f"image {tag} is missing. Fix: run `tgsuite images build`.",
-                                         kind="IMAGE_MISSING") from exc
+        if volume is not None:
+            create_work_volume(api, volume, spec.disk_bytes, labels)
+        try:
+            with translate_errors(f"create sandbox from {tag}", kind="CONTAINER_CREATE"):
+                try:
+                    cid = api.create_container(tag, command=["sleep", "infinity"], user=f"{AGENT_UID}:{AGENT_UID}",
+                                               environment=dict(spec.env), labels=labels, name=name,
+                                               host_config=host_config)["Id"]
+                except docker.errors.ImageNotFound as exc:
+                    raise SandboxUnavailable(f"image {tag} is missing. Fix: run `tgsuite images build`.",
+                                             kind="IMAGE_MISSING") from exc
+        except BaseException:
+            if volume is not None:
+                remove_volume(api, volume)
+            raise
         with LIVE_LOCK:
             LIVE[cid] = api
-        box = DockerSandbox(self.client, cid, spec, name)
+        box = DockerSandbox(self.client, cid, spec, name, volume)
         try:
             with translate_errors(f"start sandbox {name}", kind="CONTAINER_START"):
                 api.start(cid)
-                if not self._premade(tag, spec.workdir):
+                if not premade and volume is None:  # a volume's root is uid 1000's already (mount options)
                     _make_dirs(api, cid, spec.workdir)
         except BaseException:
             box.close()
             raise
         return box
 
-    def disk_mode(self) -> str:
-        """How writable space is bounded on this engine. ``storage-opt``: the container's whole writable layer
-        is capped at ``SandboxSpec.disk_bytes`` (drivers that support a size: btrfs, zfs, devicemapper, overlay2
-        on xfs). ``tmpfs``: otherwise (e.g. overlay2 on ext4, this project's default engine) ``/tmp``,
-        ``/var/tmp`` and the agent's home are sized tmpfs mounts (``disk_bytes`` each, charged to the memory
-        limit too) and every file, the work directory's included, is capped at ``disk_bytes`` (``RLIMIT_FSIZE``);
-        the work directory as a whole is NOT capped there, because the engine cannot copy files into a tmpfs
-        mount (``put_archive`` writes beneath it)."""
+    def disk_mode(self) -> DiskMode:
+        """How writable space is bounded on this engine (``harness.sandbox_docker_disk``): ``storage-opt`` where
+        the storage driver honours a size (btrfs, zfs, devicemapper, overlay2 on xfs), else ``tmpfs`` (the work
+        directory a sized tmpfs volume; ``/tmp``, ``/var/tmp`` and the home sized tmpfs mounts). Both add a
+        per-file ``RLIMIT_FSIZE`` of ``SandboxSpec.disk_bytes``."""
         if self._disk_mode is None:
             with translate_errors("inspect the Docker engine's storage driver"):
-                info = self.client.info()
-            status = dict(tuple(x) for x in info.get("DriverStatus") or [] if len(x) == 2)
-            driver = info.get("Driver", "")
-            sized = driver in ("btrfs", "zfs", "devicemapper") or (
-                driver == "overlay2" and status.get("Backing Filesystem") == "xfs")
-            self._disk_mode = "storage-opt" if sized else "tmpfs"
+                self._disk_mode = disk_mode_for(self.client.info())
         return self._disk_mode
 
-    def _disk_config(self, spec: SandboxSpec) -> dict[str, Any]:
-        size = spec.disk_bytes
-        if self.disk_mode() == "storage-opt":
-            return {"storage_opt": {"size": str(size)}}
-        home = f"/home/{images.AGENT_USER}"
-        return {"tmpfs": {"/tmp": f"size={size},mode=1777", "/var/tmp": f"size={size},mode=1777",
-                          home: f"size={size},uid={AGENT_UID},gid={AGENT_UID},mode=0755"}}
+    def disk_limit(self, spec: SandboxSpec) -> dict[str, Any]:
+        """Which disk limit applies to sandboxes made from ``spec`` (recorded in the run manifest)."""
+        return disk_report(self.disk_mode(), spec.disk_bytes)
 
     def _premade(self, tag: str, workdir: str) -> bool:
         """Does the image ship ``workdir`` owned by uid 1000? (base recipe >= 2, or an image built FROM it)."""

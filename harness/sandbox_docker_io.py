@@ -53,7 +53,7 @@ def owner_label() -> str:
     return f"{socket.gethostname()}/{os.getpid()}/{_start_time(os.getpid())}"
 
 
-def _owner_alive(owner: str) -> bool:
+def owner_alive(owner: str) -> bool:
     host, _, rest = owner.partition("/")
     pid, _, start = rest.partition("/")
     if host != socket.gethostname() or not pid.isdigit():
@@ -73,6 +73,9 @@ def _cleanup_live() -> None:
     for cid, api in items:
         with contextlib.suppress(Exception):
             api.remove_container(cid, force=True, v=True)
+    if items:  # their work-directory volumes (tmpfs disk mode), found by this process's owner label
+        with contextlib.suppress(Exception):
+            remove_volumes(items[0][1], [LABEL_SANDBOX, f"{LABEL_OWNER}={owner_label()}"])
 
 
 def install_cleanup_handlers() -> None:
@@ -111,17 +114,36 @@ def _remove_by_filters(client: Any, filters: dict[str, Any], keep: Any = None) -
     return removed
 
 
+def remove_volumes(api: Any, labels: list[str], keep: Callable[[dict[str, Any]], bool] | None = None) -> int:
+    """Remove the volumes carrying every label in ``labels`` (``key`` or ``key=value``) except those ``keep``
+    accepts; a volume still mounted by a container is left (the engine refuses). Returns how many went."""
+    with translate_errors("list volumes"):
+        found = api.volumes(filters={"label": labels}).get("Volumes") or []
+    removed = 0
+    for vol in found:
+        if keep is not None and keep(vol):
+            continue
+        with contextlib.suppress(Exception):
+            api.remove_volume(vol["Name"])
+            removed += 1
+    return removed
+
+
 def cleanup_run(run_id: str, client: Any | None = None) -> int:
-    """Remove every container labelled ``tgsuite.run_id=<run_id>``; returns how many were removed."""
+    """Remove every container labelled ``tgsuite.run_id=<run_id>`` (and then their work-directory volumes);
+    returns how many containers were removed."""
     client = client or images.connect(DEFAULT_CLIENT_TIMEOUT_S)
-    return _remove_by_filters(client, {"label": [f"{LABEL_RUN}={run_id}"]})
+    n = _remove_by_filters(client, {"label": [f"{LABEL_RUN}={run_id}"]})
+    remove_volumes(client.api, [LABEL_SANDBOX, f"{LABEL_RUN}={run_id}"])
+    return n
 
 
 def cleanup_orphans(client: Any | None = None) -> int:
     """Remove tgsuite containers whose owner process (on this host) is gone, e.g. after a SIGKILL."""
     client = client or images.connect(DEFAULT_CLIENT_TIMEOUT_S)
-    keep = lambda c: _owner_alive((c.get("Labels") or {}).get(LABEL_OWNER, ""))  # noqa: E731
+    keep = lambda c: owner_alive((c.get("Labels") or {}).get(LABEL_OWNER, ""))  # noqa: E731
     n = _remove_by_filters(client, {"label": [LABEL_SANDBOX]}, keep=keep)
+    remove_volumes(client.api, [LABEL_SANDBOX], keep=lambda v: owner_alive((v.get("Labels") or {}).get(LABEL_OWNER, "")))
     if n:
         log.info("removed %d orphaned sandbox container(s)", n)
     return n

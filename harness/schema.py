@@ -46,6 +46,10 @@ class TaskInstance(_Frozen):
     PASS_TO_PASS: list[str] = Field(default_factory=list)
     # ours
     test_cmd: str = "python -m pytest"
+    # how grading reads per-test results: "junit" (pytest's JUnit report; test_cmd is pytest and gets the node ids),
+    # or a swebench log parser name ("django", "sympy", "pytest", ...: harness.swebench_compat.log_parser_names)
+    # applied to test_cmd's output (test_cmd run as given: it names the tests to run itself)
+    test_log_parser: str = "junit"
     image: str = "base"
     behaviour: list[str] = Field(default_factory=list)
     cluster: str | None = None
@@ -149,7 +153,7 @@ class Grade(_Frozen):
     p2p: dict[str, TestStatus] = Field(default_factory=dict)
     tests_touched: StrictBool = False
     patch_applied: StrictBool = True
-    parse_source: Literal["junit-xml", "text", "none"] = "junit-xml"
+    parse_source: Literal["junit-xml", "test-log", "text", "none"] = "junit-xml"
     duration_s: float = 0.0
     grader_version: str = "grade@v1"
 
@@ -269,6 +273,8 @@ class RunManifest(_Frozen):
     sandbox: Literal["docker", "local"]
     isolated: bool
     limits: dict[str, float] = Field(default_factory=dict)
+    # which disk limit the sandboxes ran under: mode (storage-opt / tmpfs / rlimit-fsize), bytes, what is capped
+    disk_limit: dict[str, Any] = Field(default_factory=dict)
     grader_version: str = "grade@v1"
     behaviour_checkers: list[str] = Field(default_factory=list)
     protocol_hash: str | None = None

@@ -4,6 +4,9 @@
 ``test_x (module.Class) ... ok`` runner output, sympy's ``bin/test``, pytest's ``-rA`` summary for most others);
 ``parse_log(repo, text)`` runs it on a test log and returns ``{test id: harness.schema.TestStatus}``;
 ``swebench_resolved(f2p, p2p, statuses)`` is SWE-bench's "fully resolved" rule on those statuses.
+``log_parser_names()`` / ``parse_log_as(name, text)``: the same parsers by their own name (``django``, ``sympy``,
+``pytest``, ...: ``parse_log_<name>``), which a task names in ``TaskInstance.test_log_parser`` to be graded from
+its test command's output (``harness.grading``) instead of pytest's JUnit report.
 
 Only ``swebench.harness.log_parsers.python`` is imported, with its two small dependencies
 (``swebench.harness.constants``, ``swebench.types``; stdlib only). The package's ``swebench.harness`` and
@@ -13,8 +16,7 @@ already imported (a process that imported the full package keeps it). Install wi
 ``pip install --no-deps swebench==5.0.2`` (no dependency is needed for this module).
 
 Status mapping: PASSED → passed, FAILED → failed, ERROR → error, SKIPPED → skipped, XFAIL → passed (SWE-bench
-counts an expected failure as a pass). Not covered: wiring these statuses into ``harness.grading`` (grading reads
-pytest's JUnit report; a non-pytest test command needs the grading script to run it without pytest's options).
+counts an expected failure as a pass).
 """
 
 from __future__ import annotations
@@ -65,6 +67,33 @@ def parser_name(repo: str) -> str | None:
     return None if fn is None else fn.__name__
 
 
+_PREFIX = "parse_log_"
+
+
+def log_parser_names() -> list[str]:
+    """The names ``parse_log_as`` accepts: every ``parse_log_<name>`` function of swebench's Python parsers."""
+    module = parsers()
+    return sorted(n[len(_PREFIX):] for n in dir(module) if n.startswith(_PREFIX) and callable(getattr(module, n)))
+
+
+def parse_log_as(name: str, text: str, *, instance_id: str = "", f2p: Iterable[str] = (),
+                 p2p: Iterable[str] = ()) -> dict[str, TestStatus]:
+    """Test id → status from a test log by swebench's ``parse_log_<name>``; ValueError naming the known names."""
+    fn = getattr(parsers(), _PREFIX + name, None) if name.isidentifier() else None
+    if fn is None or not callable(fn):
+        raise ValueError(f"unknown test log parser {name!r}; fix: one of {', '.join(log_parser_names())} "
+                         "(swebench's parse_log_<name>), or 'junit' for pytest's JUnit report")
+    return _run(fn, text, "", instance_id, list(f2p), list(p2p))
+
+
+def _run(fn: Any, text: str, repo: str, instance_id: str, f2p: list[str], p2p: list[str]) -> dict[str, TestStatus]:
+    raw = fn(text, _spec(repo, instance_id, f2p, p2p))
+    unknown = sorted({s for s in raw.values() if s not in STATUS_MAP})
+    if unknown:
+        raise ValueError(f"swebench's {fn.__name__} returned unknown statuses {unknown}; fix: extend STATUS_MAP")
+    return {test: STATUS_MAP[s] for test, s in raw.items()}
+
+
 def _spec(repo: str, instance_id: str, f2p: list[str], p2p: list[str]) -> Any:
     from swebench.types import TestSpec  # noqa: PLC0415 - loaded by parsers()
 
@@ -80,11 +109,7 @@ def parse_log(repo: str, text: str, *, instance_id: str = "", f2p: Iterable[str]
     if fn is None:
         raise KeyError(f"swebench {SWEBENCH_VERSION} has no log parser for {repo!r}; fix: grade it with pytest's "
                        "JUnit report (the default) or name a parser for it")
-    raw = fn(text, _spec(repo, instance_id, list(f2p), list(p2p)))
-    unknown = sorted({s for s in raw.values() if s not in STATUS_MAP})
-    if unknown:
-        raise ValueError(f"swebench's {fn.__name__} returned unknown statuses {unknown}; fix: extend STATUS_MAP")
-    return {test: STATUS_MAP[s] for test, s in raw.items()}
+    return _run(fn, text, repo, instance_id, list(f2p), list(p2p))
 
 
 def swebench_resolved(f2p: Iterable[str], p2p: Iterable[str], statuses: dict[str, TestStatus]) -> bool:
@@ -96,5 +121,5 @@ def swebench_resolved(f2p: Iterable[str], p2p: Iterable[str], statuses: dict[str
     return f2p_ok and p2p_ok
 
 
-__all__ = ["STATUS_MAP", "SWEBENCH_VERSION", "SwebenchUnavailable", "parse_log", "parser_name", "parsers",
-           "swebench_resolved"]
+__all__ = ["STATUS_MAP", "SWEBENCH_VERSION", "SwebenchUnavailable", "log_parser_names", "parse_log", "parse_log_as",
+           "parser_name", "parsers", "swebench_resolved"]

@@ -109,7 +109,7 @@ def parse_record(obj: Any, *, where: str) -> TaskInstance:
     if extra:
         rec["extra"] = extra
     try:
-        return TaskInstance.model_validate(rec)
+        inst = TaskInstance.model_validate(rec)
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
@@ -121,6 +121,25 @@ def parse_record(obj: Any, *, where: str) -> TaskInstance:
                 fix = _FIELD_FIXES.get(top, "see harness.schema.TaskInstance for the expected type")
             problems.append(f"field {field!r}: {err['msg']}; fix: {fix}")
         raise TaskSetError(f"{where} (instance {ident!r}): " + " | ".join(problems)) from None
+    _check_log_parser(inst, where)
+    return inst
+
+
+def _check_log_parser(inst: TaskInstance, where: str) -> None:
+    """``test_log_parser`` names a parser that exists (swebench's, installed), else a TaskSetError with the fix."""
+    name = inst.test_log_parser
+    if name == "junit":
+        return
+    from harness.swebench_compat import SwebenchUnavailable, log_parser_names
+
+    try:
+        known = log_parser_names()
+    except SwebenchUnavailable as exc:
+        raise TaskSetError(f"{where} (instance {inst.instance_id!r}): field 'test_log_parser' is {name!r}, which "
+                           f"needs swebench's log parsers: {exc}") from None
+    if name not in known:
+        raise TaskSetError(f"{where} (instance {inst.instance_id!r}): field 'test_log_parser': unknown parser "
+                           f"{name!r}; fix: 'junit' (pytest's JUnit report, the default) or one of {', '.join(known)}")
 
 
 def _read_records(tasks_file: Path) -> list[tuple[int, TaskInstance]]:
@@ -155,9 +174,18 @@ def _read_records(tasks_file: Path) -> list[tuple[int, TaskInstance]]:
     return out
 
 
+# Fields added after task sets were published, with their defaults: hashed only when set to something else, so
+# adding a field does not change the content hash (and break the resume) of every existing task set.
+_LATER_FIELDS: dict[str, Any] = {"test_log_parser": "junit"}
+
+
 def canonical_record(instance: TaskInstance) -> str:
     """The record as canonical JSON (sorted keys, no spaces): what the content hash covers."""
-    return json.dumps(instance.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    rec = instance.model_dump(mode="json")
+    for key, default in _LATER_FIELDS.items():
+        if rec.get(key) == default:
+            rec.pop(key)
+    return json.dumps(rec, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -237,6 +237,7 @@ def test_oracle_resolves_and_null_does_not_local(mini_heldout: TaskSet, tmp_path
     assert all(r.scored for r in res)
     man = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert man["isolated"] is False and man["sandbox"] == "local"
+    assert man["disk_limit"]["mode"] == "rlimit-fsize"
 
 
 @pytest.mark.docker
@@ -246,6 +247,7 @@ def test_oracle_resolves_and_null_does_not_docker(mini_heldout: TaskSet, tmp_pat
     assert not any(r.resolved for r in res if r.arm == "null") and all(r.scored for r in res)
     man = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert man["isolated"] is True and man["image_digests"].get("base", "").startswith("sha256:")
+    assert man["disk_limit"]["mode"] in ("storage-opt", "tmpfs") and man["disk_limit"]["bytes"] == 2 << 30
 
 
 def test_cli_eval_then_resume_then_regrade(mini_heldout: TaskSet, tmp_path: Path) -> None:

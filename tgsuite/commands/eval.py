@@ -69,6 +69,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--max-turns", type=int, default=30, help="assistant turns per episode (default 30)")
     p.add_argument("--wall-s", type=float, default=600.0, help="agent wall-clock seconds per episode (default 600)")
     p.add_argument("--grade-timeout", type=float, default=900.0, help="seconds for the hidden tests (default 900)")
+    p.add_argument("--disk-mib", type=int, default=2048, metavar="MIB",
+                   help="writable space per Docker sandbox: the work directory and each temp directory, and any "
+                        "one file (default 2048; the manifest's disk_limit says how it was applied)")
     p.add_argument("--run-seed", type=int, default=0, help="mixed into every episode seed (default 0)")
     p.add_argument("--ignore-validation", action="store_true",
                    help="run instances that validation.json rejected, and flaky tests it excluded")
@@ -219,7 +222,7 @@ def run(args: argparse.Namespace) -> int:
     from harness.runner import RunAborted, run_eval
     from harness.runner_regrade import regrade_run
     from harness.runner_sandbox import TaskSandboxFactory
-    from harness.sandbox import SandboxUnavailable
+    from harness.sandbox import SandboxSpec, SandboxUnavailable
 
     out = Path(args.out)
     if args.regrade:
@@ -231,13 +234,14 @@ def run(args: argparse.Namespace) -> int:
         write_aggregate(out, None)
         return _summary(results, len(results))
     seeds, arms = parse_seeds(args.seeds), parse_arms(args.policy)
-    if args.workers < 1 or args.max_attempts < 1:
-        raise CLIError("--workers and --max-attempts must be >= 1")
+    if args.workers < 1 or args.max_attempts < 1 or args.disk_mib < 1:
+        raise CLIError("--workers, --max-attempts and --disk-mib must be >= 1")
     ts, excluded = _load(args)
     policies, config = build_arms(args, arms, ts)
     from harness.run_control import RunInterrupted, sandbox_run_id
 
-    factory = TaskSandboxFactory(ts, kind=args.sandbox, run_id=sandbox_run_id(out))
+    factory = TaskSandboxFactory(ts, kind=args.sandbox, run_id=sandbox_run_id(out),
+                                 spec=SandboxSpec(disk_bytes=args.disk_mib << 20))
     try:
         factory.preflight()
         results = run_eval(
