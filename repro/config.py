@@ -46,6 +46,28 @@ class RunCfg(_Section):
     log_grad_split: bool = Field(False, description="log ‖∇L_GRPO‖ and λ‖∇L_KL‖ (one extra backward per micro-batch)")
 
 
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class LoraCfg(_Section):
+    """LoRA adapters (``repro.lora``): only the adapter matrices train; the base weights stay frozen."""
+
+    enabled: bool = False
+    r: int = Field(16, ge=1, description="adapter rank")
+    alpha: float = Field(32.0, gt=0, description="scale = alpha / r")
+    dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the adapters' input (train mode only)")
+    target_modules: tuple[str, ...] = Field(LORA_TARGETS, min_length=1, description="projections of every layer "
+                                            "that get an adapter, a subset of " + ", ".join(LORA_TARGETS))
+
+    @model_validator(mode="after")
+    def _targets(self) -> LoraCfg:
+        bad = [t for t in self.target_modules if t not in LORA_TARGETS]
+        if bad or len(set(self.target_modules)) != len(self.target_modules):
+            raise ValueError(f"lora.target_modules = {list(self.target_modules)}: use distinct names from "
+                             f"{list(LORA_TARGETS)} (unknown: {bad})")
+        return self
+
+
 class ModelCfg(_Section):
     @model_validator(mode="before")
     @classmethod
@@ -65,6 +87,7 @@ class ModelCfg(_Section):
                                  "never stored in bf16 for training")
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     threads: int = Field(0, ge=0, description="torch intra-op threads; 0 = torch default")
+    lora: LoraCfg = LoraCfg()
 
 
 class TasksCfg(_Section):
@@ -248,6 +271,10 @@ class TrainConfig(_Section):
         if g.gating == "all_turns" and g.per_turn_ctx:
             raise ValueError("guidance.gating = 'all_turns' with guidance.per_turn_ctx = true is not a defined arm; "
                              "use one of them")
+        if self.model.lora.enabled and g.teacher == "ema" and g.lam > 0:
+            raise ValueError("model.lora.enabled with guidance.teacher = 'ema' is not implemented (an EMA of the "
+                             "adapter weights); use guidance.teacher = 'live' (the adapted model itself) or 'fixed' "
+                             "(the base, adapters switched off)")
         if self.rollout.group_size < 2 and self.grpo.pg_weight > 0:
             raise ValueError("rollout.group_size must be ≥ 2 for group-relative advantages")
         return self
@@ -287,7 +314,7 @@ def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _dotted_to_tree(dotted: dict[str, Any]) -> dict[str, Any]:
+def dotted_to_tree(dotted: dict[str, Any]) -> dict[str, Any]:
     tree: dict[str, Any] = {}
     for key, value in dotted.items():
         node = tree
@@ -377,7 +404,7 @@ def load_config(
     tree = _packaged("base.toml")
     sources = ["repro/configs/base.toml"]
     if arm:
-        tree = deep_merge(tree, _dotted_to_tree(arm_overrides(arm)))
+        tree = deep_merge(tree, dotted_to_tree(arm_overrides(arm)))
         sources.append(f"arm {arm}")
     if path is not None:
         p = Path(path)
@@ -385,15 +412,15 @@ def load_config(
             raise ConfigError(f"--config {p}: file not found; pass an existing TOML file")
         user = _read_toml_text(p.read_text(encoding="utf-8"), str(p))
         if "arm" in user.get("run", {}) and not arm and user["run"]["arm"] != "custom":
-            tree = deep_merge(tree, _dotted_to_tree(arm_overrides(user["run"]["arm"])))
+            tree = deep_merge(tree, dotted_to_tree(arm_overrides(user["run"]["arm"])))
         tree = deep_merge(tree, user)
         sources.append(str(p))
     if sets:
         over = dict(parse_set(s) for s in sets)
-        tree = deep_merge(tree, _dotted_to_tree(over))
+        tree = deep_merge(tree, dotted_to_tree(over))
         sources.append("--set " + " ".join(sets))
     if overrides:
-        tree = deep_merge(tree, _dotted_to_tree(dict(overrides)))
+        tree = deep_merge(tree, dotted_to_tree(dict(overrides)))
         sources.append("overrides " + ", ".join(sorted(overrides)))
     return build_config(tree, " + ".join(sources))
 
