@@ -5,7 +5,11 @@ model.safetensors), the tokenizer (``save_pretrained``), ``trainer_state.pt`` (o
 Python RNG states, step, task-stream cursor, async counters, compute ledger), ``checkpoint.json``
 (:class:`CheckpointInfo`, readable without torch) and, for the ``ema`` / ``fixed`` teachers (``repro.teacher``),
 ``teacher.safetensors`` (the teacher copy's parameters, same names as the student's; not loaded by
-``from_pretrained``, which reads ``model.safetensors`` only). The directory is written under a temporary name and renamed, so
+``from_pretrained``, which reads ``model.safetensors`` only). With LoRA adapters (``[model.lora]``, ``repro.lora``),
+``model.safetensors`` holds the merged weights (base + adapters, plain HF names: evaluation and ``from_pretrained``
+read it as any checkpoint) and ``adapter/`` (``adapter_model.safetensors`` + ``adapter_config.json``) the adapters in peft's format;
+the optimizer state covers the adapters only, and :func:`load_weights` loads the adapters alone (the base comes from
+the config). The directory is written under a temporary name and renamed, so
 a crash never leaves a half-written ``step_<n>``.
 
 Exact resume: weights are stored in their training dtype, optimizer moments and RNG states exactly; rollout sampling
@@ -29,6 +33,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from protocols.provenance import utc_now
+from repro.lora import has_lora, load_adapter_file, save_pretrained
 
 logger = logging.getLogger(__name__)
 
@@ -143,7 +148,7 @@ def save_checkpoint(
     tmp = root / f".tmp_step_{step}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    model.save_pretrained(tmp, safe_serialization=True)
+    save_pretrained(model, tmp, safe_serialization=True)  # a LoRA model: merged weights + adapter/ (repro.lora)
     tokenizer.save_pretrained(tmp)
     torch.save(trainer_state, tmp / STATE_FILE)
     if teacher is not None:
@@ -213,9 +218,14 @@ def dumps(data: Any) -> str:
 
 
 def load_weights(model: torch.nn.Module, ckpt_dir: Path) -> None:
-    """Load ``ckpt_dir/model.safetensors`` into ``model`` (a tied ``lm_head`` may be absent); a mismatch raises."""
+    """Load ``ckpt_dir/model.safetensors`` into ``model`` (a tied ``lm_head`` may be absent); a mismatch raises.
+    A model with LoRA adapters gets only the checkpoint's adapters (``adapter_model.safetensors``): its base must
+    already be the run's base (rebuilt from the config)."""
     from safetensors.torch import load_file
 
+    if has_lora(model):
+        load_adapter_file(model, Path(ckpt_dir))
+        return
     state = load_file(str(Path(ckpt_dir) / "model.safetensors"))
     missing, unexpected = model.load_state_dict(state, strict=False)
     bad_missing = [k for k in missing if not k.endswith("lm_head.weight")]

@@ -158,9 +158,16 @@ def _fit(model: torch.nn.Module, teacher: torch.nn.Module, examples: list[Distil
     writer.close()
 
 
+def _no_lora(cfg: TrainConfig) -> None:
+    if cfg.model.lora.enabled:
+        raise ConfigError("model.lora.enabled: self-distillation (`train distill` / `train loop`) with LoRA adapters is "
+                          "not implemented (its teacher is a full copy of the model); set model.lora.enabled = false")
+
+
 def train_distill(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = None,
                   examples: list[DistillExample] | None = None, argv: list[str] | None = None) -> ck.CheckpointInfo:
     """One self-distillation stage; returns the checkpoint it writes (``checkpoints/step_<distill.steps>``)."""
+    _no_lora(cfg)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if ck.list_checkpoints(out):
@@ -212,6 +219,7 @@ def train_distill(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | Non
 def train_loop(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = None,
                argv: list[str] | None = None) -> ck.CheckpointInfo:
     """distill → RL → … → distill for ``distill.rounds`` rounds (see the module docstring)."""
+    _no_lora(cfg)
     out = Path(out_dir)
     if setup is None:
         setup = default_setup(cfg)

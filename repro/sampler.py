@@ -34,6 +34,7 @@ from transformers import Qwen3ForCausalLM
 
 from harness.policies.sampling import draw, sampling_logprobs
 from repro.engine import FinishReason, RolloutEngine, TokenRequest, TokenResult
+from repro.lora import effective_weight
 from repro.prefix_cache import PrefixCache
 
 log = logging.getLogger(__name__)
@@ -96,10 +97,11 @@ class KVSampler:
         layers = []
         for lyr in m.layers:
             a, p = lyr.self_attn, lyr.mlp
+            w = effective_weight  # LoRA projections: base + B·A·scale (repro.lora); plain ones: their weight
             layers.append(_Layer(
-                lyr.input_layernorm.weight, torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]),
-                a.q_norm.weight, a.k_norm.weight, a.o_proj.weight, lyr.post_attention_layernorm.weight,
-                torch.cat([p.gate_proj.weight, p.up_proj.weight]), p.down_proj.weight))
+                lyr.input_layernorm.weight, torch.cat([w(a.q_proj), w(a.k_proj), w(a.v_proj)]),
+                a.q_norm.weight, a.k_norm.weight, w(a.o_proj), lyr.post_attention_layernorm.weight,
+                torch.cat([w(p.gate_proj), w(p.up_proj)]), w(p.down_proj)))
         embed, head = m.embed_tokens.weight, self.model.get_output_embeddings().weight
         if self.dtype is not None and self.dtype != embed.dtype:
             c = self.dtype

@@ -38,6 +38,8 @@ from typing import Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from repro.config import LoraCfg
+from repro.lora import apply_lora, save_pretrained, trainable_parameters
 from repro.models import build_model, count_params
 from repro.packing import pack, packed_token_logprobs
 from repro.precision import Precision, autocast, master_weights_ok
@@ -93,6 +95,8 @@ class SFTConfig(BaseModel):
     eval_concurrency: int = Field(8, ge=1, description="held-out episodes run at once, their turns sampled as one "
                                   "batch (repro.batching)")
     torch_threads: int = 2
+    lora: LoraCfg = Field(LoraCfg(), description="LoRA adapters (repro.lora): with lora.enabled only the adapters "
+                          "train; model/ holds the merged weights, model/adapter/ the adapters (peft format)")
 
     @model_validator(mode="after")
     def _source(self) -> SFTConfig:
@@ -251,7 +255,8 @@ def sft_train(model, examples: list[tuple[list[int], list[int]]], cfg: SFTConfig
     ctx_ratio = max(1.0, sum(len(i) - 1 for i, _ in examples) / max(1, per_epoch) - 1.0)  # ctx tokens per act token
     w_ctx = cfg.context_weight / ctx_ratio  # so that the context part is ≈ its own token mean
     total_steps = max(1, cfg.epochs * math.ceil(per_epoch / cfg.batch_tokens))
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
+    params = trainable_parameters(model)  # the adapters' alone under LoRA
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     master_weights_ok(model, cfg.precision)
     model.train()
     step, acc_tokens, acc_loss, n_tok, t0 = 0, 0, 0.0, 0, time.perf_counter()
@@ -276,10 +281,10 @@ def sft_train(model, examples: list[tuple[list[int], list[int]]], cfg: SFTConfig
                     for g in opt.param_groups:
                         g["lr"] = _lr_at(step, total_steps, cfg)
                     scale = cfg.batch_tokens / acc_tokens  # turn the fixed divisor into an exact token mean
-                    for p in model.parameters():
+                    for p in params:
                         if p.grad is not None:
                             p.grad.mul_(scale)
-                    gnorm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip))
+                    gnorm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
                     opt.step()
                     opt.zero_grad(set_to_none=True)
                     last_loss = acc_loss / acc_tokens
@@ -360,6 +365,8 @@ def run_sft(cfg: SFTConfig, out_dir: str | Path) -> SFTReport:
     tools = tool_schemas()
     t = time.perf_counter()
     model, tok = _model_and_tokenizer(cfg, trajs, tools)
+    if cfg.lora.enabled:
+        apply_lora(model, cfg.lora, seed=cfg.seed)
     enc = ChatEncoder(tok)
     encoded = [_encoded(enc, tr.messages, tools) for tr in trajs]
     keep = [tr for tr, e in zip(trajs, encoded, strict=True) if len(e[0]) <= cfg.max_len]
@@ -380,7 +387,7 @@ def run_sft(cfg: SFTConfig, out_dir: str | Path) -> SFTReport:
     stats = sft_train(model, examples, cfg, out / "metrics.jsonl", epoch_examples)
     wall["train"] = time.perf_counter() - t
     model_dir = out / "model"
-    model.save_pretrained(model_dir)
+    save_pretrained(model, model_dir)  # a LoRA model: merged weights + adapter/ (repro.lora)
     tok.save_pretrained(model_dir)
     evals = []
     if cfg.heldout_tasks:

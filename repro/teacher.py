@@ -15,26 +15,39 @@ gradients and no optimizer state for it; FLOPs are unchanged (still one teacher 
 is not in the optimizer, is not part of the student's ``save_pretrained`` files, and is saved next to them as
 ``teacher.safetensors`` so ``--resume`` is exact (``repro.checkpoint``). The teacher copy runs in the same train/eval
 mode as the student (the nano/mini presets have no dropout), so only the weights differ from the live teacher.
+With LoRA adapters (``[model.lora]``, :mod:`repro.lora`) no copy is ever made: ``live`` is the same adapted model
+with the hint in its context; ``fixed`` is the same model with its adapters switched off for the teacher forward
+(:func:`teacher_context`) — exactly θ_0, since the adapters start at B = 0 and only they train; ``ema`` is refused
+(an EMA of the adapter matrices is not implemented; ``repro.config`` rejects the combination).
 Not covered: a teacher "at rollout time" (the behaviour policy's weights under async staleness, METHOD §9 item 4).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from typing import Literal
 
 import torch
 from torch import nn
 
+from repro.lora import adapters_disabled, has_lora
+
 TeacherKind = Literal["live", "ema", "fixed"]
 
 
 def build_teacher(lm: nn.Module, kind: TeacherKind) -> nn.Module | None:
-    """A frozen copy of ``lm`` for ``"ema"`` / ``"fixed"`` (``None`` for ``"live"``): same dtype, device and mode."""
+    """A frozen copy of ``lm`` for ``"ema"`` / ``"fixed"`` (``None`` for ``"live"``, and for ``"fixed"`` when ``lm``
+    carries LoRA adapters: that teacher is ``lm`` with its adapters off, :func:`teacher_context`)."""
     if kind == "live":
         return None
     if kind not in ("ema", "fixed"):
         raise ValueError(f"guidance.teacher = {kind!r}: unknown teacher; use 'live', 'ema' or 'fixed'")
+    if has_lora(lm):
+        if kind == "ema":
+            raise ValueError("guidance.teacher = 'ema' with LoRA adapters is not implemented (an EMA of the adapter "
+                             "weights); use guidance.teacher = 'live' or 'fixed'")
+        return None
     teacher = copy.deepcopy(lm)
     teacher.requires_grad_(False)
     return teacher
@@ -59,6 +72,14 @@ def ema_update_(teacher: nn.Module, student: nn.Module, rate: float) -> None:
         if tn != sn:
             raise RuntimeError(f"teacher buffer {tn} does not match student buffer {sn}")
         tb.copy_(sb)
+
+
+def teacher_context(lm: nn.Module, kind: TeacherKind) -> contextlib.AbstractContextManager[None]:
+    """What to run the teacher forward of ``lm`` itself under: adapters off for a LoRA model's ``"fixed"`` teacher
+    (the base = θ_0), nothing otherwise."""
+    if kind == "fixed" and has_lora(lm):
+        return adapters_disabled(lm)
+    return contextlib.nullcontext()
 
 
 def update_teacher_(teacher: nn.Module | None, student: nn.Module, kind: TeacherKind, rate: float) -> None:

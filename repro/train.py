@@ -31,6 +31,7 @@ import torch
 from harness.schema import TaskInstance
 from protocols.provenance import git_state, package_versions, utc_now
 from repro import checkpoint as ck
+from repro import lora
 from repro.compute import ComputeLedger, count_params, forward_flops, train_flops
 from repro.config import ConfigError, TrainConfig, load_saved, to_toml
 from repro.pipeline_async import AsyncProducer, StalenessStats, WeightStore, clone_for_producer, take_fresh
@@ -286,7 +287,7 @@ def train_rl(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = N
         torch.set_num_threads(cfg.model.threads)
     if setup is None:  # built once, from the latest checkpoint's weights when resuming
         setup = default_setup(cfg, init_override=latest)
-    model = setup.model.to(_device(cfg))
+    model = lora.prepare(setup.model.to(_device(cfg)), cfg.model.lora, seed=cfg.run.seed)  # [model.lora]
     if latest is not None and setup.init_from != latest:
         ck.load_weights(model, latest)
     model.train()
@@ -296,7 +297,7 @@ def train_rl(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = N
     if latest is not None and root.teacher_lm is not None:
         ck.load_teacher(latest, root.teacher_lm)
     o = cfg.optim
-    opt = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
+    opt = torch.optim.AdamW(lora.trainable_parameters(model), lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg))
     ledger, step0, next_item = ComputeLedger(), 0, 0
     dropped0 = 0

@@ -31,7 +31,7 @@ from repro.losses import (
     sampled_token_kl_advantage,
 )
 from repro.rollout import RolloutSample
-from repro.teacher import build_teacher, update_teacher_
+from repro.teacher import build_teacher, teacher_context, update_teacher_
 from repro.tokenizer import EncodedConversation
 
 
@@ -252,7 +252,8 @@ class LossRoot(nn.Module):
 
     Teacher weights (``guidance.teacher``, :mod:`repro.teacher`): ``"live"`` runs ``lm`` itself under no_grad;
     ``"fixed"`` / ``"ema"`` hold a frozen copy ``teacher_lm`` (a submodule, ``requires_grad=False``; only when λ > 0)
-    that runs the same hint-spliced teacher views with its own lm_head. Call :meth:`after_optimizer_step` after every
+    that runs the same hint-spliced teacher views with its own lm_head. With LoRA adapters (``repro.lora``) there is
+    no copy: ``"fixed"`` runs ``lm`` with its adapters off (the base, θ_0) and ``"ema"`` is refused. Call :meth:`after_optimizer_step` after every
     optimizer step (the EMA update). Build the optimizer on ``lm.parameters()``, never on this module's. Under FSDP2
     build the root before ``fully_shard`` (the copy is a deepcopy of the unsharded model), then shard the student's
     and the teacher's layers, then the root (tests/repro/test_train_fsdp.py).
@@ -275,8 +276,9 @@ class LossRoot(nn.Module):
         return self.lm.model(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
 
     def _teacher_hidden(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        if self.teacher_lm is None:
-            return self._hidden(ids, mask)
+        if self.teacher_lm is None:  # the student's own weights; a LoRA model's fixed teacher: its adapters off
+            with teacher_context(self.lm, self.g.teacher):
+                return self._hidden(ids, mask)
         return self.teacher_lm.model(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
 
     def after_optimizer_step(self) -> None:

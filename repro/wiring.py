@@ -32,6 +32,7 @@ from harness.interfaces import EpisodeLimits
 from harness.schema import Message, TaskInstance
 from repro.config import ConfigError, TrainConfig
 from repro.engine import HFEngine, RolloutEngine
+from repro.lora import adapter_config
 from repro.rollout import EnvFactory, EnvOutcome, StepOut, TurnChecker
 
 logger = logging.getLogger(__name__)
@@ -236,6 +237,15 @@ class RLSetup:
     init_from: Path | None = None  # the checkpoint whose weights `model` holds (None: model.init or fresh)
 
 
+def base_source(cfg: TrainConfig, init_override: Path | None) -> Path | None:
+    """The checkpoint whose full weights the setup loads: ``init_override``, except a LoRA checkpoint of a LoRA run
+    (it has ``adapter/``): then None — the base comes from the config (``model.init`` or the preset) and
+    ``train_rl`` loads only the adapters onto it."""
+    if cfg.model.lora.enabled and init_override is not None and adapter_config(init_override) is not None:
+        return None
+    return init_override
+
+
 def default_setup(cfg: TrainConfig, *, init_override: Path | None = None) -> RLSetup:
     """Everything the RL loop needs, from the configuration and the harness."""
     from harness.agent import system_prompt  # noqa: F401 - imported to fail early if the harness is incomplete
@@ -243,6 +253,7 @@ def default_setup(cfg: TrainConfig, *, init_override: Path | None = None) -> RLS
     from harness.runner_sandbox import TaskSandboxFactory
     from harness.tools import tool_schemas
 
+    init_override = base_source(cfg, init_override)
     model, tok = load_model_and_tokenizer(cfg, init_override)
     task_set = load_tasks(cfg)
     factory = TaskSandboxFactory(task_set, kind=cfg.rollout.sandbox, run_id=f"train-{cfg.run.arm}-s{cfg.run.seed}")

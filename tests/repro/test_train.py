@@ -51,16 +51,23 @@ def test_nano_tg_run_end_to_end(tmp_path: Path) -> None:
     assert len(tok) == len(F.tokenizer()) and m.config.vocab_size == len(tok)
 
 
-def test_lambda_zero_reproduces_grpo_step_for_step(tmp_path: Path) -> None:
-    train_rl(F.config("grpo", *FAST), tmp_path / "grpo", setup=F.setup())
-    train_rl(F.config("tg", *FAST, "guidance.lam=0.0"), tmp_path / "tg0", setup=F.setup())
-    train_rl(F.config("tg", *FAST), tmp_path / "tg", setup=F.setup())
+@pytest.mark.parametrize("extra", [[], ["model.lora.enabled=true", "model.lora.r=4"]], ids=["full", "lora"])
+def test_lambda_zero_reproduces_grpo_step_for_step(tmp_path: Path, extra: list[str]) -> None:
+    """λ = 0 is GRPO step for step, with full fine-tuning and with LoRA adapters (the weights compared are the
+    checkpoint's model.safetensors: the merged weights under LoRA)."""
+    train_rl(F.config("grpo", *FAST, *extra), tmp_path / "grpo", setup=F.setup())
+    train_rl(F.config("tg", *FAST, "guidance.lam=0.0", *extra), tmp_path / "tg0", setup=F.setup())
+    train_rl(F.config("tg", *FAST, *extra), tmp_path / "tg", setup=F.setup())
     a, b, c = (F.metrics(tmp_path / n) for n in ("grpo", "tg0", "tg"))
     for ra, rb in zip(a, b, strict=True):
         assert ra["loss/total"] == rb["loss/total"] and ra["reward/total"] == rb["reward/total"]
         assert rb["loss/kl"] is None
     wa, wb, wc = (_weights(tmp_path / n, 2) for n in ("grpo", "tg0", "tg"))
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    if extra:  # LoRA: the adapters moved, the base outside the adapted projections did not
+        base = F.setup().model.state_dict()
+        assert any(not torch.equal(wa[k], base[k]) for k in wa)
+        assert all(torch.equal(wa[k], base[k]) for k in wa if "_proj." not in k)
     # and the test can fail: λ > 0 changes the update
     assert c[0]["loss/kl"] is not None
     assert any(not torch.equal(wa[k], wc[k]) for k in wa)
