@@ -21,7 +21,7 @@ import resource
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,11 +91,12 @@ class ComputeLedger:
 def count_params(model: Any) -> dict[str, int]:
     """Total parameters, and the ones that enter the matmul FLOPs (everything but the input embedding)."""
     total = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)  # the adapters' alone under LoRA
     emb = model.get_input_embeddings().weight.numel() if hasattr(model, "get_input_embeddings") else 0
     tied = bool(getattr(getattr(model, "config", None), "tie_word_embeddings", False))
     # with tied embeddings the lm_head matmul still costs V·H per token
     flop_params = total - emb + (emb if tied else 0)
-    return {"total": int(total), "flop_params": int(flop_params)}
+    return {"total": int(total), "flop_params": int(flop_params), "trainable": int(trainable)}
 
 
 def forward_flops(flop_params: int, tokens: int) -> float:
@@ -138,11 +139,15 @@ def plan(
     steps: int = 1,
     kv_dtype_bytes: int = 2,
     teacher_copy_bytes_per_param: float = 0.0,
+    lora_params: int = 0,
 ) -> dict[str, float]:
     """Memory and compute plan for full fine-tuning (see the module docstring). All outputs are estimates.
 
     ``teacher_copy_bytes_per_param``: 0 for the live teacher, 4 for an fp32 ema/fixed teacher copy (sharded like
-    the weights); it adds memory only, the FLOPs do not depend on it."""
+    the weights); it adds memory only, the FLOPs do not depend on it. ``lora_params`` (:func:`lora_param_count`):
+    > 0 plans LoRA training instead — the frozen base in fp32 (4 B/param, no gradient, no optimizer state: what the
+    trainer holds, ``repro.lora``) plus 16 B per adapter parameter; the FLOPs stay the full-fine-tuning estimate (an
+    upper bound: the base's weight gradients are not computed)."""
     h, hd = shape.hidden, shape.head_dim
     attn = h * shape.heads * hd + 2 * h * shape.kv_heads * hd + shape.heads * hd * h
     if shape.experts:
@@ -163,7 +168,9 @@ def plan(
         "params_total": float(total),
         "params_per_layer": float(per_layer),
         "params_active_flop": float(active_flop),
-        "train_state_bytes_per_gpu": 16.0 * total / trainer_gpus,
+        "params_trainable": float(lora_params or total),
+        "train_state_bytes_per_gpu": (16.0 * total if not lora_params else 4.0 * total + 16.0 * lora_params)
+        / trainer_gpus,
         "teacher_copy_bytes_per_gpu": teacher_copy_bytes_per_param * total / trainer_gpus,
         "bf16_weights_bytes": 2.0 * total,
         "kv_bytes_per_token": float(shape.layers * 2 * shape.kv_heads * hd * kv_dtype_bytes),
@@ -171,6 +178,23 @@ def plan(
         "flops_per_step": step_flops,
         "flops_total": step_flops * steps,
     }
+
+
+def lora_param_count(shape: ModelShape, r: int, targets: Sequence[str]) -> int:
+    """Adapter parameters of ``[model.lora]``: r·(d_in + d_out) per adapted projection per layer (embeddings, norms,
+    router and lm_head get none). MoE shapes take attention targets only (their experts are fused parameters)."""
+    h, q, kv, ffn = shape.hidden, shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim, shape.intermediate
+    dims = {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
+            "gate_proj": (h, ffn), "up_proj": (h, ffn), "down_proj": (ffn, h)}
+    unknown = sorted(set(targets) - set(dims))
+    mlp = sorted(set(targets) & {"gate_proj", "up_proj", "down_proj"})
+    if shape.experts and mlp:
+        raise ValueError(f"lora.target_modules {mlp}: an MoE model's experts are fused 3-D parameters in "
+                         "transformers' Qwen3-MoE, not the nn.Linear layers repro.lora adapts; use attention "
+                         "projections (q_proj, k_proj, v_proj, o_proj)")
+    if unknown:
+        raise ValueError(f"lora.target_modules: unknown projections {unknown}; use some of {sorted(dims)}")
+    return shape.layers * sum(r * (dims[t][0] + dims[t][1]) for t in targets)
 
 
 def plan_shape(cfg: Any) -> tuple[ModelShape, str]:

@@ -58,6 +58,12 @@ def test_cli_sft_bad_set_lists_valid_keys(capsys: pytest.CaptureFixture[str], tm
     assert rc == 2 and "epoks" in err and "episodes" in err
 
 
+def test_cli_sft_dotted_set_reaches_the_lora_section(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    rc = main(["train", "sft", "--train-tasks", str(tmp_path), "--out", str(tmp_path / "o"), "--set", "lora.r=0"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "'lora', 'r'" in err and "greater than or equal to 1" in err
+
+
 def test_cli_distill_from_missing_best(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     rc = main(["train", "distill", "--arm", "tg", "--from-best", str(tmp_path / "nope.jsonl"),
                "--out", str(tmp_path / "d")])

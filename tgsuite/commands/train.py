@@ -67,7 +67,8 @@ def register(subparsers: Any) -> None:
     sft.add_argument("--preset", choices=("nano", "mini"), default="mini")
     sft.add_argument("--out", type=Path, required=True)
     sft.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                     help="override an SFT setting, e.g. --set episodes=40 (fields of repro.sft.SFTConfig)")
+                     help="override an SFT setting, e.g. --set episodes=40 or --set lora.enabled=true (fields of "
+                          "repro.sft.SFTConfig)")
     sft.set_defaults(func=_sft)
     from tgsuite.commands.train_pretrain import add_parser as add_pretrain
 
@@ -137,14 +138,14 @@ def _loop(args: argparse.Namespace) -> int:
 def _sft(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from repro.config import parse_set
+    from repro.config import deep_merge, dotted_to_tree, parse_set
     from repro.sft import SFTConfig, run_sft
 
     fields: dict[str, Any] = {"train_tasks": args.train_tasks, "dataset": args.dataset,
                               "heldout_tasks": args.heldout_tasks, "preset": args.preset}
-    for item in args.sets:
+    for item in args.sets:  # dotted keys reach nested settings: --set lora.enabled=true
         key, value = _run(parse_set, item)
-        fields[key] = value
+        fields = deep_merge(fields, dotted_to_tree({key: value}))
     try:
         cfg = SFTConfig(**fields)
     except ValidationError as exc:
@@ -172,14 +173,15 @@ def _arms(args: argparse.Namespace) -> int:
 
 def format_plan(cfg: Any) -> str:
     """The --dry-run report: validated config summary plus the memory/compute plan (pure arithmetic)."""
-    from repro.compute import plan, plan_shape
+    from repro.compute import lora_param_count, plan, plan_shape
 
     shape, shape_note = plan_shape(cfg)
-    r, c = cfg.rollout, cfg.cluster
+    r, c, lo = cfg.rollout, cfg.cluster, cfg.model.lora
+    n_lora = lora_param_count(shape, lo.r, lo.target_modules) if lo.enabled else 0
+    copy = cfg.guidance.teacher != "live" and cfg.guidance.lam and not lo.enabled  # LoRA: no teacher copy
     p = plan(shape, trainer_gpus=c.trainer_gpus, trajectories_per_step=r.groups * r.group_size,
              tokens_per_trajectory=c.tokens_per_trajectory, failing_fraction=c.failing_fraction if cfg.guidance.lam
-             else 0.0, steps=cfg.run.steps,
-             teacher_copy_bytes_per_param=4.0 if cfg.guidance.teacher != "live" and cfg.guidance.lam else 0.0)
+             else 0.0, steps=cfg.run.steps, teacher_copy_bytes_per_param=4.0 if copy else 0.0, lora_params=n_lora)
     lines = [
         f"config OK: arm {cfg.run.arm}, {cfg.run.steps} steps x {r.groups} groups x {r.group_size} rollouts, "
         f"lambda {cfg.guidance.lam}, engine {r.engine}, sandbox {r.sandbox}, async {cfg.async_.enabled} "
@@ -215,6 +217,10 @@ def memory_lines(cfg: Any, shape: Any, p: dict[str, float]) -> list[str]:
     acts = (a["activations_checkpointed_bytes"] + a["loss_chunk_bytes"]) / gb
     trainer_total = state + acts + (e["engine_bytes_per_gpu"] / gb if colocated else 0.0)
     teacher = (f" + fp32 {cfg.guidance.teacher} teacher copy (4 B/param)" if p["teacher_copy_bytes_per_gpu"] else "")
+    lo = cfg.model.lora
+    state_kind = (f"LoRA r={lo.r} on {','.join(lo.target_modules)}: {p['params_trainable'] / 1e6:.1f} M trainable "
+                  "params (16 B/param) + frozen fp32 base (4 B/param)" if lo.enabled
+                  else "fp32 master + grad + AdamW (16 B/param)")
     free_for_kv = c.gpu_memory_gb * gb * 0.9 - e["engine_weights_bytes_per_gpu"] - ((state + acts) * gb if colocated
                                                                                     else 0.0)
     fit = max(0.0, free_for_kv) * c.inference_tp / (c.tokens_per_trajectory * p["kv_bytes_per_token"])
@@ -224,7 +230,7 @@ def memory_lines(cfg: Any, shape: Any, p: dict[str, float]) -> list[str]:
         return "  <-- does not fit" if x > 0.9 * c.gpu_memory_gb else ""
 
     return [
-        f"trainer: {c.trainer_gpus} GPU(s); fp32 master + grad + AdamW (16 B/param){teacher} sharded = {state:.1f} GB/GPU of "
+        f"trainer: {c.trainer_gpus} GPU(s); {state_kind}{teacher} sharded = {state:.1f} GB/GPU of "
         f"{c.gpu_memory_gb:.0f} GB" + ("  <-- does not fit: shard wider or offload the optimizer"
                                       if state > 0.85 * c.gpu_memory_gb else ""),
         f"activations: micro-batch of {a['micro_batch_tokens']:.0f} tokens ({cfg.optim.micro_batch} x "
