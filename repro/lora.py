@@ -15,8 +15,8 @@ second copy); ``fixed`` (θ_0) is the same model with its adapters switched off 
 Saving (:mod:`repro.checkpoint`): :func:`merged_state_dict` — base + B·A·(alpha/r) per adapted projection, under the
 plain HF names — is what ``model.safetensors`` holds, so a LoRA checkpoint loads with ``from_pretrained`` like any
 other; the adapters themselves are written to ``adapter/`` (``adapter_model.safetensors`` + ``adapter_config.json``,
-peft's own format: ``peft.PeftModel.from_pretrained(base, ckpt_dir / "adapter")`` reads them), and resuming rebuilds the base from the config
-and loads only the adapters (:func:`load_adapter_file`).
+peft's own format: ``peft.PeftModel.from_pretrained(base, ckpt_dir / "adapter")`` reads them), and resuming rebuilds
+the base from the config and loads only the adapters (:func:`load_adapter_file`).
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from torch import nn
 from repro.config import LORA_TARGETS as TARGETS
 from repro.config import LoraCfg
 
-# a sub-folder: beside the weights, transformers' from_pretrained would read adapter_config.json as "load the base it
-# names, then this adapter" instead of loading model.safetensors
+# a sub-folder: with adapter_config.json beside the merged model.safetensors, transformers' from_pretrained loads the
+# adapter on top of the merged weights (the adapters applied twice; checked with transformers 5.24 + peft 0.21.2)
 ADAPTER_DIR = "adapter"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"

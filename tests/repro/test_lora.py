@@ -189,6 +189,16 @@ def test_fixed_teacher_with_lora_trains(tmp_path: Path) -> None:
         "model_params"]
 
 
+def test_async_producer_samples_the_published_adapters(tmp_path: Path) -> None:
+    """The producer's twin is a copy of the LoRA model; with lead 0 the async run equals the synchronous one."""
+    sync, asy = tmp_path / "sync", tmp_path / "async"
+    train_rl(F.config("tg", *FAST, *LORA), sync, setup=F.setup())
+    train_rl(F.config("tg", *FAST, *LORA, "async.enabled=true", "async.max_lead=0"), asy, setup=F.setup())
+    for ra, rb in zip(F.metrics(sync), F.metrics(asy), strict=True):
+        assert ra["reward/total"] == rb["reward/total"] and ra["loss/total"] == pytest.approx(rb["loss/total"],
+                                                                                            abs=1e-6)
+
+
 def test_distill_refuses_lora(tmp_path: Path) -> None:
     from repro.distill import train_distill
 

@@ -131,6 +131,20 @@ def test_run_sft_end_to_end_on_a_tiny_task_set(tmp_path: Path) -> None:
                    tmp_path / "out")
     assert cont.vocab == rep.vocab and cont.n_trajectories == 2 and cont.eval == []
     assert cont.wall_s["expert"] < rep.wall_s["expert"]
+    # LoRA (SFTConfig.lora): the same continuation trains adapters only; model/ holds merged weights + adapter/
+    from safetensors.torch import load_file
+
+    from repro.config import LoraCfg
+
+    init = load_file(str(tmp_path / "out" / "model" / "model.safetensors"))
+    (tmp_path / "lora").mkdir()
+    (tmp_path / "lora" / "expert.jsonl").write_text((tmp_path / "out" / "expert.jsonl").read_text())  # reuse the data
+    lo = run_sft(cfg.model_copy(update={"init": str(tmp_path / "out" / "model"), "heldout_tasks": None,
+                                        "lora": LoraCfg(enabled=True, r=2)}), tmp_path / "lora")
+    merged = load_file(str(tmp_path / "lora" / "model" / "model.safetensors"))
+    assert (tmp_path / "lora" / "model" / "adapter" / "adapter_model.safetensors").is_file() and lo.steps > 0
+    assert all(torch.equal(merged[k], init[k]) for k in init if "_proj." not in k)
+    assert any(not torch.equal(merged[k], init[k]) for k in init if "_proj." in k)
 
 
 def test_summary_probe_reports_both_conditions() -> None:
