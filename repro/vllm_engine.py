@@ -42,6 +42,7 @@ from typing import Any
 import torch
 
 from harness.policies.engine_protocol import FinishReason, TokenRequest, TokenResult
+from repro.lora import has_lora, merged_state_dict, save_pretrained
 
 INSTALL_HINT = ("install the gpu extra on a CUDA machine: pip install -e '.[gpu]' (scripts/gpu_check.sh does it in "
                 "its own virtual environment, because vLLM pins its own torch build)")
@@ -100,9 +101,17 @@ def runner_model(llm: Any) -> Any:
 
 
 def named_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    """HF parameter names and tensors (tied weights once), the names vLLM's ``load_weights`` maps."""
-    for name, p in model.named_parameters():
-        yield name, p.detach()
+    """HF parameter names and tensors (tied weights once), the names vLLM's ``load_weights`` maps. A model with LoRA
+    adapters (``repro.lora``) gives its merged weights under the plain names, so vLLM samples the adapted policy."""
+    if not has_lora(model):
+        for name, p in model.named_parameters():
+            yield name, p.detach()
+        return
+    merged = merged_state_dict(model)
+    for name, _ in model.named_parameters():
+        if ".lora_" not in name:
+            plain = name.replace(".base_layer.", ".")
+            yield plain, merged[plain]
 
 
 def request_seed(generator: torch.Generator) -> int:
@@ -195,7 +204,7 @@ def set_launcher_env() -> None:
 
 def build_llm(model: torch.nn.Module, settings: VLLMSettings, api: VLLMApi, workdir: Path) -> Any:
     """A ``vllm.LLM`` over ``model``'s architecture and current weights, saved to ``workdir`` in HF layout."""
-    model.save_pretrained(str(workdir), safe_serialization=True)
+    save_pretrained(model, workdir, safe_serialization=True)  # a LoRA model: its merged weights (repro.lora)
     set_launcher_env()
     return api.llm_cls(model=str(workdir), skip_tokenizer_init=True, logprobs_mode="processed_logprobs",
                        distributed_executor_backend="external_launcher", dtype=settings.dtype,

@@ -175,3 +175,26 @@ def test_two_rl_steps_with_vllm_rollouts_stamp_versions_and_sync_each_step(model
     rows = F.metrics(tmp_path / "run")
     assert [r["rollout/staleness_max"] for r in rows] == [0, 0]
     assert eng.current_version() == 1
+
+
+def test_lora_model_syncs_its_merged_weights(model: torch.nn.Module) -> None:
+    """With LoRA adapters (repro.lora) vLLM gets the merged weights under the plain HF names and samples the adapted
+    policy, also after the adapters change."""
+    from repro.config import LoraCfg
+    from repro.lora import apply_lora
+
+    plain_names = {n for n, _ in model.named_parameters()}
+    apply_lora(model, LoraCfg(enabled=True, r=4), seed=0)
+    fake = FakeVLLM()
+    eng = _rollouts(fake)(model, 0)
+    llm = fake.built[0]
+    req = [TokenRequest([1, 2, 3], 4)]
+    with torch.no_grad():  # an "optimizer step" on the adapters only
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.copy_(0.2 * torch.randn(p.shape, generator=torch.Generator().manual_seed(3)))
+    eng.set_version(1)
+    (out,) = eng.generate(req, generator=torch.Generator().manual_seed(0))
+    assert llm.runner.loaded[-1] == plain_names
+    assert torch.allclose(torch.tensor(out.logprobs), torch.tensor(_processed(model, [1, 2, 3], out.ids, 1, 1)),
+                          atol=1e-4)
