@@ -1,0 +1,213 @@
+"""The Ray executor (``run_eval(executor="ray")``, ``tgsuite eval --executor ray``): on a local two-node Ray cluster
+on loopback, the same episodes and grades as the thread executor, the same run-directory files, and the same
+resume; plus its error paths and shipping of attempts, which need no cluster."""
+
+from __future__ import annotations
+
+import builtins
+import importlib.util
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from harness.runner import run_eval
+from harness.runner_episode import EpisodeJob
+from harness.runner_ray import RAY_MISSING, RayPool, ShippedAttempt, import_ray, pack_snapshots, write_attempt
+from harness.schema import EpisodeResult, TaskSet
+from tests.harness_fakes import FakeFactory, FixPolicy, make_calc_task
+
+ROOT = Path(__file__).resolve().parents[2]
+needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray not installed (pip install "
+                               "'tgsuite[ray]')")
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[str]:
+    """A head and one worker node, one CPU each, every Ray server on 127.0.0.1; the address to join."""
+    mp = pytest.MonkeyPatch()
+    # Ray turns 127.0.0.1 into this machine's outside address unless "clusters" are off; off, every server it
+    # starts binds to loopback (checked below). Its workers import this checkout (PYTHONPATH) like the tests.
+    mp.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    mp.setenv("RAY_USAGE_STATS_ENABLED", "0")
+    mp.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
+    from ray.cluster_utils import Cluster
+
+    cluster = None
+    try:
+        for tries in (1, 2):  # Ray gives a node 30 s to register (fixed in ray/_private/node.py); once more if slow
+            cluster = Cluster(initialize_head=False)
+            try:
+                cluster.add_node(num_cpus=1, include_dashboard=False)
+                cluster.add_node(num_cpus=1)
+                cluster.wait_for_nodes()
+                break
+            except Exception:
+                cluster.shutdown()
+                if tries == 2:
+                    raise
+        assert cluster is not None
+        yield cluster.address
+    finally:
+        if cluster is not None:
+            cluster.shutdown()
+        mp.undo()
+
+
+@pytest.fixture(scope="module")
+def mini(tmp_path_factory: pytest.TempPathFactory) -> TaskSet:
+    from harness.minirepos import make_mini
+    from harness.tasks import load_task_set
+
+    out = tmp_path_factory.mktemp("mini") / "tasks"
+    make_mini(out, split="heldout", repos=2, tasks_per_repo=1, seed=0)
+    return load_task_set(out)
+
+
+def _eval(ts: TaskSet, out: Path, executor: str, address: str | None = None) -> list[EpisodeResult]:
+    from harness.runner_sandbox import TaskSandboxFactory
+    from harness.sandbox import SandboxSpec
+
+    spec = SandboxSpec(env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    with TaskSandboxFactory(ts, kind="local", run_id=f"pytest-ray-{out.name}", spec=spec) as factory:
+        factory.preflight()
+        return run_eval(ts, {"oracle": "oracle", "null": "null"}, [0, 1], out, sandbox_factory=factory, workers=2,
+                        executor=executor, ray_address=address)  # type: ignore[arg-type]
+
+
+def _key(r: EpisodeResult) -> tuple:
+    g = r.grade
+    return (r.instance_id, r.arm, r.seed, r.attempt, r.status, r.failure_class, r.resolved, r.behaviour_ok,
+            r.joint_ok, [b.model_dump() for b in r.behaviour],
+            None if g is None else (g.resolved, g.valid, g.reason, g.f2p, g.p2p, g.patch_applied))
+
+
+def _attempt_files(out: Path) -> dict[str, bytes]:
+    """Every attempt file that does not carry a time: relative path → content (trajectory: its messages)."""
+    got: dict[str, bytes] = {}
+    for p in sorted((out / "episodes").rglob("*")):
+        rel = p.relative_to(out).as_posix()
+        if not p.is_file() or p.name in ("timing.json", "result.json", "test_output.txt"):
+            got[rel] = b"" if p.is_file() else b"<dir>"  # present, content carries times
+        elif p.name == "trajectory.jsonl":
+            lines = p.read_text().splitlines()[1:]  # the header has wall-clock timings
+            got[rel] = "\n".join(json.dumps({k: v for k, v in json.loads(x).items() if k != "timings"})
+                                 for x in lines).encode()
+        else:
+            got[rel] = p.read_bytes()
+    return got
+
+
+@needs_ray
+def test_ray_executor_matches_threads_and_resumes(ray_cluster: str, mini: TaskSet, tmp_path: Path) -> None:
+    import ray
+
+    threads = _eval(mini, tmp_path / "threads", "thread")
+    on_ray = _eval(mini, tmp_path / "ray", "ray", ray_cluster)
+    assert len(on_ray) == 2 * 2 * len(mini.instances) == 8
+    assert [_key(r) for r in on_ray] == [_key(r) for r in threads]
+    assert all(r.resolved for r in on_ray if r.arm == "oracle") and not any(r.resolved for r in on_ray
+                                                                            if r.arm == "null")
+    assert _attempt_files(tmp_path / "ray") == _attempt_files(tmp_path / "threads")
+    assert (tmp_path / "ray" / "results.jsonl").read_text().count("\n") == 8
+
+    # resume: one attempt crashed (no result.json), one episode never ran; only those two run again
+    ep = sorted((tmp_path / "ray" / "episodes").glob("*/*/s*"))
+    (ep[0] / "a0" / "result.json").unlink()
+    gone = ep[1]
+    import shutil
+
+    shutil.rmtree(gone)
+    kept = {p: p.read_bytes() for p in (tmp_path / "ray" / "episodes").rglob("result.json")}
+    again = _eval(mini, tmp_path / "ray", "ray", ray_cluster)
+    assert [_key(r) for r in again] == [_key(r) for r in threads]
+    assert all(p.read_bytes() == data for p, data in kept.items())  # finished episodes were not re-run
+    assert (ep[0] / "a0" / "result.json").is_file() and (gone / "a0" / "result.json").is_file()
+    assert not list((tmp_path / "ray" / "episodes").glob("*/*/s*/a1"))  # in place, no new attempt
+
+    # the cluster: two nodes, both on loopback
+    ray.init(address=ray_cluster)
+    try:
+        nodes = [n for n in ray.nodes() if n["Alive"]]
+    finally:
+        ray.shutdown()
+    assert len(nodes) == 2 and {n["NodeManagerAddress"] for n in nodes} == {"127.0.0.1"}
+
+
+@needs_ray
+def test_ray_executor_needs_a_task_sandbox_factory(ray_cluster: str, tmp_path: Path) -> None:
+    inst, repo = make_calc_task(tmp_path / "repos", "calc-0")
+    ts = TaskSet(name="calc", path=str(tmp_path), sha256="f" * 64, instances=[inst])
+    with pytest.raises(ValueError, match="TaskSandboxFactory"):
+        run_eval(ts, {"fix": FixPolicy()}, [0], tmp_path / "run", sandbox_factory=FakeFactory({"calc-0": repo}),
+                 executor="ray", ray_address=ray_cluster)
+
+
+def test_missing_ray_is_a_clear_error_and_threads_still_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    real_import = builtins.__import__
+
+    def no_ray(name: str, *args: object, **kwargs: object) -> object:
+        if name == "ray" or name.startswith("ray."):
+            raise ImportError("No module named 'ray'")
+        return real_import(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    with pytest.raises(ValueError, match=r"pip install 'tgsuite\[ray\]'"):
+        import_ray()
+    assert "pip install 'tgsuite[ray]'" in RAY_MISSING
+    inst, repo = make_calc_task(tmp_path / "repos", "calc-0")
+    ts = TaskSet(name="calc", path=str(tmp_path), sha256="f" * 64, instances=[inst])
+    res = run_eval(ts, {"fix": FixPolicy()}, [0], tmp_path / "run", sandbox_factory=FakeFactory({"calc-0": repo}))
+    assert res[0].resolved
+    with pytest.raises(ValueError, match="executor"):
+        run_eval(ts, {"fix": FixPolicy()}, [0], tmp_path / "run2", sandbox_factory=FakeFactory({"calc-0": repo}),
+                 executor="dask")  # type: ignore[arg-type]
+
+
+def _job(tmp_path: Path) -> EpisodeJob:
+    inst, _ = make_calc_task(tmp_path / "repos", "calc-0")
+    return EpisodeJob(inst, "fix", 0, 0, 1)
+
+
+def test_write_attempt_writes_result_last_and_stays_inside(tmp_path: Path) -> None:
+    job = _job(tmp_path)
+    res = EpisodeResult(run_id="r", instance_id="calc-0", repo="r", cluster="r", arm="fix", policy="fix", seed=0,
+                        attempt=0, status="ok", failure_class="none", resolved=True)
+    out = tmp_path / "run"
+    got = write_attempt(out, job, ShippedAttempt(files={"result.json": res.model_dump_json().encode(),
+                                                        "grade/grade.json": b"{}", "patch.diff": b"x"},
+                                                 controls={"c.json": b"new"}))
+    d = out / "episodes" / "calc-0" / "fix" / "s0" / "a0"
+    assert got == res and (d / "grade" / "grade.json").read_bytes() == b"{}" and (d / "patch.diff").read_bytes() == b"x"
+    assert (out / "controls" / "c.json").read_bytes() == b"new"
+    write_attempt(out, job, ShippedAttempt(files={"result.json": res.model_dump_json().encode()},
+                                           controls={"c.json": b"other"}))
+    assert (out / "controls" / "c.json").read_bytes() == b"new"  # an existing control is never replaced
+    with pytest.raises(ValueError, match="leaves"):
+        write_attempt(out, job, ShippedAttempt(files={"result.json": b"{}", "../../x": b""}, controls={}))
+    with pytest.raises(ValueError, match="result.json"):
+        write_attempt(tmp_path / "r2", job, ShippedAttempt(files={"patch.diff": b""}, controls={}))
+    assert not (tmp_path / "r2" / "episodes" / "calc-0" / "fix" / "s0" / "a0" / "patch.diff").exists()
+
+
+def test_image_digests_must_agree_and_snapshots_must_exist(tmp_path: Path, mini: TaskSet) -> None:
+    RayPool._check_digests({"img": "sha256:a"}, [{"img": "sha256:a"}])
+    with pytest.raises(ValueError, match="worker 1 has image img"):
+        RayPool._check_digests({"img": "sha256:a"}, [{"img": "sha256:a"}, {"img": "sha256:b"}])
+    assert len(pack_snapshots(mini)) > 0
+    with pytest.raises(ValueError, match="no snapshot"):
+        pack_snapshots(mini.model_copy(update={"path": str(tmp_path)}))
+
+
+def test_cli_ray_flags(tmp_path: Path, mini: TaskSet, capsys: pytest.CaptureFixture[str]) -> None:
+    from tgsuite.cli import main
+    from tgsuite.commands.eval import ray_arms
+
+    policies = {"oracle": object(), "m": object()}
+    got = ray_arms(policies, {"oracle": "oracle", "m": "hf:ckpt"})
+    assert got["oracle"] == "oracle" and got["m"] is policies["m"]  # scripted: built on the worker
+    assert main(["eval", "--tasks", mini.path, "--policy", "null", "--out", str(tmp_path / "r"),
+                 "--ray-address", "127.0.0.1:1"]) == 2
+    assert "--executor ray" in capsys.readouterr().err and not (tmp_path / "r").exists()
