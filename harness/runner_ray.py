@@ -211,8 +211,9 @@ class EpisodeWorker:
 
 class RayPool:
     """``workers`` ``EpisodeWorker`` actors; ``run(job)`` (thread-safe) runs an attempt on a free one and writes
-    it into the run directory. Connects to ``address`` (``ray.init(address=...)``; None: a new local Ray) unless
-    Ray is already initialised in this process (then that cluster is used and left running)."""
+    it into the run directory. Connects to ``address`` (``ray.init(address=...)``; None: ``$RAY_ADDRESS``, else the
+    last ``ray start`` cluster of this machine, else a new local Ray) unless Ray is already initialised in this
+    process (then that cluster is used and left running)."""
 
     def __init__(self, task_set: TaskSet, arms: Mapping[str, Policy | str], ctx: EpisodeContext, *, workers: int,
                  address: str | None, default_metrics: bool) -> None:

@@ -17,7 +17,7 @@ from harness.runner import run_eval
 from harness.runner_episode import EpisodeJob
 from harness.runner_ray import RAY_MISSING, RayPool, ShippedAttempt, import_ray, pack_snapshots, write_attempt
 from harness.schema import EpisodeResult, TaskSet
-from tests.harness_fakes import FakeFactory, FixPolicy, make_calc_task
+from tests.harness_fakes import FakeFactory, FixPolicy, WhereFinishPolicy, make_calc_task
 
 ROOT = Path(__file__).resolve().parents[2]
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray not installed (pip install "
@@ -66,15 +66,16 @@ def mini(tmp_path_factory: pytest.TempPathFactory) -> TaskSet:
     return load_task_set(out)
 
 
-def _eval(ts: TaskSet, out: Path, executor: str, address: str | None = None) -> list[EpisodeResult]:
+def _eval(ts: TaskSet, out: Path, executor: str, address: str | None = None, *, kind: str = "local",
+          seeds: tuple[int, ...] = (0, 1)) -> list[EpisodeResult]:
     from harness.runner_sandbox import TaskSandboxFactory
     from harness.sandbox import SandboxSpec
 
     spec = SandboxSpec(env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
-    with TaskSandboxFactory(ts, kind="local", run_id=f"pytest-ray-{out.name}", spec=spec) as factory:
+    with TaskSandboxFactory(ts, kind=kind, run_id=f"pytest-ray-{out.parent.name}"[:60], spec=spec) as factory:  # type: ignore[arg-type]
         factory.preflight()
-        return run_eval(ts, {"oracle": "oracle", "null": "null"}, [0, 1], out, sandbox_factory=factory, workers=2,
-                        executor=executor, ray_address=address)  # type: ignore[arg-type]
+        return run_eval(ts, {"oracle": "oracle", "null": "null"}, list(seeds), out, sandbox_factory=factory,
+                        workers=2, executor=executor, ray_address=address)  # type: ignore[arg-type]
 
 
 def _key(r: EpisodeResult) -> tuple:
@@ -84,19 +85,21 @@ def _key(r: EpisodeResult) -> tuple:
             None if g is None else (g.resolved, g.valid, g.reason, g.f2p, g.p2p, g.patch_applied))
 
 
-def _attempt_files(out: Path) -> dict[str, bytes]:
-    """Every attempt file that does not carry a time: relative path → content (trajectory: its messages)."""
-    got: dict[str, bytes] = {}
+def _attempt_files(out: Path) -> dict[str, object]:
+    """Every path under ``episodes/``; the contents that carry no time or sandbox path: the patch, the trajectory's
+    messages (without their durations) and the grade (without its duration)."""
+    got: dict[str, object] = {}
     for p in sorted((out / "episodes").rglob("*")):
         rel = p.relative_to(out).as_posix()
-        if not p.is_file() or p.name in ("timing.json", "result.json", "test_output.txt"):
-            got[rel] = b"" if p.is_file() else b"<dir>"  # present, content carries times
-        elif p.name == "trajectory.jsonl":
-            lines = p.read_text().splitlines()[1:]  # the header has wall-clock timings
-            got[rel] = "\n".join(json.dumps({k: v for k, v in json.loads(x).items() if k != "timings"})
-                                 for x in lines).encode()
-        else:
+        if p.name == "patch.diff":
             got[rel] = p.read_bytes()
+        elif p.name == "trajectory.jsonl":
+            got[rel] = [{k: v for k, v in json.loads(x).items() if k != "duration_s"}
+                        for x in p.read_text().splitlines()[1:]]  # line 1, the header, has wall-clock timings
+        elif p.name == "grade.json":
+            got[rel] = {k: v for k, v in json.loads(p.read_text()).items() if k != "duration_s"}
+        else:
+            got[rel] = p.is_file()
     return got
 
 
@@ -134,6 +137,32 @@ def test_ray_executor_matches_threads_and_resumes(ray_cluster: str, mini: TaskSe
     finally:
         ray.shutdown()
     assert len(nodes) == 2 and {n["NodeManagerAddress"] for n in nodes} == {"127.0.0.1"}
+
+
+@needs_ray
+@pytest.mark.docker
+def test_ray_executor_in_docker_matches_threads(ray_cluster: str, mini: TaskSet, tmp_path: Path) -> None:
+    threads = _eval(mini, tmp_path / "threads" / "run", "thread", kind="docker", seeds=(0,))
+    on_ray = _eval(mini, tmp_path / "ray" / "run", "ray", ray_cluster, kind="docker", seeds=(0,))
+    assert [_key(r) for r in on_ray] == [_key(r) for r in threads] and len(on_ray) == 2 * len(mini.instances)
+    assert all(r.resolved for r in on_ray if r.arm == "oracle") and all(r.scored for r in on_ray)
+    assert json.loads((tmp_path / "ray" / "run" / "manifest.json").read_text())["sandbox"] == "docker"
+
+
+@needs_ray
+def test_episodes_run_in_ray_actors_on_both_nodes(ray_cluster: str, mini: TaskSet, tmp_path: Path) -> None:
+    from harness.runner_episode import read_trajectory
+    from harness.runner_sandbox import TaskSandboxFactory
+
+    with TaskSandboxFactory(mini, kind="local", run_id="pytest-ray-where") as factory:
+        factory.preflight()
+        res = run_eval(mini, {"where": WhereFinishPolicy()}, [0, 1, 2, 3], tmp_path / "run", sandbox_factory=factory,
+                       workers=2, executor="ray", ray_address=ray_cluster)
+    assert len(res) == 4 * len(mini.instances)
+    said = [read_trajectory(p).messages[-2].tool_calls[0].arguments["message"].split()
+            for p in sorted((tmp_path / "run" / "episodes").rglob("trajectory.jsonl"))]
+    assert len(said) == len(res) and all(int(w[1]) != os.getpid() for w in said)  # not in this process
+    assert len({w[3] for w in said}) == 2, said  # two actors of one CPU each: one on each one-CPU node
 
 
 @needs_ray
@@ -199,6 +228,17 @@ def test_image_digests_must_agree_and_snapshots_must_exist(tmp_path: Path, mini:
     assert len(pack_snapshots(mini)) > 0
     with pytest.raises(ValueError, match="no snapshot"):
         pack_snapshots(mini.model_copy(update={"path": str(tmp_path)}))
+
+
+@needs_ray
+def test_cli_eval_on_ray(ray_cluster: str, mini: TaskSet, tmp_path: Path) -> None:
+    from tgsuite.cli import main
+
+    out = tmp_path / "run"
+    assert main(["eval", "--tasks", mini.path, "--policy", "oracle", "--out", str(out), "--sandbox", "local",
+                 "--workers", "2", "--executor", "ray", "--ray-address", ray_cluster, "--no-progress"]) == 0
+    got = [EpisodeResult.model_validate_json(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    assert len(got) == len(mini.instances) and all(r.resolved for r in got)  # oracle built on the workers
 
 
 def test_cli_ray_flags(tmp_path: Path, mini: TaskSet, capsys: pytest.CaptureFixture[str]) -> None:

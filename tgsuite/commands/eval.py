@@ -62,8 +62,8 @@ def register(subparsers: Any) -> None:
                    help="thread: --workers threads here (default); ray: --workers Ray actors, each running episodes "
                         "on its own node's sandboxes (needs pip install 'tgsuite[ray]')")
     p.add_argument("--ray-address", default=None, metavar="ADDR",
-                   help="with --executor ray: the cluster to join, e.g. 10.0.0.5:6379 (default: $RAY_ADDRESS, "
-                        "else a new Ray on this machine)")
+                   help="with --executor ray: the cluster to join, e.g. 10.0.0.5:6379 (default, as ray.init: "
+                        "$RAY_ADDRESS, else the last cluster `ray start` made on this machine, else a new local Ray)")
     p.add_argument("--split", default=None, help="only instances of this split, e.g. heldout")
     p.add_argument("--instance", action="append", default=None, metavar="ID|GLOB",
                    help="only these instances; repeatable; shell globs match ids, e.g. --instance 'calc-*'")
