@@ -189,14 +189,19 @@ class NullFinishPolicy:
 
 
 class WhereFinishPolicy:
-    """Finishes at once, saying where it ran: ``pid <process id> node <Ray node id, or - outside Ray>``."""
+    """Finishes (after ``sleep_s``), saying where it ran: ``pid <process id> node <Ray node id, or - outside Ray>``."""
 
     name = "where"
+
+    def __init__(self, sleep_s: float = 0.0) -> None:
+        self.sleep_s = sleep_s
 
     def act(self, messages, *, tools, rng):
         import os
 
         from harness.interfaces import PolicyOutput
+
+        time.sleep(self.sleep_s)
 
         try:
             import ray

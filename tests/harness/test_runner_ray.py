@@ -165,6 +165,55 @@ def test_episodes_run_in_ray_actors_on_both_nodes(ray_cluster: str, mini: TaskSe
     assert len({w[3] for w in said}) == 2, said  # two actors of one CPU each: one on each one-CPU node
 
 
+STOP_SCRIPT = """
+import os, sys
+sys.path.insert(0, {root!r})
+from harness.runner import run_eval, RunInterrupted
+from harness.runner_sandbox import TaskSandboxFactory
+from harness.tasks import load_task_set
+from tests.harness_fakes import WhereFinishPolicy
+ts = load_task_set({tasks!r})
+with TaskSandboxFactory(ts, kind="local", run_id="pytest-ray-stop") as factory:
+    try:
+        run_eval(ts, {{"where": WhereFinishPolicy(sleep_s=0.5)}}, list(range(6)), {out!r}, sandbox_factory=factory,
+                 workers=2, executor="ray", ray_address={address!r})
+    except RunInterrupted as exc:
+        print("INTERRUPTED", flush=True)
+        os._exit(exc.exit_code)
+"""
+
+
+@needs_ray
+def test_sigint_stops_a_ray_run_and_it_resumes(ray_cluster: str, mini: TaskSet, tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "run"
+    code = STOP_SCRIPT.format(root=str(ROOT), tasks=mini.path, out=str(out), address=ray_cluster)
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while len(list(out.glob("episodes/*/*/s*/a*/result.json"))) < 2 and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    stdout, _ = proc.communicate(timeout=90)
+    stop_s = time.monotonic() - t0
+    done = sorted(out.glob("episodes/*/*/s*/a*/result.json"))
+    assert proc.returncode == 130 and "INTERRUPTED" in stdout, (proc.returncode, stdout)
+    assert 2 <= len(done) < 12 and len((out / "results.jsonl").read_text().splitlines()) == len(done)
+    assert stop_s < 60, f"stopping took {stop_s:.1f} s"
+    from harness.runner_sandbox import TaskSandboxFactory
+
+    with TaskSandboxFactory(mini, kind="local", run_id="pytest-ray-resume") as factory:
+        res = run_eval(mini, {"where": WhereFinishPolicy()}, list(range(6)), out, sandbox_factory=factory,
+                       workers=2, executor="ray", ray_address=ray_cluster)
+    print(f"\nray stop: SIGINT stopped the run in {stop_s:.2f} s with {len(done)}/12 done")
+    assert len(res) == 12 and all(r.attempt == 0 and r.scored for r in res)
+
+
 @needs_ray
 def test_ray_executor_needs_a_task_sandbox_factory(ray_cluster: str, tmp_path: Path) -> None:
     inst, repo = make_calc_task(tmp_path / "repos", "calc-0")
