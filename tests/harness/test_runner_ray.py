@@ -8,6 +8,7 @@ import builtins
 import importlib.util
 import json
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,6 +36,8 @@ def ray_cluster() -> Iterator[str]:
     mp.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
     from ray.cluster_utils import Cluster
 
+    # Ray's in-process head node and its driver install SIGTERM handlers (sys.exit) and never put the old ones back
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     cluster = None
     try:
         for tries in (1, 2):  # Ray gives a node 30 s to register (fixed in ray/_private/node.py); once more if slow
@@ -53,6 +56,8 @@ def ray_cluster() -> Iterator[str]:
     finally:
         if cluster is not None:
             cluster.shutdown()
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
         mp.undo()
 
 
@@ -185,7 +190,6 @@ with TaskSandboxFactory(ts, kind="local", run_id="pytest-ray-stop") as factory:
 
 @needs_ray
 def test_sigint_stops_a_ray_run_and_it_resumes(ray_cluster: str, mini: TaskSet, tmp_path: Path) -> None:
-    import signal
     import subprocess
     import sys
     import time
