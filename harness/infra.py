@@ -244,10 +244,15 @@ class ControlCache:
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` via a temp file in the same directory, fsync and ``os.replace``."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temp file in the same directory, fsync and ``os.replace``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
+    with open(tmp, "wb") as fh:
+        fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
@@ -263,6 +268,6 @@ def summarize_failures(results: list[EpisodeResult]) -> dict[str, int]:
 
 __all__ = [
     "AMBIGUOUS_KINDS", "INFRA_KINDS", "ControlCache", "ControlRecord", "ErrorRateGuard", "Outcome", "RetryPolicy",
-    "agent_outcome", "atomic_write_text", "classify_exception", "classify_log", "settle_ambiguous",
+    "agent_outcome", "atomic_write_bytes", "atomic_write_text", "classify_exception", "classify_log", "settle_ambiguous",
     "summarize_failures",
 ]

@@ -16,7 +16,9 @@ Seeds: the episode seed is ``episode_seed(run_seed, instance_id, seed)``; it doe
 see the same sampling stream on the same (instance, seed) — paired comparisons are paired.
 
 Concurrency: threads (the work is in containers / subprocesses). A ``Policy`` object is shared by all episodes of
-its arm; unless it has ``thread_safe = True`` its ``act`` calls are serialised by a lock.
+its arm; unless it has ``thread_safe = True`` its ``act`` calls are serialised by a lock. ``executor="ray"`` runs
+the same attempts on the actors of a Ray cluster instead (``harness.runner_ray``); planning, retries, the guard,
+resume and ``results.jsonl`` are this module's either way.
 """
 
 from __future__ import annotations
@@ -25,20 +27,18 @@ import contextlib
 import fcntl
 import hashlib
 import logging
-import random
-import re
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from harness.infra import ControlCache, ErrorRateGuard, RetryPolicy, atomic_write_text, summarize_failures
-from harness.interfaces import EpisodeLimits, FeedbackProvider, Policy, PolicyOutput
+from harness.interfaces import EpisodeLimits, FeedbackProvider, Policy
 from harness.run_control import RunInterrupted, run_id_for, stop_on_signals
 from harness.rundir import attempt_indices, counting_attempt, episode_dirs
+from harness.runner_arms import ARM_NAME, resolve_arms, snapshot_metrics
 from harness.runner_episode import (
     EpisodeContext,
     EpisodeJob,
@@ -48,12 +48,13 @@ from harness.runner_episode import (
     run_attempt,
 )
 from harness.runner_manifest import build_manifest, check_resume_compatible, write_manifest
-from harness.schema import EpisodeMetrics, EpisodeResult, Message, TaskInstance, TaskSet, Trajectory
+from harness.schema import EpisodeMetrics, EpisodeResult, TaskInstance, TaskSet, Trajectory
 
 log = logging.getLogger(__name__)
 
-ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$")
 JobOrder = Literal["instance", "arm"]
+Executor = Literal["thread", "ray"]
+EXECUTORS: tuple[Executor, ...] = ("thread", "ray")
 
 
 class RunAborted(RuntimeError):
@@ -64,17 +65,6 @@ def episode_seed(run_seed: int, instance_id: str, seed: int) -> int:
     """Deterministic 63-bit episode seed from (run seed, instance, arm seed); independent of the arm."""
     digest = hashlib.sha256(f"{run_seed}|{instance_id}|{seed}".encode()).digest()
     return int.from_bytes(digest[:8], "big") >> 1
-
-
-class _LockedPolicy:
-    """Serialises ``act`` of a policy that is not declared thread-safe."""
-
-    def __init__(self, inner: Policy) -> None:
-        self.inner, self.name, self._lock = inner, inner.name, threading.Lock()
-
-    def act(self, messages: list[Message], *, tools: list[dict[str, Any]], rng: random.Random) -> PolicyOutput:
-        with self._lock:
-            return self.inner.act(messages, tools=tools, rng=rng)
 
 
 @dataclass(frozen=True)
@@ -118,39 +108,6 @@ def plan_work(out_dir: Path, instances: Sequence[TaskInstance], arms: Sequence[s
     return Plan(todo, done, exhausted)
 
 
-def _policy_options(spec: str, task_set: TaskSet, factory: SandboxFactory | None) -> dict[str, Any]:
-    """Options ``make_policy`` needs for a scripted spec: the task set for ``oracle``; for ``expert`` the factory's
-    scratch sandboxes, so the code it screens runs in this run's kind of sandbox, never on the host."""
-    if spec == "oracle":
-        return {"tasks": task_set}
-    scratch = getattr(factory, "open_scratch", None)
-    if spec == "expert" and scratch is not None:
-        return {"screen_sandbox": scratch}
-    return {}
-
-
-def _resolve_arms(arms: Mapping[str, Policy | str], task_set: TaskSet,
-                  factory: SandboxFactory | None = None) -> tuple[dict[str, Policy], dict[str, str]]:
-    policies: dict[str, Policy] = {}
-    specs: dict[str, str] = {}
-    for name, p in arms.items():
-        if not ARM_NAME.match(name):
-            raise ValueError(f"arm name {name!r} must match {ARM_NAME.pattern} (it becomes a directory name); "
-                             "fix: name the arm, e.g. --policy mine=hf:ckpt/step_100")
-        if isinstance(p, str):
-            from harness.policies import make_policy
-
-            try:
-                specs[name], p = p, make_policy(p, **_policy_options(p, task_set, factory))
-            except (OSError, ValueError) as exc:
-                raise ValueError(f"--policy {name}={p}: cannot build it ({exc}); fix: check the checkpoint "
-                                 "directory or endpoint") from None
-        else:
-            specs[name] = getattr(p, "spec", None) or f"object:{p.name}"
-        policies[name] = p if getattr(p, "thread_safe", False) else _LockedPolicy(p)  # type: ignore[assignment]
-    return policies, specs
-
-
 def run_eval(
     task_set: TaskSet,
     arms: Mapping[str, Policy | str],
@@ -172,21 +129,29 @@ def run_eval(
     metrics_for: Callable[[Trajectory, TaskInstance], EpisodeMetrics] | None = None,
     on_result: Callable[[EpisodeResult], None] | None = None,
     order: JobOrder = "instance",
+    executor: Executor = "thread",
+    ray_address: str | None = None,
 ) -> list[EpisodeResult]:
     """Run (or resume) every arm × instance × seed episode into ``out_dir``; returns the final results.
 
     ``feedback``: one provider for every arm, or ``{arm: provider}`` (arms not named get none), e.g. for the
-    noisy-feedback study. ``order``: see ``plan_work`` (results and files are the same either way). Raises ``RunAborted`` when the infra-error guard trips and ``ValueError`` when ``out_dir`` belongs to a run
-    with another task set or other arm policies.
+    noisy-feedback study. ``order``: see ``plan_work`` (results and files are the same either way).
+    ``executor``: ``"thread"`` (``workers`` threads in this process) or ``"ray"`` (``workers`` Ray actors on the
+    cluster at ``ray_address``, a new local one when None; ``harness.runner_ray``: needs ``sandbox_factory`` to be
+    a ``TaskSandboxFactory``, and the results come back to this process, which writes the run directory).
+    Raises ``RunAborted`` when the infra-error guard trips and ``ValueError`` when ``out_dir`` belongs to a run
+    with another task set or other arm policies (or Ray is not installed, or its workers disagree on an image).
     """
     out = Path(out_dir)
     limits, retry = limits or EpisodeLimits(), retry or RetryPolicy()
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
+    if executor not in EXECUTORS:
+        raise ValueError(f"executor {executor!r} must be one of {EXECUTORS}; fix: e.g. --executor thread")
     if not grade_timeout_s > 0:
         raise ValueError(f"--grade-timeout {grade_timeout_s!r} must be > 0 seconds (0 would mean no limit); fix: "
                          "e.g. --grade-timeout 900")
-    policies, specs = _resolve_arms(arms, task_set, sandbox_factory)
+    policies, specs = resolve_arms(arms, task_set, sandbox_factory)
     with run_lock(out):
         run_id = run_id_for(out)
         check_resume_compatible(out, task_set, specs)
@@ -204,7 +169,10 @@ def run_eval(
         log.info("run %s: %d episodes to run, %d already finished, %d out of retries", run_id, len(plan.todo),
                  len(plan.done), len(plan.exhausted))
         try:
-            _execute(plan.todo, policies, ctx, retry, workers, guard or ErrorRateGuard(), progress, on_result)
+            with _attempt_runner(executor, plan.todo, arms, policies, ctx, task_set, workers, ray_address,
+                                 default_metrics=metrics_for is None) as (run_one, interrupt):
+                _execute(plan.todo, run_one, interrupt, ctx, retry, workers, guard or ErrorRateGuard(), progress,
+                         on_result)
         except RunInterrupted:
             rebuild_results(out, task_set.instances, list(specs), seeds)  # what finished, for readers and resume
             raise
@@ -229,8 +197,31 @@ def run_lock(out: Path) -> Iterator[None]:
         fh.close()
 
 
-def _execute(jobs: list[EpisodeJob], policies: dict[str, Policy], ctx: EpisodeContext, retry: RetryPolicy,
-             workers: int, guard: ErrorRateGuard, progress: bool,
+RunOne = Callable[[EpisodeJob], EpisodeResult]
+
+
+@contextlib.contextmanager
+def _attempt_runner(executor: Executor, jobs: list[EpisodeJob], arms: Mapping[str, Policy | str],
+                    policies: dict[str, Policy], ctx: EpisodeContext, task_set: TaskSet, workers: int,
+                    ray_address: str | None, *, default_metrics: bool) -> Iterator[tuple[RunOne, Callable[[], object]]]:
+    """(run one attempt and return its recorded result, end every in-flight attempt) for the executor. Threads:
+    ``run_attempt`` here, interrupting through the sandbox factory. Ray: a ``RayPool`` of ``workers`` actors
+    (none are started when nothing is left to run)."""
+    if executor == "thread" or not jobs:
+        yield (lambda job: run_attempt(job, policies[job.arm], ctx)), getattr(ctx.factory, "interrupt", _nothing)
+        return
+    from harness.runner_ray import RayPool
+
+    with RayPool(task_set, arms, ctx, workers=workers, address=ray_address, default_metrics=default_metrics) as pool:
+        yield pool.run, pool.interrupt
+
+
+def _nothing() -> None:
+    return None
+
+
+def _execute(jobs: list[EpisodeJob], run_one: RunOne, interrupt: Callable[[], object], ctx: EpisodeContext,
+             retry: RetryPolicy, workers: int, guard: ErrorRateGuard, progress: bool,
              on_result: Callable[[EpisodeResult], None] | None) -> None:
     from tqdm import tqdm
 
@@ -240,7 +231,7 @@ def _execute(jobs: list[EpisodeJob], policies: dict[str, Policy], ctx: EpisodeCo
         delay = retry.delay(job.attempt) if job.attempt else 0.0
         if delay:
             time.sleep(delay)
-        return run_attempt(job, policies[job.arm], ctx)
+        return run_one(job)
 
     aborted = False
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="episode")
@@ -267,7 +258,7 @@ def _execute(jobs: list[EpisodeJob], policies: dict[str, Policy], ctx: EpisodeCo
                     for fut in [f for f in pending if f.cancel()]:
                         pending.pop(fut)
     except RunInterrupted:
-        _stop_in_flight(pool, pending, ctx)
+        _stop_in_flight(pool, pending, interrupt)
         raise
     finally:
         pool.shutdown(wait=not ctx.stop.is_set(), cancel_futures=ctx.stop.is_set())
@@ -283,27 +274,18 @@ STOP_GRACE_S = 10.0
 
 
 def _stop_in_flight(pool: ThreadPoolExecutor, pending: dict[Future[EpisodeResult], EpisodeJob],
-                    ctx: EpisodeContext) -> None:
-    """After a signal: cancel queued episodes, end the running ones' sandboxes (``interrupt()`` of the factory)
-    and wait up to ``STOP_GRACE_S`` for them; in-flight attempts write no ``result.json`` (resume re-runs them)."""
+                    interrupt: Callable[[], object]) -> None:
+    """After a signal: cancel queued episodes, end the running ones' sandboxes (``interrupt()`` of the factory,
+    or of the Ray pool) and wait up to ``STOP_GRACE_S`` for them; in-flight attempts write no ``result.json``
+    (resume re-runs them)."""
     pool.shutdown(wait=False, cancel_futures=True)
     running = [f for f in pending if f.running()]
-    interrupt = getattr(ctx.factory, "interrupt", None)
-    if interrupt is not None:
-        try:
-            interrupt()
-        except Exception as exc:  # noqa: BLE001 - best effort; the factory's close() tries again
-            log.warning("interrupting the run's sandboxes failed: %s", exc)
+    try:
+        interrupt()
+    except Exception as exc:  # noqa: BLE001 - best effort; the factory's close() tries again
+        log.warning("interrupting the run's sandboxes failed: %s", exc)
     wait(running, timeout=STOP_GRACE_S)
     log.warning("stopped: %d episode(s) were in flight and will re-run on resume", len(running))
-
-
-def snapshot_metrics(task_set: TaskSet) -> Callable[[Trajectory, TaskInstance], EpisodeMetrics] | None:
-    """``harness.metrics.metrics_for`` (metrics against each instance's base snapshot), or None when the task set
-    has no snapshots on disk (in-memory task sets in tests: basic counts only)."""
-    from harness.metrics import metrics_for
-
-    return metrics_for(task_set) if (Path(task_set.path) / "snapshots").is_dir() else None
 
 
 def rebuild_results(out_dir: str | Path, instances: Sequence[TaskInstance] | None = None,
@@ -339,4 +321,5 @@ def _report_coverage(results: list[EpisodeResult], planned: int) -> None:
                     planned - len(results))
 
 
-__all__ = ["Plan", "RunAborted", "RunInterrupted", "episode_seed", "plan_work", "rebuild_results", "run_eval"]
+__all__ = ["ARM_NAME", "EXECUTORS", "Executor", "Plan", "RunAborted", "RunInterrupted", "episode_seed", "plan_work",
+           "rebuild_results", "resolve_arms", "run_eval", "snapshot_metrics"]

@@ -186,3 +186,27 @@ class NullFinishPolicy:
         from harness.interfaces import PolicyOutput
 
         return PolicyOutput(_call("finish", message="Nothing to do."))
+
+
+class WhereFinishPolicy:
+    """Finishes (after ``sleep_s``), saying where it ran: ``pid <process id> node <Ray node id, or - outside Ray>``."""
+
+    name = "where"
+
+    def __init__(self, sleep_s: float = 0.0) -> None:
+        self.sleep_s = sleep_s
+
+    def act(self, messages, *, tools, rng):
+        import os
+
+        from harness.interfaces import PolicyOutput
+
+        time.sleep(self.sleep_s)
+
+        try:
+            import ray
+
+            node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else "-"
+        except ImportError:
+            node = "-"
+        return PolicyOutput(_call("finish", message=f"pid {os.getpid()} node {node}"))

@@ -34,7 +34,8 @@ ALLOWED_INTERNAL: dict[str, tuple[str, ...]] = {
 # Third-party top-level modules each package may import (None = no restriction).
 ALLOWED_THIRD_PARTY: dict[str, set[str] | None] = {
     "protocols": {"cryptography"},  # Ed25519 signatures of frozen records (protocols.anchor)
-    "harness": {"docker", "requests", "urllib3", "swebench"},  # swebench: its log parsers (harness.swebench_compat)
+    # swebench: its log parsers (harness.swebench_compat); ray: the Ray executor (harness.runner_ray, imported lazily)
+    "harness": {"docker", "requests", "urllib3", "swebench", "ray"},
     "evalsuite": {"numpy", "scipy", "statsmodels", "pandas"},
     "reports": {"jinja2", "markupsafe", "matplotlib", "numpy"},
     "repro": None,

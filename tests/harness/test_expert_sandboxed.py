@@ -59,7 +59,7 @@ def test_screening_in_docker_leaves_no_marker_at_an_absolute_host_path(docker_pr
 
 
 def test_runner_gives_the_expert_its_factorys_scratch_sandboxes() -> None:
-    from harness.runner import _policy_options
+    from harness.runner_arms import _policy_options
     from harness.schema import TaskSet
 
     class Factory:

@@ -58,6 +58,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--out", required=True, metavar="RUN_DIR", help="run directory (created, or resumed)")
     p.add_argument("--workers", type=int, default=1, help="episodes run at once (default 1; 2 fits 2 cores)")
     p.add_argument("--sandbox", choices=["docker", "local"], default="docker", help="default docker")
+    p.add_argument("--executor", choices=["thread", "ray"], default="thread",
+                   help="thread: --workers threads here (default); ray: --workers Ray actors, each running episodes "
+                        "on its own node's sandboxes (needs pip install 'tgsuite[ray]')")
+    p.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="with --executor ray: the cluster to join, e.g. 10.0.0.5:6379 (default, as ray.init: "
+                        "$RAY_ADDRESS, else the last cluster `ray start` made on this machine, else a new local Ray)")
     p.add_argument("--split", default=None, help="only instances of this split, e.g. heldout")
     p.add_argument("--instance", action="append", default=None, metavar="ID|GLOB",
                    help="only these instances; repeatable; shell globs match ids, e.g. --instance 'calc-*'")
@@ -158,6 +164,14 @@ def build_arms(args: argparse.Namespace, arms: dict[str, str], ts: Any) -> tuple
     return policies, config
 
 
+def ray_arms(policies: dict[str, Any], arms: dict[str, str]) -> dict[str, Any]:
+    """Under ``--executor ray`` scripted arms travel as their spec (each Ray worker builds them, ``oracle`` from
+    the task set sent to it); model arms travel as the policy objects built here (pickled)."""
+    from harness.policies import SCRIPTED_CLASSES
+
+    return {name: arms[name] if arms[name] in SCRIPTED_CLASSES else p for name, p in policies.items()}
+
+
 def _protocol_hash(path: str | None) -> str | None:
     if path is None:
         return None
@@ -236,8 +250,12 @@ def run(args: argparse.Namespace) -> int:
     seeds, arms = parse_seeds(args.seeds), parse_arms(args.policy)
     if args.workers < 1 or args.max_attempts < 1 or args.disk_mib < 1:
         raise CLIError("--workers, --max-attempts and --disk-mib must be >= 1")
+    if args.ray_address and args.executor != "ray":
+        raise CLIError("--ray-address is for --executor ray; fix: add --executor ray or drop --ray-address")
     ts, excluded = _load(args)
     policies, config = build_arms(args, arms, ts)
+    if args.executor == "ray":
+        policies = ray_arms(policies, arms)
     from harness.run_control import RunInterrupted, sandbox_run_id
 
     factory = TaskSandboxFactory(ts, kind=args.sandbox, run_id=sandbox_run_id(out),
@@ -250,6 +268,7 @@ def run(args: argparse.Namespace) -> int:
             retry=RetryPolicy(max_attempts=args.max_attempts), run_seed=args.run_seed, excluded_tests=excluded,
             grade_timeout_s=args.grade_timeout, protocol_hash=_protocol_hash(args.protocol),
             argv=["tgsuite", *sys.argv[1:]], progress=not args.no_progress,
+            executor=args.executor, ray_address=args.ray_address,
         )
     except SandboxUnavailable as exc:
         raise CLIError(f"sandbox preflight failed ({exc.kind}): {exc}") from None
