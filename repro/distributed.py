@@ -23,7 +23,8 @@ all-gathers and gradient reduction; ``model.precision = "bf16-mixed"`` gets its 
 numeric policy than one process, not used.) The live teacher is the student itself, so its forward uses the same
 shards.
 
-Not covered: the async producer (``async.enabled`` is refused with ``cluster.fsdp``), ``run.log_grad_split`` (its
+Not covered: the vLLM engines and the async producer (``rollout.engine`` other than ``hf_sampler`` and
+``async.enabled`` are refused with ``cluster.fsdp``), ``run.log_grad_split`` (its
 per-term ``autograd.grad`` bypasses FSDP's hooks; refused), and gradient accumulation without a reduce-scatter per
 micro-batch.
 """
@@ -80,6 +81,13 @@ def check_launch(cfg: TrainConfig, launch: Launch) -> list[str]:
             raise ConfigError(f"cluster.fsdp = true with cluster.trainer_gpus = {c.trainer_gpus}, but this process is "
                               f"one of {launch.world} (WORLD_SIZE); launch with `{cmd}` or set cluster.trainer_gpus = "
                               f"{launch.world}")
+        if cfg.rollout.engine != "hf_sampler":
+            raise ConfigError(f"cluster.fsdp = true with rollout.engine = {cfg.rollout.engine!r}: only the hf_sampler "
+                              "engine samples under FSDP (each rank with an all-gathered copy); set rollout.engine = "
+                              "'hf_sampler' or cluster.fsdp = false")
+        if cfg.model.lora.enabled:
+            raise ConfigError("cluster.fsdp = true with model.lora.enabled = true: LoRA under FSDP is not implemented "
+                              "or tested; set one of them to false")
         if cfg.async_.enabled:
             raise ConfigError("cluster.fsdp = true with async.enabled = true: the async producer is not implemented "
                               "under FSDP; set async.enabled = false")
