@@ -38,6 +38,7 @@ def test_read_launch_from_torchrun_variables() -> None:
     ([], TWO, r"WORLD_SIZE=2 but cluster.fsdp = false"),
     (["cluster.trainer_gpus=8"], ONE, r"trainer_gpus = 8 but cluster.fsdp = false"),
     (["cluster.fsdp=true", "cluster.trainer_gpus=2", "async.enabled=true"], TWO, r"async"),
+    (["cluster.fsdp=true", "cluster.trainer_gpus=2", "rollout.engine=vllm"], TWO, r"only the hf_sampler engine"),
     (["cluster.fsdp=true", "cluster.trainer_gpus=2", "run.log_grad_split=true"], TWO, r"log_grad_split"),
     (["cluster.fsdp=true", "cluster.trainer_gpus=2", "rollout.groups=3"], TWO, r"sampling_streams = 2 must divide"),
     (["rollout.sampling_streams=3"], ONE, r"must divide rollout.groups = 2"),
@@ -105,4 +106,4 @@ def test_the_dry_run_plan_reads_the_planning_only_cluster_keys() -> None:
     from tgsuite.commands.train import format_plan
 
     text = format_plan(load_config(path=PAPER))
-    assert "inference: 8 GPU(s), weight sync nccl" in text and "of 141 GB" in text
+    assert "on 8 inference GPU(s), weight sync nccl" in text and "of 141 GB" in text
