@@ -39,6 +39,7 @@ def test_read_launch_from_torchrun_variables() -> None:
     (["cluster.trainer_gpus=8"], ONE, r"trainer_gpus = 8 but cluster.fsdp = false"),
     (["cluster.fsdp=true", "cluster.trainer_gpus=2", "async.enabled=true"], TWO, r"async"),
     (["cluster.fsdp=true", "cluster.trainer_gpus=2", "rollout.engine=vllm"], TWO, r"only the hf_sampler engine"),
+    (["cluster.fsdp=true", "cluster.trainer_gpus=2", "model.lora.enabled=true"], TWO, r"LoRA under FSDP"),
     (["cluster.fsdp=true", "cluster.trainer_gpus=2", "run.log_grad_split=true"], TWO, r"log_grad_split"),
     (["cluster.fsdp=true", "cluster.trainer_gpus=2", "rollout.groups=3"], TWO, r"sampling_streams = 2 must divide"),
     (["rollout.sampling_streams=3"], ONE, r"must divide rollout.groups = 2"),
