@@ -26,6 +26,7 @@ import logging
 import os
 import random
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -139,9 +140,11 @@ def save_checkpoint(
     compute: dict[str, Any],
     keep: int = 0,
     teacher: torch.nn.Module | None = None,
+    write_extra: Callable[[Path], None] | None = None,
 ) -> CheckpointInfo:
     """Write ``checkpoints/step_<step>/`` atomically and return its :class:`CheckpointInfo` (``teacher``: the EMA /
-    fixed teacher copy, written to ``teacher.safetensors``)."""
+    fixed teacher copy, written to ``teacher.safetensors``; ``write_extra(tmp_dir)``: more files, written before the
+    rename, e.g. the sharded ``dcp/`` folder of ``repro.dcp_checkpoint``)."""
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step}"
@@ -155,6 +158,8 @@ def save_checkpoint(
         from safetensors.torch import save_model
 
         save_model(teacher, str(tmp / TEACHER_FILE))
+    if write_extra is not None:
+        write_extra(tmp)
     info = CheckpointInfo(path=str(final), step=step, sha256=file_sha256(tmp / "model.safetensors"),
                           config_sha256=config_sha256, arm=arm, seed=seed, compute=compute, created_at=utc_now())
     (tmp / INFO_FILE).write_text(info.model_dump_json(indent=2))

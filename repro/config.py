@@ -112,6 +112,10 @@ class RolloutCfg(_Section):
         "vllm.LLM in this process (repro.vllm_engine; needs the gpu extra and CUDA); vllm_http = an external "
         "`vllm serve` (designed, not built: train rl refuses it)")
     per_exec_timeout_s: float = Field(30.0, gt=0)
+    sampling_streams: int = Field(
+        0, ge=0, description="each step's groups are sampled in this many contiguous chunks, one seeded run_groups "
+        "call each (repro.distributed); 0 = one per process (1 single-process, one per rank under cluster.fsdp). "
+        "A single-process run with N reproduces an N-rank run's rollouts; must divide rollout.groups")
 
 
 class RewardCfg(_Section):
@@ -193,13 +197,20 @@ class DistillCfg(_Section):
 
 
 class ClusterCfg(_Section):
-    """Placement for paper-scale runs (used by ``--dry-run``'s plan; the CPU path ignores it)."""
+    """Placement: ``fsdp`` and ``trainer_gpus`` are checked against the launch (``repro.distributed``); the other
+    keys are planning inputs of ``--dry-run`` only, as each description says."""
 
-    trainer_gpus: int = Field(1, ge=1)
-    inference_gpus: int = Field(0, ge=0)
-    gpu_memory_gb: float = Field(141.0, gt=0)
-    weight_sync: Literal["disk", "nccl"] = "disk"
-    fsdp: bool = False
+    trainer_gpus: int = Field(1, ge=1, description="trainer processes: with fsdp the torchrun world size must equal "
+                              "it; > 1 without fsdp is refused; also the sharding width of the --dry-run plan")
+    inference_gpus: int = Field(0, ge=0, description="dry-run plan only (GPUs for a separate rollout engine; 0 = "
+                                "colocated); with rollout.engine = 'hf_sampler' rollouts run in the trainer processes "
+                                "(a warning)")
+    gpu_memory_gb: float = Field(141.0, gt=0, description="dry-run plan only: memory per GPU")
+    weight_sync: Literal["disk", "nccl"] = Field(
+        "disk", description="dry-run plan only: how a separate rollout engine would receive weights; the "
+        "hf_sampler engine under fsdp reads an all-gathered copy in the trainer processes")
+    fsdp: bool = Field(False, description="train under torchrun + FSDP2 (repro.distributed): launch with "
+                       "`torchrun --nproc-per-node <trainer_gpus> -m tgsuite train rl ...`")
     inference_tp: int = Field(1, ge=1, description="tensor-parallel size of one rollout-engine replica (plan only)")
     rollout_concurrency: int = Field(0, ge=0, description="sequences the rollout engines hold at once (plan: KV "
                                      "cache); 0 = rollout.groups x group_size")

@@ -31,9 +31,10 @@ import torch
 from harness.schema import TaskInstance
 from protocols.provenance import git_state, package_versions, utc_now
 from repro import checkpoint as ck
-from repro import lora
+from repro import dcp_checkpoint, distributed, lora
 from repro.compute import ComputeLedger, count_params, forward_flops, train_flops
 from repro.config import ConfigError, TrainConfig, load_saved, to_toml
+from repro.distributed import DistContext
 from repro.pipeline_async import AsyncProducer, StalenessStats, WeightStore, clone_for_producer, take_fresh
 from repro.precision import autocast, master_weights_ok
 from repro.rollout import (
@@ -153,8 +154,11 @@ class _Sources:
     """Where groups come from: produced inline (sync) or by the async producer thread."""
 
     def __init__(self, cfg: TrainConfig, setup: RLSetup, stream: TaskStream, ledger: ComputeLedger,
-                 flop_params: int, start_item: int, start_step: int) -> None:
+                 flop_params: int, start_item: int, start_step: int, ctx: DistContext | None = None,
+                 twin: torch.nn.Module | None = None) -> None:
         self.cfg, self.setup, self.stream, self.ledger, self.flop_params = cfg, setup, stream, ledger, flop_params
+        self.ctx, self.twin = ctx, twin  # under FSDP: this rank's place and its unsharded sampling copy
+        self.streams = cfg.rollout.sampling_streams or (1 if ctx is None else ctx.world)
         self.encoder = ChatEncoder(setup.tokenizer)
         self.next_item = start_item
         self.stats = StalenessStats()
@@ -183,23 +187,34 @@ class _Sources:
                                           max_lead=lead, queue_size=qsize).start()
 
     def _batch(self, model: torch.nn.Module, first_item: int, version: int) -> list[list[RolloutSample]]:
+        """The step's groups: ``self.streams`` chunks, one ``run_groups`` call (and sampling generator) each; under
+        FSDP this rank samples its share of the chunks and the groups of all ranks are gathered in chunk order."""
         s, g = self.setup, self.cfg.rollout.groups
-        engine = s.engine_factory(model, s.tokenizer.pad_token_id)
-        engine.set_version(version)  # the stamp every sample of this batch carries (RolloutSample.version)
         items = list(range(first_item, first_item + g))
         hint_src = (lambda inst, turn, rng: s.hint_text(inst, turn, rng)) if self.settings.hint_in_rollout else None
-        return run_groups(instances=[self.stream[i] for i in items], items=items,
-                          make_env=s.make_env, engine=engine, encoder=self.encoder, tokenizer=s.tokenizer,
-                          tools=s.tools, checker=s.checker, settings=self.settings, run_seed=self.cfg.run.seed,
-                          reward_weights=self.cfg.reward, hint_source=hint_src, ledger=self.ledger,
-                          flop_params=self.flop_params)
+        chunks = distributed.split_streams(items, self.streams)
+        if self.ctx is not None:
+            per = len(chunks) // self.ctx.world
+            chunks = chunks[self.ctx.rank * per:(self.ctx.rank + 1) * per]
+        groups: list[list[RolloutSample]] = []
+        for chunk in chunks:
+            engine = s.engine_factory(model, s.tokenizer.pad_token_id)
+            engine.set_version(version)  # the stamp every sample of this batch carries (RolloutSample.version)
+            groups += run_groups(instances=[self.stream[i] for i in chunk], items=chunk,
+                                 make_env=s.make_env, engine=engine, encoder=self.encoder, tokenizer=s.tokenizer,
+                                 tools=s.tools, checker=s.checker, settings=self.settings, run_seed=self.cfg.run.seed,
+                                 reward_weights=self.cfg.reward, hint_source=hint_src, ledger=self.ledger,
+                                 flop_params=self.flop_params)
+        if self.ctx is not None:
+            groups = [grp for part in self.ctx.gather(groups) for grp in part]
+        return groups
 
     def take(self, step: int) -> list[list[RolloutSample]]:
         g = self.cfg.rollout.groups
         if self.producer is None:
             was_training = self.setup.model.training
             self.setup.model.eval()
-            groups = self._batch(self.setup.model, self.next_item, step)
+            groups = self._batch(self.setup.model if self.twin is None else self.twin, self.next_item, step)
             self.setup.model.train(was_training)
             self.next_item += g
             self.stats.consumed += 1
@@ -212,6 +227,8 @@ class _Sources:
     def published(self, version: int) -> None:
         if self.store is not None:
             self.store.publish(version, self.setup.model.state_dict())
+        if self.ctx is not None and self.twin is not None:  # FSDP: the sampling copy gets the new weights
+            self.twin.load_state_dict(self.ctx.full_state(self.setup.model))
 
     def close(self) -> None:
         if self.producer is not None:
@@ -229,31 +246,45 @@ def _hint_ids_fn(setup: RLSetup, encoder: ChatEncoder, seed: int) -> Callable[[R
 
 
 def _optimizer_step(root: LossRoot, cfg: TrainConfig, plan: Any, opt: torch.optim.Optimizer, pad_id: int,
-                    ledger: ComputeLedger, flop_params: int) -> tuple[dict[str, Any], float]:
+                    ledger: ComputeLedger, flop_params: int,
+                    ctx: DistContext | None = None) -> tuple[dict[str, Any], float]:
     """One optimizer step over the plan's micro-batches; returns the step's metrics and the teacher forwards'
-    wall time (seconds, counted in the ``teacher`` ledger phase and taken out of the ``trainer`` phase)."""
+    wall time (seconds, counted in the ``teacher`` ledger phase and taken out of the ``trainer`` phase). Under FSDP
+    (``ctx``) this rank runs its share (``repro.distributed.micro_batches``) and the metrics are reduced over ranks."""
     opt.zero_grad(set_to_none=True)
     parts, total, n_tok, n_teacher, teacher_s = [], 0.0, 0, 0, 0.0
     split: dict[str, list[torch.Tensor]] = {}
     mbs = cfg.optim.micro_batch
     device = next(root.parameters()).device
-    for i in range(0, len(plan.trajs), mbs):
-        mb = collate(plan.trajs[i:i + mbs], pad_id).to(device)
+    if ctx is None:
+        batches, n_fill = [plan.trajs[i:i + mbs] for i in range(0, len(plan.trajs), mbs)], 0
+    else:
+        batches, n_fill = distributed.micro_batches(plan.trajs, mbs, ctx.rank, ctx.world)
+    for i, trajs in enumerate(batches):
+        mb = collate(trajs, pad_id).to(device)
         with autocast(cfg.model.precision, device.type):
             loss, terms = root(mb, plan.n_pg, plan.n_kl)
         if cfg.run.log_grad_split and loss.requires_grad:
             _backward_split(root, {k: t for k, t in (("pg", terms.pg), ("kl", terms.kl)) if t is not None}, split)
+        elif ctx is not None:
+            (loss * ctx.world).backward()  # FSDP averages gradients over ranks; the batch loss is their sum
         elif loss.requires_grad:
             loss.backward()
+        if i >= len(batches) - n_fill:
+            continue  # a zero-weight filler (repro.distributed.micro_batches): no tokens, no statistics
         parts.append(terms.stats)
         teacher_s += terms.teacher_s
         total += float(loss.detach())
         n_tok += mb.n_tokens
         n_teacher += mb.n_teacher_tokens if cfg.guidance.lam > 0 else 0
+    if ctx is not None:
+        total = ctx.sum(total)[0]
+        parts = [p for part in ctx.gather(parts) for p in part]
     norms = {f"grad/norm_{k}": float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g)
                                                                                    for g in v]))) for k, v in split.items()}
     params = [p for p in root.parameters() if p.grad is not None]
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip)) if params else 0.0
+    norm = torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip) if params else 0.0
+    grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # a DTensor under FSDP
     opt.step()
     root.after_optimizer_step()  # EMA teacher: θ_T ← (1−r)·θ_T + r·θ (repro.teacher); nothing for live / fixed
     ledger.add("trainer", tokens=n_tok, flops=train_flops(flop_params, n_tok))
@@ -278,70 +309,106 @@ def _backward_split(root: LossRoot, terms: dict[str, torch.Tensor], acc: dict[st
 
 def train_rl(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = None, resume: bool = False,
              argv: list[str] | None = None, protocol_hash: str | None = None) -> ck.CheckpointInfo:
-    """Run (or resume) RL training; returns the final checkpoint's :class:`repro.checkpoint.CheckpointInfo`."""
+    """Run (or resume) RL training; returns the final checkpoint's :class:`repro.checkpoint.CheckpointInfo`.
+
+    Under torchrun with ``cluster.fsdp = true`` every rank runs this function (``repro.distributed``); rank 0
+    writes the run directory's files."""
     check_engine_choice(cfg, None if setup is None else setup.engine_factory)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    ctx = distributed.init(cfg)  # None for a single-process run; checks cluster.* against the launch
+    try:
+        info = _train_rl(cfg, Path(out_dir), ctx, setup=setup, resume=resume, argv=argv, protocol_hash=protocol_hash)
+    except BaseException:
+        if ctx is not None:
+            ctx.close(failed=True)
+        raise
+    if ctx is not None:
+        ctx.close()
+    return info
+
+
+def _train_rl(cfg: TrainConfig, out: Path, ctx: DistContext | None, *, setup: RLSetup | None, resume: bool,
+              argv: list[str] | None, protocol_hash: str | None) -> ck.CheckpointInfo:
+    main = ctx is None or ctx.main  # the process that writes the run directory
+    if main:
+        out.mkdir(parents=True, exist_ok=True)
     latest = _check_run_dir(out, cfg, resume)
+    if ctx is not None:
+        ctx.barrier()  # every rank has checked the run directory before rank 0 writes into it
     if cfg.model.threads:
         torch.set_num_threads(cfg.model.threads)
     if setup is None:  # built once, from the latest checkpoint's weights when resuming
         setup = default_setup(cfg, init_override=latest)
-    model = lora.prepare(setup.model.to(_device(cfg)), cfg.model.lora, seed=cfg.run.seed)  # [model.lora]
+    model = lora.prepare(setup.model.to(_device(cfg) if ctx is None else ctx.device), cfg.model.lora,
+                         seed=cfg.run.seed)  # [model.lora]
     if latest is not None and setup.init_from != latest:
         ck.load_weights(model, latest)
     model.train()
     master_weights_ok(model, cfg.model.precision)
-    (out / "config.toml").write_text(to_toml(cfg))
+    if main:
+        (out / "config.toml").write_text(to_toml(cfg))
     root = LossRoot(model, cfg)  # after the resume load: a fresh ema/fixed teacher copy is replaced just below
-    if latest is not None and root.teacher_lm is not None:
+    if latest is not None and root.teacher_lm is not None and ctx is None:
         ck.load_teacher(latest, root.teacher_lm)
+    params = count_params(model)
+    if root.teacher_lm is not None:
+        params["teacher_copy"] = count_params(root.teacher_lm)["total"]  # ema/fixed: memory only, FLOPs unchanged
+    twin = None
+    if ctx is not None:  # the unsharded sampling copy, then the shards (repro.distributed)
+        twin = clone_for_producer(model)
+        ctx.shard(root, cfg.model.precision)
     o = cfg.optim
     opt = torch.optim.AdamW(lora.trainable_parameters(model), lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg))
     ledger, step0, next_item = ComputeLedger(), 0, 0
     dropped0 = 0
     if latest is not None:
-        state = ck.load_trainer_state(latest)
-        opt.load_state_dict(state["optimizer"])
+        if ctx is not None:
+            state = dcp_checkpoint.load(ctx, latest, root=root, opt=opt)
+        else:
+            state = ck.load_trainer_state(latest)
+            if "optimizer" not in state:
+                raise ConfigError(f"--resume: {latest} was written by an FSDP run (its optimizer state is in dcp/); "
+                                  "resume it under torchrun with the same cluster settings")
+            opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
         ck.restore_rng(state["rng"], {})
         ledger.load(state["compute"])
         step0, next_item, dropped0 = state["step"], state["next_item"], state.get("dropped", 0)
-    params = count_params(model)
-    if root.teacher_lm is not None:
-        params["teacher_copy"] = count_params(root.teacher_lm)["total"]  # ema/fixed: memory only, FLOPs unchanged
     encoder = ChatEncoder(setup.tokenizer)
     stream = TaskStream(setup.tasks, cfg.run.seed, cfg.tasks.shuffle, cfg.tasks.epochs)
-    writer = MetricsWriter(out / "metrics.jsonl", resume_from_step=step0 if latest is not None else None,
-                           tensorboard=cfg.run.tracker == "tensorboard")
-    _truncate_best(out / "best.jsonl", step0 if latest is not None else 0)
+    writer = (MetricsWriter(out / "metrics.jsonl", resume_from_step=step0 if latest is not None else None,
+                            tensorboard=cfg.run.tracker == "tensorboard") if main else None)
+    if main:
+        _truncate_best(out / "best.jsonl", step0 if latest is not None else 0)
     git_commit, git_dirty = git_state()
     created = utc_now()
     manifest = ck.TrainManifest(
         kind="rl", run_dir=str(out), created_at=created, updated_at=created, argv=list(argv or []),
         git_commit=git_commit, git_dirty=git_dirty, packages=package_versions(),
-        host={"threads": torch.get_num_threads()}, arm=cfg.run.arm, seed=cfg.run.seed, config=cfg.to_dict(),
+        host={"threads": torch.get_num_threads(), **({} if ctx is None else {"ranks": ctx.world})}, arm=cfg.run.arm, seed=cfg.run.seed, config=cfg.to_dict(),
         config_sha256=cfg.sha256(), model_params=params, steps_done=step0, protocol_hash=protocol_hash,
         notes=["exact resume holds for synchronous runs (async.enabled = false or async.max_lead = 0)",
                "FLOPs are 2N/6N estimates per token; attention's quadratic term is excluded"]
         + ([f"teacher = {cfg.guidance.teacher}: one frozen parameter copy (model_params.teacher_copy) in memory, saved "
-            "as teacher.safetensors per checkpoint; teacher FLOPs unchanged"] if root.teacher_lm is not None else []),
+            "as teacher.safetensors per checkpoint; teacher FLOPs unchanged"] if root.teacher_lm is not None else [])
+        + ([f"FSDP2 over {ctx.world} ranks (repro.distributed); optimizer and teacher shards in checkpoints' dcp/"]
+           if ctx is not None else []),
     )
-    ck.write_manifest(out, manifest)
-    sources = _Sources(cfg, setup, stream, ledger, params["flop_params"], next_item, step0)
+    if main:
+        ck.write_manifest(out, manifest)
+    sources = _Sources(cfg, setup, stream, ledger, params["flop_params"], next_item, step0, ctx=ctx, twin=twin)
     sources.stats.dropped = dropped0
     hint_ids = _hint_ids_fn(setup, encoder, cfg.run.seed)
     pad_id = setup.tokenizer.pad_token_id
     info: ck.CheckpointInfo | None = None
-    bar = progress(cfg.run.steps, step0, cfg.run.progress, desc=f"rl {cfg.run.arm}")
+    bar = progress(cfg.run.steps, step0, cfg.run.progress and main, desc=f"rl {cfg.run.arm}")
     try:
         for step in range(step0, cfg.run.steps):
             t_step = time.perf_counter()
             groups = sources.take(step)
             plan = build_batch(groups, cfg, hint_ids)
             t_train = time.perf_counter()
-            metrics, teacher_s = _optimizer_step(root, cfg, plan, opt, pad_id, ledger, params["flop_params"])
+            metrics, teacher_s = _optimizer_step(root, cfg, plan, opt, pad_id, ledger, params["flop_params"], ctx)
             ledger.add("trainer", wall_s=time.perf_counter() - t_train - teacher_s)
             sched.step()
             sources.published(step + 1)
@@ -352,8 +419,9 @@ def train_rl(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = N
             metrics["optim/lr"] = sched.get_last_lr()[0]
             metrics["time/step_s"] = time.perf_counter() - t_step
             metrics["policy/version"] = step + 1
-            writer.log(step + 1, metrics)
-            _append_best(out / "best.jsonl", groups, step + 1)
+            if writer is not None:
+                writer.log(step + 1, metrics)
+                _append_best(out / "best.jsonl", groups, step + 1)
             bar.update(1)
             bar.set_postfix(reward=f"{metrics['reward/total']:.3f}", loss=f"{metrics['loss/total']:.4f}")
             last = step + 1 == cfg.run.steps
@@ -363,12 +431,15 @@ def train_rl(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = N
     finally:
         bar.close()
         sources.close()
-        writer.close()
-    rows = read_metrics(out / "metrics.jsonl")
-    summary = {k: _last_k(rows, k) for k in ("behaviour/compliance", "task/pass_rate", "reward/total")}
-    ck.write_manifest(out, manifest.model_copy(update={
-        "updated_at": utc_now(), "steps_done": cfg.run.steps, "status": "done", "compute": ledger.snapshot(),
-        "checkpoints": [str(p) for p in ck.list_checkpoints(out)], "summary": summary}))
+        if writer is not None:
+            writer.close()
+    compute = ledger.snapshot() if ctx is None else dcp_checkpoint.merge_ledgers(ctx.gather(ledger.snapshot()))
+    if main:
+        rows = read_metrics(out / "metrics.jsonl")
+        summary = {k: _last_k(rows, k) for k in ("behaviour/compliance", "task/pass_rate", "reward/total")}
+        ck.write_manifest(out, manifest.model_copy(update={
+            "updated_at": utc_now(), "steps_done": cfg.run.steps, "status": "done", "compute": compute,
+            "checkpoints": [str(p) for p in ck.list_checkpoints(out)], "summary": summary}))
     if info is None:
         info = ck.read_info(ck.latest_checkpoint(out))
     return info
@@ -407,6 +478,13 @@ def _last_k(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
 
 def _save(out: Path, step: int, root: LossRoot, setup: RLSetup, opt: torch.optim.Optimizer,
           sched: Any, sources: _Sources, ledger: ComputeLedger, cfg: TrainConfig) -> ck.CheckpointInfo:
+    if sources.ctx is not None:  # FSDP: sharded model / teacher / optimizer in dcp/, the rest as below
+        state = {"scheduler": sched.state_dict(), "step": step, "next_item": sources.next_item,
+                 "dropped": sources.stats.dropped}
+        return dcp_checkpoint.save(sources.ctx, out, step, root=root, opt=opt, full_model=sources.twin,
+                                   tokenizer=setup.tokenizer, state=state, ledger=ledger.snapshot(),
+                                   config_sha256=cfg.sha256(), arm=cfg.run.arm, seed=cfg.run.seed,
+                                   keep=cfg.run.keep_checkpoints)
     state = {
         "optimizer": opt.state_dict(),
         "scheduler": sched.state_dict(),

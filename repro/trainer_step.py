@@ -323,6 +323,10 @@ class LossRoot(nn.Module):
         if need_teacher and self.estimator == "full_vocab":
             kl_term = self._full_vocab_kl(mb, hr, ht, logp, ent, weight, t_weight, n_kl, stats)
             loss = loss + kl_term
+        if self.collective_teacher and not loss.requires_grad and torch.is_grad_enabled():
+            # under FSDP every rank must run a backward through the same parameters (their reduce-scatters line up):
+            # a micro-batch without loss terms (no PG weight, no KL rows) still connects its zero loss to them
+            loss = loss + 0.0 * logp.sum()
         if ht_full is not None and mb.leak_b.numel() > 0:
             with torch.no_grad():
                 leak = chunked_kl_loss(h[mb.leak_b, mb.leak_t - 1].detach(), ht_full[mb.leak_vb, mb.leak_vt - 1],

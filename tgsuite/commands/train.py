@@ -238,7 +238,8 @@ def memory_lines(cfg: Any, shape: Any, p: dict[str, float]) -> list[str]:
         f"{a['activations_bytes'] / gb:.1f} GB without activation checkpointing, "
         f"{a['activations_checkpointed_bytes'] / gb:.1f} GB with it; + {a['loss_chunk_bytes'] / gb:.2f} GB for one "
         f"loss chunk of {cfg.guidance.chunk_size} rows x vocab {shape.vocab} (fp32 student + teacher)",
-        f"rollout engine ({r.engine}) {place}: {e['engine_replicas']:.0f} replica(s) of TP {c.inference_tp}, bf16 "
+        f"rollout engine ({r.engine}) {place}, weight sync {c.weight_sync}: {e['engine_replicas']:.0f} replica(s) "
+        f"of TP {c.inference_tp}, bf16 "
         f"weights {e['engine_weights_bytes_per_gpu'] / gb:.1f} GB/GPU, KV cache {p['kv_bytes_per_token'] / 1024:.0f} "
         f"KiB/token: {concurrency} sequences x {c.tokens_per_trajectory} tokens = "
         f"{e['engine_kv_bytes_per_gpu'] / gb:.1f} GB/GPU ({e['engine_sequences_per_replica']:.0f} per replica); "

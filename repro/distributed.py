@@ -1,0 +1,235 @@
+"""Multi-rank RL training under torchrun + FSDP2: the launch check, the sharding, and what ranks exchange.
+
+``torchrun --nproc-per-node N -m tgsuite train rl --config CFG`` with ``cluster.fsdp = true`` and
+``cluster.trainer_gpus = N`` runs :func:`repro.train.train_rl` in N processes. Per step:
+
+1. Rollouts: the step's ``rollout.groups`` groups are split into ``rollout.sampling_streams`` contiguous chunks
+   (0 = one per rank), each sampled by its own ``run_groups`` call (its generator is seeded from its first item, as
+   any ``run_groups`` batch); rank r samples its chunks with an unsharded copy of the current weights (all-gathered
+   from the shards once per optimizer step, :meth:`DistContext.full_state`), and the scored groups are exchanged
+   with ``all_gather_object`` so every rank holds the whole batch in chunk order.
+2. Every rank builds the same :class:`repro.trainer_step.BatchPlan` (global token counts ``n_pg`` / ``n_kl``), takes
+   a contiguous, balanced share of the trajectories (:func:`micro_batches`; a rank with fewer micro-batches runs
+   zero-weight copies so that every rank makes the same FSDP calls), and backpropagates ``loss · world`` (FSDP's
+   reduce-scatter averages over ranks; the product makes the gradient the single-process sum).
+3. Clip, AdamW on the local shards, EMA teacher update on the shards, metrics reduced over ranks (rank 0 writes).
+
+Sharding (:meth:`DistContext.shard`): every decoder layer of the student and of an ``ema`` / ``fixed`` teacher copy
+is ``fully_shard``-ed, then the :class:`repro.trainer_step.LossRoot` (embeddings, final norm, lm_head), with
+``MixedPrecisionPolicy(param_dtype=None, reduce_dtype=float32)``: fp32 sharded master weights and AdamW state, fp32
+all-gathers and gradient reduction; ``model.precision = "bf16-mixed"`` gets its bf16 matmuls from the same
+``repro.precision.autocast`` as one process, so both compute the same step. (A bf16 all-gather,
+``param_dtype=bfloat16``, halves the gather bytes but also rounds the norms and embeddings to bf16: a different
+numeric policy than one process, not used.) The live teacher is the student itself, so its forward uses the same
+shards.
+
+Not covered: the vLLM engines and the async producer (``rollout.engine`` other than ``hf_sampler`` and
+``async.enabled`` are refused with ``cluster.fsdp``), ``run.log_grad_split`` (its
+per-term ``autograd.grad`` bypasses FSDP's hooks; refused), and gradient accumulation without a reduce-scatter per
+micro-batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from repro.config import ConfigError, TrainConfig
+from repro.trainer_step import TrajBatch
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How this process was started: ``world`` processes (1 = not under torchrun), this one being ``rank``."""
+
+    world: int
+    rank: int
+    local_rank: int
+
+
+def read_launch(env: Mapping[str, str]) -> Launch:
+    """The torchrun variables (``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``) of ``env``; a plain process is world 1."""
+    try:
+        return Launch(int(env.get("WORLD_SIZE", "1")), int(env.get("RANK", "0")), int(env.get("LOCAL_RANK", "0")))
+    except ValueError as exc:
+        raise ConfigError(f"WORLD_SIZE / RANK / LOCAL_RANK are not integers ({exc}); launch with torchrun") from exc
+
+
+def check_launch(cfg: TrainConfig, launch: Launch) -> list[str]:
+    """Raise :class:`ConfigError` when the config's ``cluster`` keys and the launch disagree; return warnings."""
+    c, warnings = cfg.cluster, []
+    cmd = f"torchrun --nproc-per-node {c.trainer_gpus} -m tgsuite train rl ..."
+    if not c.fsdp:
+        if launch.world > 1:
+            raise ConfigError(f"launched with WORLD_SIZE={launch.world} but cluster.fsdp = false; set cluster.fsdp = "
+                              f"true and cluster.trainer_gpus = {launch.world} to train on {launch.world} ranks")
+        if c.trainer_gpus > 1:
+            raise ConfigError(f"cluster.trainer_gpus = {c.trainer_gpus} but cluster.fsdp = false: this would train in "
+                              "one process; set cluster.fsdp = true and launch with "
+                              f"`{cmd}`, or set cluster.trainer_gpus = 1")
+    else:
+        if launch.world != c.trainer_gpus:
+            raise ConfigError(f"cluster.fsdp = true with cluster.trainer_gpus = {c.trainer_gpus}, but this process is "
+                              f"one of {launch.world} (WORLD_SIZE); launch with `{cmd}` or set cluster.trainer_gpus = "
+                              f"{launch.world}")
+        if cfg.rollout.engine != "hf_sampler":
+            raise ConfigError(f"cluster.fsdp = true with rollout.engine = {cfg.rollout.engine!r}: only the hf_sampler "
+                              "engine samples under FSDP (each rank with an all-gathered copy); set rollout.engine = "
+                              "'hf_sampler' or cluster.fsdp = false")
+        if cfg.model.lora.enabled:
+            raise ConfigError("cluster.fsdp = true with model.lora.enabled = true: LoRA under FSDP is not implemented "
+                              "or tested; set one of them to false")
+        if cfg.async_.enabled:
+            raise ConfigError("cluster.fsdp = true with async.enabled = true: the async producer is not implemented "
+                              "under FSDP; set async.enabled = false")
+        if cfg.run.log_grad_split:
+            raise ConfigError("cluster.fsdp = true with run.log_grad_split = true: the per-term gradient split is not "
+                              "implemented under FSDP; set run.log_grad_split = false")
+    streams = cfg.rollout.sampling_streams or launch.world
+    if cfg.rollout.groups % streams or streams % launch.world:
+        raise ConfigError(f"rollout.sampling_streams = {streams} must divide rollout.groups = {cfg.rollout.groups} "
+                          f"and be a multiple of the world size {launch.world}; choose e.g. "
+                          f"rollout.sampling_streams = {launch.world}")
+    if cfg.rollout.engine == "hf_sampler" and c.inference_gpus > 0:
+        warnings.append(f"cluster.inference_gpus = {c.inference_gpus} is not used by rollout.engine = 'hf_sampler': "
+                        f"rollouts are sampled inside the {launch.world} trainer process(es)")
+    return warnings
+
+
+def split_streams(items: Sequence[int], streams: int) -> list[list[int]]:
+    """``items`` cut into ``streams`` contiguous, equal chunks (one ``run_groups`` call each)."""
+    n = len(items) // streams
+    return [list(items[i * n:(i + 1) * n]) for i in range(streams)]
+
+
+def balanced_slices(n: int, world: int) -> list[slice]:
+    """Contiguous slices of ``range(n)``, one per rank, sizes differing by at most one."""
+    base, extra = divmod(n, world)
+    out, start = [], 0
+    for r in range(world):
+        size = base + (r < extra)
+        out.append(slice(start, start + size))
+        start += size
+    return out
+
+
+def _zero_weight(t: TrajBatch) -> TrajBatch:
+    return replace(t, m_pg=[0.0] * len(t.m_pg), m_kl=[0.0] * len(t.m_kl), views=[])
+
+
+def micro_batches(trajs: Sequence[TrajBatch], size: int, rank: int,
+                  world: int) -> tuple[list[list[TrajBatch]], int]:
+    """This rank's micro-batches and how many of them (at the end) are fillers: its balanced share of ``trajs`` in
+    chunks of ``size``, padded with zero-weight copies of a trajectory (no PG or KL tokens: they add exactly nothing)
+    to the largest rank's count, so every rank runs the same number of FSDP forward/backward passes. No
+    trajectories: no micro-batches on any rank."""
+    if not trajs:
+        return [], 0
+    slices = balanced_slices(len(trajs), world)
+    count = max(-(-(s.stop - s.start) // size) for s in slices)
+    mine = list(trajs[slices[rank]])
+    out = [mine[i:i + size] for i in range(0, len(mine), size)]
+    filler = _zero_weight(trajs[0])
+    n_fill = count - len(out)
+    return out + [[filler] for _ in range(n_fill)], n_fill
+
+
+class DistContext:
+    """This process's place in the process group (made by :func:`init`; ``close`` ends the group when ``init``
+    started it, ``owned``; a caller that initialised the group itself keeps it)."""
+
+    def __init__(self, launch: Launch, device: torch.device, owned: bool) -> None:
+        self.rank, self.world, self.device, self.owned = launch.rank, launch.world, device, owned
+        from torch.distributed.device_mesh import init_device_mesh
+
+        self.mesh = init_device_mesh(device.type, (self.world,))
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self) -> None:
+        dist.barrier()
+
+    def shard(self, root: nn.Module, precision: str) -> None:
+        """``fully_shard`` the student's and the teacher copy's decoder layers, then the loss root (module doc)."""
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        # fp32 all-gathers and fp32 gradient reduction; bf16-mixed's bf16 matmuls come from the same autocast as in
+        # one process (repro.precision), so the two agree to reduction order (module docstring)
+        del precision
+        policy = MixedPrecisionPolicy(param_dtype=None, reduce_dtype=torch.float32)
+        for lm in (root.lm, root.teacher_lm):
+            if lm is None:
+                continue
+            layers = getattr(getattr(lm, "model", None), "layers", None)
+            if layers is None:
+                raise ConfigError(f"cluster.fsdp: {type(lm).__name__} has no model.layers to shard; FSDP supports "
+                                  "decoder-only transformers models (e.g. Qwen3ForCausalLM)")
+            for layer in layers:
+                fully_shard(layer, mesh=self.mesh, mp_policy=policy)
+        fully_shard(root, mesh=self.mesh, mp_policy=policy)
+        root.collective_teacher = True
+
+    def full_state(self, lm: nn.Module) -> dict[str, torch.Tensor]:
+        """The unsharded state dict of ``lm`` on every rank (one all-gather per sharded tensor, same order on all)."""
+        out = {}
+        for name, value in lm.state_dict().items():
+            out[name] = value.full_tensor() if hasattr(value, "full_tensor") else value
+        return out
+
+    def gather(self, obj: Any) -> list[Any]:
+        """``obj`` of every rank, in rank order."""
+        got: list[Any] = [None] * self.world
+        dist.all_gather_object(got, obj)
+        return got
+
+    def sum(self, *values: float) -> list[float]:
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(t)
+        return [float(v) for v in t.tolist()]
+
+    def close(self, *, failed: bool = False) -> None:
+        """End the group if ``owned``; after a failure without the barrier (the other ranks may never reach it;
+        torchrun stops them when this process exits)."""
+        if not dist.is_initialized():
+            return
+        if not failed:
+            # without the barrier one rank can tear gloo down while another still finishes a collective (measured
+            # in tests/repro/test_train_fsdp.py: 3 of 13 runs aborted)
+            dist.barrier()
+        if self.owned:
+            dist.destroy_process_group()
+
+
+def init(cfg: TrainConfig, env: Mapping[str, str] | None = None) -> DistContext | None:
+    """Check the launch against ``cluster.*`` (:func:`check_launch`) and, with ``cluster.fsdp``, join the process
+    group (NCCL on CUDA, gloo on CPU); ``None`` for a single-process run."""
+    launch = read_launch(os.environ if env is None else env)
+    for w in check_launch(cfg, launch):
+        logger.warning("%s", w)
+    if not cfg.cluster.fsdp:
+        return None
+    want = cfg.model.device
+    if want == "auto":
+        want = "cuda" if torch.cuda.is_available() else "cpu"
+    if want == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError("model.device = 'cuda' but no CUDA device is visible; use model.device = 'cpu' or 'auto'")
+        torch.cuda.set_device(launch.local_rank)
+        device = torch.device("cuda", launch.local_rank)
+    else:
+        device = torch.device("cpu")
+    owned = not dist.is_initialized()
+    if owned:
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return DistContext(launch, device, owned)
