@@ -53,8 +53,9 @@ QWEN_SPLIT_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p
 # Under Qwen3's rule `/steirpal` and `_steirpal` are different tokens ("/st" + "eirpal" vs "_st" + "eirpal"), so a
 # model must learn, token pair by token pair, that `tests/test_steirpal.py` names `pkg/steirpal.py`; here a name
 # tokenises the same after `/`, `_`, `.`, a backtick or a quote. Measured on the mini base's run (issue #20): with
-# Qwen3's split the exact-path probe stalled at 0.23-0.39 for 450 steps (7.6M tokens) while the `old`-line probe
-# (copying within one context) reached 0.86; every miss inspected was the first token after the `/`.
+# Qwen3's split the exact-path probe stayed at 0.23-0.39 for 550 steps (steps 600-1150, 9.3M tokens) while the
+# `old`-line probe (copying within one context) reached 0.92; in 7 of 7 misses inspected the wrong token was the
+# first one after the `/`.
 WORD_SPLIT_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)| ?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
                       r"\s*[\r\n]+|\s+(?!\S)|\s+")
 SPLIT_PATTERNS = {"qwen3": QWEN_SPLIT_PATTERN, "words": WORD_SPLIT_PATTERN}
