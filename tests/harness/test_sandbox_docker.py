@@ -287,17 +287,31 @@ time.sleep(120)
 """
 
 
+def _default_signals() -> None:
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, signal.SIG_DFL)
+
+
 @pytest.mark.docker
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=["TERM", "INT", "KILL"])
 def test_interrupted_session_leaves_no_container(docker_client: Any, base_image: str, sig: int) -> None:
     run_id = f"pytest-sig-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    child = subprocess.Popen([sys.executable, "-c", _CHILD, run_id], stdout=subprocess.PIPE, env=env)
+    # the child starts with the default SIGINT/SIGTERM dispositions whatever the test process inherited (a signal
+    # ignored here would be ignored there too, and the handler under test chains to the previous disposition)
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, run_id], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env=env, preexec_fn=_default_signals)
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == b"ready"
         assert len(_containers(docker_client, run_id)) == 1
         child.send_signal(sig)
-        child.wait(timeout=30)
+        try:  # the handler removes the container through the engine first: allow a slow engine, then say why
+            child.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            _, err = child.communicate(timeout=10)
+            pytest.fail(f"the child did not exit within 90 s of {signal.Signals(sig).name}; its stderr:\n"
+                        f"{err.decode(errors='replace')[-3000:]}")
         if sig == signal.SIGKILL:  # no handler can run: the next run's orphan sweep removes it
             assert len(_containers(docker_client, run_id)) == 1
             assert sandbox_docker.cleanup_orphans(docker_client) >= 1
