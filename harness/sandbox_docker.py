@@ -90,10 +90,10 @@ from harness.sandbox_docker_io import (  # noqa: F401  (re-exported: the public 
     cleanup_orphans,
     cleanup_run,
     install_cleanup_handlers,
+    make_dirs,
     owner_label,
     parse_oom_count,
     pump,
-    tar_dirs,
     tar_one,
     translate_errors,
 )
@@ -366,24 +366,6 @@ class DockerSandbox(Sandbox):
             remove_volume(self._api, self.volume)
 
 
-def _make_dirs(api: Any, cid: str, path: str) -> None:
-    """Create ``path`` and its missing parents owned by uid 1000, via the engine (the engine's own ``WorkingDir``
-    would make them root's). Existing ancestors are left as they are (their owner and mode are not touched)."""
-    import docker
-
-    parts = [p for p in path.strip("/").split("/") if p]
-    for cut in range(len(parts) - 1, -1, -1):  # try the parent, then the grandparent, ...
-        anchor = "/" + "/".join(parts[:cut])
-        below = parts[cut:]
-        archive = tar_dirs(["/".join(below[: i + 1]) for i in range(len(below))])
-        try:
-            api.put_archive(cid, anchor, archive)
-            return
-        except docker.errors.NotFound as exc:
-            if "No such container" in str(exc):
-                raise
-
-
 # --- the provider ------------------------------------------------------------------------------------------
 
 
@@ -475,7 +457,7 @@ class DockerSandboxProvider:
             with translate_errors(f"start sandbox {name}", kind="CONTAINER_START"):
                 api.start(cid)
                 if not premade and volume is None:  # a volume's root is uid 1000's already (mount options)
-                    _make_dirs(api, cid, spec.workdir)
+                    make_dirs(api, cid, spec.workdir)
         except BaseException:
             box.close()
             raise

@@ -232,6 +232,25 @@ def tar_dirs(names: list[str]) -> bytes:
     return buf.getvalue()
 
 
+def make_dirs(api: Any, cid: str, path: str) -> None:
+    """Create ``path`` and its missing parents owned by uid 1000, via the engine (the engine's own ``WorkingDir``
+    would make them root's). Existing ancestors are left as they are (their owner and mode are not touched)."""
+    import docker
+
+    parts = [p for p in path.strip("/").split("/") if p]
+    for cut in range(len(parts) - 1, -1, -1):  # try the parent, then the grandparent, ...
+        anchor = "/" + "/".join(parts[:cut])
+        below = parts[cut:]
+        archive = tar_dirs(["/".join(below[: i + 1]) for i in range(len(below))])
+        try:
+            api.put_archive(cid, anchor, archive)
+            return
+        except docker.errors.NotFound as exc:
+            if "No such container" in str(exc):
+                raise
+
+
+
 def as_agent(info: tarfile.TarInfo) -> tarfile.TarInfo:
     info.uid = info.gid = AGENT_UID
     info.uname = info.gname = images.AGENT_USER

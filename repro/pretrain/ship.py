@@ -108,9 +108,10 @@ def is_base(path: str | Path) -> bool:
 def init_fingerprint(spec: str | Path | None) -> dict[str, str]:
     """``{"base_manifest": sha256}`` when ``spec`` names a shipped base (a new base re-runs what was trained from
     the old one), else ``{}``: a stage's cache key gains it."""
-    if spec is None or not is_base(resolve_init(spec)):
+    if spec is None:
         return {}
-    return {"base_manifest": file_sha256(resolve_init(spec) / MANIFEST)}
+    path = resolve_init(spec)
+    return {"base_manifest": file_sha256(path / MANIFEST)} if is_base(path) else {}
 
 
 def load_base(path: str | Path) -> tuple[Any, Any, BaseManifest]:
