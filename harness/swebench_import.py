@@ -11,11 +11,15 @@ the plain-file snapshot materialises to (``harness.tasks.materialize_snapshot``,
 which grading diffs against.
 ``FAIL_TO_PASS``/``PASS_TO_PASS`` may be JSON strings as in the Hugging Face dumps. When the ``swebench`` package
 is installed, the name of SWE-bench's log parser for the repository goes to ``extra["swebench_log_parser"]``
-(``harness.swebench_compat``; e.g. ``parse_log_django``: such instances are not gradable by the JUnit path yet).
+(``harness.swebench_compat``; e.g. ``parse_log_django``).
 
 Test command: the record's own ``test_cmd`` when it has one, else ``--test-cmd`` (default ``python -m pytest``);
 ``--env KEY=VALUE`` prefixes it with ``env KEY=VALUE`` (the grading script runs it under ``timeout``, which takes a
-command, not shell assignments). Grading reads pytest's JUnit report, so only pytest-run tests grade today.
+command, not shell assignments). How its result is read: the record's own ``test_log_parser`` when it has one,
+else ``--test-log-parser`` (default ``junit``: pytest's JUnit report; any other value names one of swebench's
+``parse_log_<name>`` parsers, e.g. ``django`` for unittest's verbose output, which then grades the command's
+printed log: ``harness.grading``). A repository that SWE-bench grades with a parser other than pytest's, imported
+with ``junit``, is warned about: its tests are likely not run by pytest (Django, sympy).
 
 Environments per (repository, version): ``environments={"owner/name": {"VERSION": ["pkg==1.0", ...]}}`` (the
 record's ``version`` field picks the entry) and ``image_for(pins) -> tag`` (``harness.env_images.ensure_env_image``
@@ -48,6 +52,8 @@ from harness.tasks import TASKS_FILE, TaskSetError, git_commit_sha, materialize_
 log = logging.getLogger(__name__)
 
 DEFAULT_TEST_CMD = "python -m pytest"
+DEFAULT_LOG_PARSER = "junit"
+_NOT_PYTEST_PARSERS = ("parse_log_django", "parse_log_sympy")  # the other swebench parsers read pytest output
 
 
 @dataclass(frozen=True)
@@ -109,7 +115,7 @@ def files_at(clone: Path, commit: str, where: str) -> tuple[dict[str, bytes], in
 
 def to_instance(rec: dict[str, Any], files: dict[str, bytes], *, where: str, test_cmd: str,
                 env: dict[str, str], links: int, image: str | None = None,
-                environment: list[str] | None = None) -> TaskInstance:
+                environment: list[str] | None = None, test_log_parser: str = DEFAULT_LOG_PARSER) -> TaskInstance:
     """One record → ``TaskInstance`` (module docstring: unknown fields to ``extra``, base commit remapped)."""
     known = set(TaskInstance.model_fields)
     extra = dict(rec.get("extra") or {}) | {k: v for k, v in rec.items() if k not in known}
@@ -126,6 +132,11 @@ def to_instance(rec: dict[str, Any], files: dict[str, bytes], *, where: str, tes
         cmd = "env " + " ".join(f"{k}={v}" for k, v in env.items()) + " " + cmd
     body = {k: v for k, v in rec.items() if k in known} | {"extra": extra, "test_cmd": cmd,
                                                             "base_commit": git_commit_sha(files)}
+    body.setdefault("test_log_parser", test_log_parser)
+    if parser in _NOT_PYTEST_PARSERS and body["test_log_parser"] == DEFAULT_LOG_PARSER:
+        log.warning("%s: SWE-bench grades %s with %s, this task with pytest's JUnit report; if its tests are not run "
+                    "by pytest, fix: --test-log-parser %s and the repository's own --test-cmd", where, rec["repo"],
+                    parser, parser.removeprefix("parse_log_"))
     if image is not None:
         body["image"] = image
     return parse_record(body, where=where)
@@ -170,7 +181,8 @@ def environment_for(rec: dict[str, Any], environments: Mapping[str, Mapping[str,
 
 
 def import_swebench(records: str | Path, repos_dir: str | Path, out_dir: str | Path, *,
-                    test_cmd: str = DEFAULT_TEST_CMD, env: dict[str, str] | None = None, overwrite: bool = False,
+                    test_cmd: str = DEFAULT_TEST_CMD, test_log_parser: str = DEFAULT_LOG_PARSER,
+                    env: dict[str, str] | None = None, overwrite: bool = False,
                     environments: Mapping[str, Mapping[str, list[str]]] | None = None,
                     image_for: Callable[[list[str]], str] | None = None) -> ImportSummary:
     """Import every record (module docstring); raises TaskSetError naming the record and the fix."""
@@ -191,7 +203,7 @@ def import_swebench(records: str | Path, repos_dir: str | Path, out_dir: str | P
             pin_key = tuple(sorted(pins))
             image = built[pin_key] if pin_key in built else built.setdefault(pin_key, image_for(list(pin_key)))
         inst = to_instance(rec, files, where=where, test_cmd=test_cmd, env=dict(env or {}), links=links,
-                           image=image, environment=pins)
+                           image=image, environment=pins, test_log_parser=test_log_parser)
         if inst.instance_id in snapshots:
             raise TaskSetError(f"{where}: instance {inst.instance_id!r} appears twice; fix: keep one record per id")
         instances.append(inst)
@@ -209,5 +221,5 @@ def import_swebench(records: str | Path, repos_dir: str | Path, out_dir: str | P
                          symlinks_dropped=dropped)
 
 
-__all__ = ["DEFAULT_TEST_CMD", "ImportSummary", "environment_for", "find_clone", "import_swebench", "read_records",
+__all__ = ["DEFAULT_LOG_PARSER", "DEFAULT_TEST_CMD", "ImportSummary", "environment_for", "find_clone", "import_swebench", "read_records",
            "to_instance"]

@@ -1,7 +1,8 @@
 """``tgsuite tasks import-swebench``: SWE-bench records + local clones → a task set; on real PyPI packages (sdists
 of six, more-itertools, idna and python-dateutil, each committed as a clone with a planted bug) it validates and
-grades in Docker — idna's test command sets an environment variable its hidden test checks, dateutil runs in an
-environment image (six installed offline from wheels the host downloaded)."""
+grades in Docker — idna's test command sets an environment variable its hidden test checks, more-itertools runs
+under unittest as its own tox.ini does (graded from the printed log by swebench's Django parser, not by pytest),
+dateutil runs in an environment image (six installed offline from wheels the host downloaded)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def _git(repo: Path, *args: str) -> str:
 def _record(inst, **extra) -> dict:
     rec = {k: v for k, v in inst.model_dump().items() if k not in ("extra", "test_cmd", "image", "behaviour",
                                                                    "cluster", "split", "difficulty",
-                                                                   "template_tier", "bug_family", "visible_test_cmd")}
+                                                                   "template_tier", "bug_family", "visible_test_cmd",
+                                                                   "test_log_parser")}
     rec["repo"] = "acme/calc"
     rec["FAIL_TO_PASS"] = json.dumps(rec["FAIL_TO_PASS"])  # as in the Hugging Face dumps
     return rec | extra
@@ -66,6 +68,26 @@ def test_import_records_swebench_s_log_parser(tmp_path: Path) -> None:
     assert load_task_set(tmp_path / "ts").instances[0].extra["swebench_log_parser"] == "parse_log_django"
 
 
+def test_import_sets_the_log_parser_record_first_then_the_flag(tmp_path: Path, caplog) -> None:
+    pytest.importorskip("swebench")
+    inst, _ = make_calc_task(tmp_path / "clones", "django__django")
+    recs = [_record(inst, repo="django/django", instance_id="dj-1"),
+            _record(inst, repo="django/django", instance_id="dj-2", test_log_parser="sympy")]
+    (tmp_path / "r.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    with caplog.at_level("WARNING", logger="harness.swebench_import"):
+        import_swebench(tmp_path / "r.jsonl", tmp_path / "clones", tmp_path / "ts")
+    assert [i.test_log_parser for i in load_task_set(tmp_path / "ts").instances] == ["junit", "sympy"]
+    (warning,) = [r.getMessage() for r in caplog.records]  # only the record graded by JUnit is warned about
+    assert "r.jsonl:1" in warning and "parse_log_django" in warning and "--test-log-parser django" in warning
+    import_swebench(tmp_path / "r.jsonl", tmp_path / "clones", tmp_path / "ts", overwrite=True,
+                    test_log_parser="django", test_cmd="python -m unittest -v")
+    got = load_task_set(tmp_path / "ts").instances
+    assert [i.test_log_parser for i in got] == ["django", "sympy"] and got[0].test_cmd == "python -m unittest -v"
+    with pytest.raises(TaskSetError, match=r"r\.jsonl:1.*test_log_parser.*unknown parser 'nose'"):
+        import_swebench(tmp_path / "r.jsonl", tmp_path / "clones", tmp_path / "ts", overwrite=True,
+                        test_log_parser="nose")
+
+
 def test_import_errors_name_the_record_and_the_fix(tmp_path: Path) -> None:
     inst, _ = make_calc_task(tmp_path / "clones", "acme__calc")
     cases = [(_record(inst, repo="nobody/else"), r"r\.jsonl:1: no git clone of 'nobody/else'.*fix: git clone"),
@@ -81,23 +103,28 @@ def test_import_errors_name_the_record_and_the_fix(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- real packages from PyPI sdists, graded in Docker
 
 ENSURE_STR_OK = "    elif PY3 and isinstance(s, binary_type):\n        return s.decode(encoding, errors)\n    elif not"
-# (sdist, file, correct text, planted bug, hidden test file → text, FAIL_TO_PASS, PASS_TO_PASS, env)
+# (sdist, file, correct text, planted bug, hidden test file → text, FAIL_TO_PASS, PASS_TO_PASS, env or options)
 PACKAGES = [
     ("six==1.17.0", "six.py", ENSURE_STR_OK, ENSURE_STR_OK.replace("(encoding,", '("ascii",'),
      {"test_tgsuite_six.py": "import six\n\n\ndef test_ensure_str_utf8():\n"
                              "    assert six.ensure_str('\\u00e9'.encode('utf-8')) == '\\u00e9'\n"},
      ["test_tgsuite_six.py::test_ensure_str_utf8"], ["test_six.py::test_lazy"], {}),
+    # run the way the project runs its own tests (tox.ini: python -m unittest -v), graded from that log with
+    # swebench's Django parser: a test is named as unittest prints it, or by its docstring's first line if it has one
     ("more-itertools==10.5.0", "more_itertools/more.py", "    return sum(compress(repeat(1), zip(iterable)))\n",
      "    return sum(compress(repeat(1), zip(iterable))) - 1\n",
-     {"tests/test_tgsuite_ilen.py": "from more_itertools import ilen\n\n\ndef test_ilen_counts():\n"
-                                    "    assert ilen(range(5)) == 5 and ilen([]) == 0\n"},
-     ["tests/test_tgsuite_ilen.py::test_ilen_counts"], ["tests/test_more.py::ChunkedTests::test_even"], {}),
+     {"tests/test_tgsuite_ilen.py": "from unittest import TestCase\n\nfrom more_itertools import ilen\n\n\n"
+                                    "class IlenCountTests(TestCase):\n    def test_ilen_counts(self):\n"
+                                    "        self.assertEqual((ilen(range(5)), ilen([])), (5, 0))\n"},
+     ["test_ilen_counts (tests.test_tgsuite_ilen.IlenCountTests.test_ilen_counts)", "Sanity-checks for ``ilen()``."],
+     ["test_distance (tests.test_more.AdjacentTests.test_distance)"],
+     {"--test-cmd": "python -m unittest -v", "--test-log-parser": "django"}),
     ("idna==3.10", "idna/core.py", "    if len(label) > 63:\n", "    if len(label) > 64:\n",
      {"tests/test_tgsuite_env.py": "import os\n\nimport idna\n\n\ndef test_env_and_label_limit():\n"
                                    "    assert os.environ.get('TGS_IDNA_MODE') == 'strict'\n"
                                    "    assert not idna.valid_label_length('a' * 64)\n"},
      ["tests/test_idna.py::IDNATests::test_valid_label_length", "tests/test_tgsuite_env.py::test_env_and_label_limit"],
-     ["tests/test_idna.py::IDNATests::test_check_hyphen_ok"], {"TGS_IDNA_MODE": "strict"}),
+     ["tests/test_idna.py::IDNATests::test_check_hyphen_ok"], {"--env": "TGS_IDNA_MODE=strict"}),
     # a src/ layout that needs a dependency (six) the base image lacks: an environment image, built offline
     ("python-dateutil==2.9.0.post0", "src/dateutil/relativedelta.py", "        if abs(self.hours) > 23:\n",
      "        if abs(self.hours) > 24:\n",
@@ -107,7 +134,7 @@ PACKAGES = [
                                   "def test_months_carry_into_years():\n"
                                   "    assert relativedelta(months=13) == relativedelta(years=1, months=1)\n"},
      ["tests/test_tgsuite_rd.py::test_hours_carry_into_days"], ["tests/test_tgsuite_rd.py::test_months_carry_into_years"],
-     {"PYTHONPATH": "src:/opt/tgsuite-env"}),
+     {"--env": "PYTHONPATH=src:/opt/tgsuite-env"}),
 ]
 ENVIRONMENTS = {"pypi/python-dateutil": {"2.9.0.post0": ["six==1.17.0"]}}
 
@@ -148,7 +175,7 @@ def _real_task_set(sdists: Path, tmp: Path) -> list[tuple[Path, dict]]:
                "problem_statement": f"{name}: a planted regression in {rel}", "patch": diff_of(clone, {rel: (
                    clone / rel).read_text().replace(bad, good)}), "test_patch": diff_of(clone, tests),
                "FAIL_TO_PASS": f2p, "PASS_TO_PASS": p2p, "version": spec.split("==")[1], "created_at": "2026-01-01"}
-        out.append((clone.parent, rec | ({"env": env} if env else {})))
+        out.append((clone.parent, rec | ({"options": env} if env else {})))
     return out
 
 
@@ -160,19 +187,21 @@ def test_real_packages_import_validate_and_grade_in_docker(sdists: Path, tmp_pat
 
     task_sets = []
     for repos, rec in _real_task_set(sdists, tmp_path):
-        env = rec.pop("env", {})
+        options = rec.pop("options", {})
         (repos / "r.jsonl").write_text(json.dumps(rec) + "\n")
         out = tmp_path / "tasks" / rec["instance_id"]
         (repos / "envs.json").write_text(json.dumps(ENVIRONMENTS))
         cmd = [sys.executable, "-m", "tgsuite.cli", "tasks", "import-swebench", "--records", str(repos / "r.jsonl"),
                "--repos", str(repos), "--out", str(out), "--environments", str(repos / "envs.json"),
-               *[a for k, v in env.items() for a in ("--env", f"{k}={v}")]]
+               *[a for k, v in options.items() for a in (k, v)]]
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-2000:]
         task_sets.append(out)
     (dateutil,) = load_task_set(task_sets[-1]).instances
     assert dateutil.image.startswith("tgsuite/env:") and dateutil.extra["environment"] == ["six==1.17.0"]
     assert load_task_set(task_sets[0]).instances[0].image == "base"
+    (mi,) = load_task_set(task_sets[1]).instances
+    assert mi.test_log_parser == "django" and mi.test_cmd == "python -m unittest -v"
     for out in task_sets:
         report = validate_task_set(out, runs=1, sandbox="docker")
         assert not report.rejected, [(r.instance_id, r.reason) for r in report.rejected]

@@ -27,8 +27,16 @@ host downloads the wheels with pip, a container without network installs them on
 cached as tgsuite/env:<content hash>; those instances run there (the record's "version" picks the entry). E.g.
   {"dateutil/dateutil": {"2.9": ["six==1.17.0"]}}  with  --env PYTHONPATH=src:/opt/tgsuite-env  (a src/ layout)
 
-Not done here: the repository itself is not installed, symbolic links and executable bits are not kept in
-snapshots, and tests graded must be run by pytest (grading reads its JUnit report).
+--test-log-parser NAME: how the test command's result is read, for records without their own
+"test_log_parser". Default junit (pytest's JUnit report: the command must run pytest). Any of swebench's
+parse_log_<NAME> parsers instead grades the command's printed log; test ids are then what that parser calls them
+(list them in FAIL_TO_PASS / PASS_TO_PASS that way). A package tested with unittest, e.g. more-itertools:
+  tgsuite tasks import-swebench --records mi.jsonl --repos repos --out tasks/mi \
+      --test-cmd "python -m unittest -v" --test-log-parser django
+  # ids: "test_even (tests.test_more.ChunkedTests.test_even)", or a test's docstring line where it has one
+
+Not done here: the repository itself is not installed, and symbolic links and executable bits are not kept in
+snapshots.
 """
 
 
@@ -53,6 +61,9 @@ def register_import(sub: Any) -> None:
     p.add_argument("--repos", required=True, metavar="DIR", help="folder of git clones (owner__name/)")
     p.add_argument("--out", required=True, metavar="DIR", help="task set folder to write")
     p.add_argument("--test-cmd", default=None, help="test command for records without one (default python -m pytest)")
+    p.add_argument("--test-log-parser", default=None, metavar="NAME",
+                   help="how test results are read for records without their own (default junit: pytest's JUnit "
+                        "report; or a swebench parser name: django, sympy, pytest, ...)")
     p.add_argument("--env", action="append", type=_env_pair, default=[], metavar="KEY=VALUE",
                    help="environment variable for the tests (repeatable)")
     p.add_argument("--environments", default=None, metavar="FILE.json",
@@ -87,12 +98,13 @@ def _environments(path: str | None) -> tuple[dict[str, dict[str, list[str]]] | N
 def run(args: argparse.Namespace) -> int:
     from harness.images import ImageBuildError
     from harness.sandbox import SandboxUnavailable
-    from harness.swebench_import import DEFAULT_TEST_CMD, import_swebench
+    from harness.swebench_import import DEFAULT_LOG_PARSER, DEFAULT_TEST_CMD, import_swebench
     from harness.tasks import TaskSetError
 
     try:
         environments, image_for = _environments(args.environments)
         summary = import_swebench(args.records, args.repos, args.out, test_cmd=args.test_cmd or DEFAULT_TEST_CMD,
+                                  test_log_parser=args.test_log_parser or DEFAULT_LOG_PARSER,
                                   env=dict(args.env), overwrite=args.overwrite, environments=environments,
                                   image_for=image_for)
     except FileExistsError as exc:
