@@ -31,7 +31,7 @@ cached as tgsuite/env:<content hash>; those instances run there (the record's "v
 "test_log_parser". Default junit (pytest's JUnit report: the command must run pytest). Any of swebench's
 parse_log_<NAME> parsers instead grades the command's printed log; test ids are then what that parser calls them
 (list them in FAIL_TO_PASS / PASS_TO_PASS that way). A package tested with unittest, e.g. more-itertools:
-  tgsuite tasks import-swebench --records mi.jsonl --repos repos --out tasks/mi \
+  tgsuite tasks import-swebench --records mi.jsonl --repos repos --out tasks/mi \\
       --test-cmd "python -m unittest -v" --test-log-parser django
   # ids: "test_even (tests.test_more.ChunkedTests.test_even)", or a test's docstring line where it has one
 
