@@ -25,6 +25,7 @@ from reports import (
     details,
     episodes,
     pages,
+    paper,
     probes,
     provenance,
     reach,
@@ -110,7 +111,9 @@ def build_view(
         sections.criteria_section(a), sections.outcomes_section(a), reach.reach_section(eps),
         details.variance_section(a),
         details.sensitivity_section(a), studies.training_section(
-            training_runs, arm_order=[a.arms[r] for r in ("treatment", "baseline") if r in a.arms]), studies.noisy_section(a),
+            training_runs, arm_order=[a.arms[r] for r in ("treatment", "baseline") if r in a.arms]),
+        paper.paper_section(a, training_runs, arms=(a.arms.get("treatment"), a.arms.get("baseline"))),
+        studies.noisy_section(a),
         studies.equal_compute_section(a), studies.can_do_section(a), probes.hint_probes_section(a),
         tiers.behaviour_tiers_section(a),
         details.breakdowns_section(a),

@@ -69,3 +69,25 @@ def test_real_analysis_trajectory_pages_say_what_is_missing(real) -> None:  # no
     assert "trajectory.jsonl: not found" in text and "No patch.diff was recorded" in text
     data = json.loads((root / "out" / "summary.json").read_text())
     assert data["n_trajectory_pages"] == 10 and data["coverage_ok"] is True
+
+
+def test_paper_table_sits_beside_this_runs_numbers(real) -> None:  # noqa: ANN001
+    from reports.paper import paper_section
+
+    root, res, _ = real
+    doc = (root / "out" / "index.html").read_text()
+    assert 'id="paper"' in doc and "0.85 ± 0.09" in doc and "0.33 ± 0.07" in doc  # the paper's cells
+    assert "no training log given" in doc  # this report was given no training metrics: said, not invented
+    # training logs: the paper's statistic (last-N mean ± std of the across-seed mean) over what was logged
+    runs = {"tg": {"0": [{"step": s, "behaviour/compliance": v} for s, v in [(1, 0.0), (2, 0.5), (3, 1.0)]],
+                   "1": [{"step": s, "behaviour/compliance": 1.0} for s in (1, 2, 3)]},
+            "grpo": {"0": [{"step": 1, "task/pass_rate": 0.25}]}}
+    sec = paper_section(res, runs, arms=("tg", "grpo"), window=2)
+    cells = {(r[0].text, r[1].text): (r[2].text, r[3].text) for r in sec.tables[0].rows}
+    tg, grpo = cells[("Markdown compliance", "this run (training time)")]
+    assert tg.startswith("0.875 ± 0.125 (last 2 of steps 2–3, mean of 2 seed(s))"), tg  # means 0.75, 1.0
+    assert "not logged" in grpo
+    assert cells[("coding pass rate", "this run (training time)")][1].startswith("0.250 ± 0.000 (last 1 of steps 1–1")
+    held_tg, _ = cells[("coding pass rate", "this run (held-out, preregistered)")]
+    (code,) = [r for s in res.arm_summaries if s.arm == "tg" for r in s.rates if r.endpoint == "code_ok"]
+    assert held_tg == f"{fmt.num(code.rate)} [{fmt.num(code.ci_low)}, {fmt.num(code.ci_high)}] (n = {code.n})"
