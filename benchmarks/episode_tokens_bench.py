@@ -21,7 +21,7 @@ defaults (128 train episodes, 20 held-out), main at 2bec4a7 -> after issue #20's
 system block 951 -> 448 tokens (tool schemas 695 -> 333, system prompt 161 -> 36); train median 2,403 -> 1,542
 (p90 2,708 -> 1,695), 7 assistant turns in both, assistant share 11.1 % -> 15.8 %; run_tests output per episode
 (median) 286 -> 122; held-out median 2,532 -> 1,724, expert resolve rate 1.0 -> 1.0 (20 of 20).
-Usage:  python benchmarks/episode_tokens_bench.py [--episodes 128] [--heldout-repos 10] [--seed 0]
+Usage:  python benchmarks/episode_tokens_bench.py [--episodes 128] [--heldout-repos 10] [--seed 0] [--tokenizer DIR]
 """
 
 from __future__ import annotations
@@ -122,6 +122,9 @@ def main() -> None:
     ap.add_argument("--hint-share", type=float, default=0.3, help="as SFTConfig.hint_share")
     ap.add_argument("--vocab-size", type=int, default=4096, help="the mini preset's SFT vocabulary")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tokenizer", default=None, metavar="DIR",
+                    help="count with this tokenizer (an HF tokenizer folder, e.g. a base's, assets/base/mini) "
+                         "instead of one trained on the episodes")
     args = ap.parse_args()
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="episode-tokens-") as tmp:
@@ -137,7 +140,12 @@ def main() -> None:
     probe = train_tokenizer([json.dumps(tools)], vocab_size=300, min_frequency=1)  # as repro.sft does
     corpus = [probe.apply_chat_template([m.model_dump() for m in tr.messages], tools=tools, tokenize=False)
               for tr in train]
-    enc = ChatEncoder(train_tokenizer(corpus, vocab_size=args.vocab_size))
+    if args.tokenizer:
+        from transformers import AutoTokenizer
+
+        enc = ChatEncoder(AutoTokenizer.from_pretrained(args.tokenizer))
+    else:
+        enc = ChatEncoder(train_tokenizer(corpus, vocab_size=args.vocab_size))
     system = train[0].messages[0].content
     schema_ids = enc.text_ids("".join("\n" + tool_json(t) for t in tools))
     print(json.dumps({
