@@ -30,6 +30,7 @@ from evalsuite.schema_studies import (  # noqa: F401  (re-exported: analysis.jso
     EqualComputeResult,
     Exploratory,
     HintProbeResult,
+    LabelRates,
     MatchedComparison,
     NoisyFeedbackResult,
     NoisyFeedbackRow,

@@ -37,6 +37,7 @@ from evalsuite.schema import (
     CheckpointEval,
     EqualComputeResult,
     HintProbeResult,
+    LabelRates,
     NoisyFeedbackResult,
     ProbeInfo,
 )
@@ -151,6 +152,21 @@ def equal_compute_result(evals: Sequence[CheckpointEval], steps: int, trials: in
              "wall time = the sum of the ledger's phases; peak memory = the training process's peak (CUDA allocated "
              "on GPU, else RSS), which includes earlier stages run in the same process"]
     return res.model_copy(update={"notes": [*res.notes, *notes]})
+
+
+def label_rates(frame: pd.DataFrame, study: str, labels: Sequence[str], reference: str) -> list[LabelRates]:
+    """``LabelRates`` of ``reference`` (first) and each of ``labels``: Wilson rates per endpoint over the label's
+    episodes pooled across seeds, with the repository-clustered SE; a label with no episodes is an error."""
+    out = []
+    for label in [reference, *[x for x in labels if x != reference]]:
+        sub = frame[frame["label"] == label]
+        if sub.empty:
+            raise StatsInputError(f"study {study}: no scored held-out episodes of {label!r}; its evaluation stage "
+                                  "produced none (see the run directory's results)")
+        out.append(LabelRates(study=study, label=label, reference=label == reference,  # type: ignore[arg-type]
+                              seeds=sorted(int(x) for x in sub["seed"].unique()),
+                              rates=[rate_ci(sub[e].astype(float), e, clusters=sub["repo"]) for e in ENDPOINTS]))
+    return out
 
 
 def rates_by_label(frame: pd.DataFrame, labels: Iterable[str]) -> dict[str, dict[str, Any]]:

@@ -181,3 +181,39 @@ def can_do_section(a: AnalysisResult) -> Section:
                                                 "neither", "Δ (corrective − plain)", "CI", "method", "McNemar p"],
                       rows=rows)],
     )
+
+
+def _rate_text(r: object) -> str:
+    from evalsuite.schema_base import RateCI
+
+    assert isinstance(r, RateCI)
+    if r.rate is None:
+        return f"{fmt.DASH} (no episodes)"
+    se = f", clustered SE {fmt.pp(r.se_clustered)}" if r.se_clustered is not None else ""
+    return f"{fmt.pct(r.rate)} {fmt.interval(r.ci_low, r.ci_high, scale='pct')} ({r.successes:g} / {r.n}{se})"
+
+
+STUDY_TITLES = {"ablations": "ablation arm", "production_loop": "production loop (distill → RL → distill)"}
+
+
+def label_rates_section(a: AnalysisResult) -> Section:
+    """Ablations and the production loop: per-model held-out rates, each study beside its reference runs."""
+    rows_in = a.exploratory.label_rates
+    if not rows_in:
+        return Section(id="labels", title="Ablations and the production loop", available=False, absent=NOT_RUN)
+    rows = []
+    for r in rows_in:
+        by = {x.endpoint: x for x in r.rates}
+        kind = f"reference: main {r.label} runs (RL alone)" if r.reference else STUDY_TITLES[r.study]
+        rows.append([Cell(text=r.study), Cell(text=r.label), Cell(text=kind),
+                     *[Cell(text=_rate_text(by[e]) if e in by else fmt.DASH) for e in ("behaviour_ok", "code_ok",
+                                                                                       "joint_ok")],
+                     Cell(text=", ".join(str(s) for s in r.seeds))])
+    return Section(
+        id="labels", title="Ablations and the production loop (exploratory)",
+        intro="Each study model's held-out rates, its seeds' episodes pooled, beside the main runs it changes one "
+        "thing of. Wilson 95 % intervals over pooled episodes (they ignore that episodes of one repository or one "
+        "seed are correlated; the repository-clustered SE says how much that matters). Descriptive: no test, no "
+        "multiplicity control, never part of the decision. The production loop spends more compute than RL alone.",
+        tables=[Table(id="labels-table", header=["study", "model", "what it is", "behaviour_ok", "code_ok",
+                                                 "joint_ok", "training seeds"], rows=rows)])

@@ -70,7 +70,7 @@ def _write_run(run_dir: Path, arms: dict[str, str], corrective: bool, kind: str 
 
 @pytest.fixture()
 def fakes(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
-    calls: dict[str, list[Any]] = {"train": [], "eval": [], "eval_fb": []}
+    calls: dict[str, list[Any]] = {"train": [], "eval": [], "eval_fb": [], "loop": []}
 
     def fake_train(run_dir: Path, paths: dict[str, Path], preset: Any, arm: str, seed: int,
                    protocol_hash: str | None = None) -> dict[str, Any]:
@@ -86,7 +86,13 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
         kind = getattr(parse_feedback(feedback), "kind", None) if feedback else None  # probe:NAME -> probe kind
         return _write_run(run_dir, arms, corrective=feedback is not None, kind=kind)
 
+    def fake_loop(run_dir: Path, paths: dict[str, Path], preset: Any, arm: str, seed: int,
+                  protocol_hash: str | None = None, loop: dict[str, Any] | None = None) -> dict[str, Any]:
+        calls["loop"].append((run_dir, arm, seed, dict(loop or {})))
+        return {"paths": {"checkpoint": _write_ckpt(run_dir, arm, seed, int(preset.rl["run.steps"]), "loop")}}
+
     monkeypatch.setattr(steps, "stage_train", fake_train)
+    monkeypatch.setattr(steps, "stage_loop", fake_loop)
     monkeypatch.setattr(steps, "stage_eval", fake_eval)
     return calls
 
@@ -202,6 +208,21 @@ def test_run_studies_end_to_end_and_resume(tmp_path: Path, fakes: dict[str, list
     assert [len(s.tables) for s in (noisy_section(a), equal_compute_section(a), can_do_section(a))] == [2, 3, 1]
     rec = json.loads((tmp_path / "studies" / "studies.json").read_text())
     assert rec["ablations"]["tg_no_fmt_reward"]["behaviour_ok"]["successes"] == 2 and rec["errors"] == {}
+    # ablations and the production loop: per-label held-out rates beside the main tg runs (the reference)
+    (loop_call,) = fakes["loop"]
+    assert loop_call[0].parent.name == "loop" and loop_call[1:3] == ("tg", 0)
+    assert loop_call[3] == ps.STUDY_SIZES["smoke"].loop and loop_call[3]["distill.steps"] == 1
+    got = {(r.study, r.label, r.reference): {x.endpoint: (x.successes, x.n) for x in r.rates} for r in ex.label_rates}
+    assert set(got) == {("ablations", "tg", True), ("ablations", "tg_no_fmt_reward", False),
+                        ("production_loop", "tg", True), ("production_loop", "loop", False)}
+    assert got[("production_loop", "tg", True)]["behaviour_ok"] == (3, N_INST)  # even instances
+    assert got[("production_loop", "loop", False)]["behaviour_ok"] == (2, N_INST)  # i % 4 == 0
+    assert all(x.se_clustered is not None for r in ex.label_rates for x in r.rates)
+    from reports.studies import label_rates_section
+
+    sec = label_rates_section(a)
+    assert sec.available and len(sec.tables[0].rows) == 4
+    assert "reference" in sec.tables[0].rows[0][2].text and "2 / 6" in sec.tables[0].rows[3][3].text
     # re-run: every stage is up to date, nothing trains or evaluates again, same result
     n = {k: len(v) for k, v in fakes.items()}
     again = ps.run_studies(StageRunner(tmp_path, echo=lambda s: None), ctx, STUDIES_HERE)

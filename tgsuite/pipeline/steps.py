@@ -107,6 +107,24 @@ def stage_train(run_dir: Path, paths: dict[str, Path], preset: Preset, arm: str,
     return {"paths": {"checkpoint": info.path}, "checkpoint": info.model_dump(mode="json")}
 
 
+def stage_loop(run_dir: Path, paths: dict[str, Path], preset: Preset, arm: str, seed: int,
+               protocol_hash: str | None = None, loop: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The production recipe's loop from the SFT model (``repro.distill.train_loop``): self-distillation on its own
+    best trajectories with soft labels, RL with ``arm`` under the preset's RL settings, re-distillation; ``loop``
+    holds the ``distill.*`` overrides. ``protocol_hash`` is accepted for the stage signature; the loop's
+    checkpoints do not record it."""
+    from repro.config import load_config
+    from repro.distill import train_loop
+
+    cfg = load_config(arm=arm, overrides={**preset.rl, **(loop or {}), "run.seed": seed,
+                                          "model.init": str(paths["sft"] / "model"),
+                                          "tasks.path": str(paths["train_tasks"])})
+    if run_dir.exists():  # the stage re-runs because its inputs changed or it never finished: start clean
+        shutil.rmtree(run_dir)
+    info = train_loop(cfg, run_dir, argv=["tgsuite", "reproduce", "--preset", preset.name])
+    return {"paths": {"checkpoint": info.path}, "checkpoint": info.model_dump(mode="json")}
+
+
 def eval_policy(model_dir: str, name: str, preset: Preset) -> Any:
     """A sampling policy over the checkpoint, its engine batching the concurrent episodes' turns; close
     ``policy.engine`` when done."""

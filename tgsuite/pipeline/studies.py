@@ -16,7 +16,13 @@ Studies (select any subset with :func:`parse_studies`; every one is labelled exp
   reported per arm. No arm is tuned in this pipeline: each runs once with the preset's settings (1 trial per arm).
 - ``ablations``: extra arms from ``repro/configs/arms.toml`` (``tg_all_turns``, ``tg_no_fmt_reward``,
   ``tg_no_think_kl``, the λ sweep) trained × seeds and evaluated like the main arms; per-arm rates with Wilson CIs
-  are written to ``<out>/studies/studies.json`` (``Exploratory`` has no ablation field).
+  are written to ``<out>/studies/studies.json`` and to ``Exploratory.label_rates`` (the report's table), beside
+  the main ``tg`` runs as the reference.
+- ``production_loop``: the production recipe's loop (``repro.distill.train_loop``: self-distillation on the SFT
+  model's own best trajectories with soft labels — the full distribution at ``distill.target_temperature`` —, RL
+  with ``StudySizes.loop_arm`` under the preset's RL settings, re-distillation on RL's best trajectories) × seeds,
+  against RL alone (the main ``loop_arm`` runs) on the same held-out set; per-label rates in
+  ``Exploratory.label_rates``. The loop spends more compute than RL alone (two distillation stages and their pools).
 - ``hint_probes``: side effects of fixed hints ("explain your change", "ask before editing" on an approved task) on
   the can-do models, paired with their plain episodes: edit, resolved and blocked rates (``tgsuite.pipeline.probes``).
 - ``behaviour_tiers``: format / style / tension tiers (``tool_args@v1``, ``markdown@v1``, ``ask_first@v1``): GRPO
@@ -42,6 +48,7 @@ import pandas as pd
 from evalsuite.study_tables import (
     ENDPOINTS,
     can_do_result,
+    label_rates,
     equal_compute_result,
     noisy_result,
     rates_by_label,
@@ -73,7 +80,8 @@ __all__ = ["HINT_QUALITY", "NOISY_MIXES", "STUDY_SIZES", "StudyContext", "StudyM
 
 log = logging.getLogger(__name__)
 
-StudyName = Literal["noisy_feedback", "can_do", "equal_compute", "ablations", "hint_probes", "behaviour_tiers"]
+StudyName = Literal["noisy_feedback", "can_do", "equal_compute", "ablations", "production_loop", "hint_probes",
+                    "behaviour_tiers"]
 STUDIES: tuple[str, ...] = get_args(StudyName)
 
 
@@ -141,6 +149,8 @@ def _main_models(ctx: StudyContext, sizes: StudySizes, studies: set[str]) -> dic
         labels.add("tg")
     if "equal_compute" in studies:
         labels.add("grpo")
+    if "production_loop" in studies:
+        labels.add(sizes.loop_arm)
     if studies & {"can_do", "hint_probes"}:
         labels.update(sizes.can_do_labels)
     models = [_main_model(ctx, lab, s) for lab in sorted(labels) for s in ((-1,) if lab == "base" else sizes.seeds)]
@@ -157,6 +167,18 @@ def _train(runner: StageRunner, ctx: StudyContext, label: str, arm: str, seed: i
     rec = runner.run(f"study_train_{label}_s{seed}", inputs,
                      lambda: ctx.stages.train(run_dir, ctx.paths, preset, arm, seed, ctx.protocol_sha256))
     return StudyModel(f"{label}_s{seed}", label, seed, rec["paths"]["checkpoint"])
+
+
+def _train_loop(runner: StageRunner, ctx: StudyContext, sizes: StudySizes, seed: int) -> StudyModel:
+    """One production-loop run (``StudyContext.stages.loop``) from the SFT model."""
+    run_dir = ctx.paths["train"] / "studies" / "loop" / f"s{seed}"
+    inputs = {"sft": ctx.sft_report.get("model_dir"), "sft_inputs": canonical_hash(ctx.sft_report),
+              "rl": ctx.preset.rl, "loop": sizes.loop, "arm": sizes.loop_arm, "seed": seed,
+              "protocol": ctx.protocol_sha256, "label": "loop"}
+    rec = runner.run(f"study_train_loop_s{seed}", inputs,
+                     lambda: ctx.stages.loop(run_dir, ctx.paths, ctx.preset, sizes.loop_arm, seed,
+                                             ctx.protocol_sha256, loop=sizes.loop))
+    return StudyModel(f"loop_s{seed}", "loop", seed, rec["paths"]["checkpoint"])
 
 
 def mix_overrides(mix: dict[str, float]) -> dict[str, Any]:
@@ -184,6 +206,8 @@ def _train_studies(runner: StageRunner, ctx: StudyContext, sizes: StudySizes, st
     if "ablations" in studies:
         jobs += [(arm, arm, {}) for arm in sizes.ablations]
     models = [_train(runner, ctx, label, arm, seed, extra) for label, arm, extra in jobs for seed in sizes.seeds]
+    if "production_loop" in studies:
+        models += [_train_loop(runner, ctx, sizes, seed) for seed in sizes.seeds]
     return {m.runner_arm: m for m in models}, eqc_steps
 
 
@@ -228,13 +252,19 @@ def run_studies(runner: StageRunner, ctx: StudyContext, studies: set[str]) -> Ex
                                                       eqc_steps or 0, sizes.tuning_trials),
         "can_do": lambda: can_do_result(frame[frame["label"].isin(sizes.can_do_labels)],
                                         study_frame(dirs["corrective"], study_arms(models)), sizes.corrective),
+        "ablations": lambda: label_rates(frame, "ablations", sizes.ablations, "tg"),
+        "production_loop": lambda: label_rates(frame, "production_loop", ["loop"], sizes.loop_arm),
         "hint_probes": lambda: run_hint_probes(runner, ctx, sizes, models, dirs),
         "behaviour_tiers": lambda: run_behaviour_tiers(runner, ctx),
     }
+    out["label_rates"] = []
     for name, fn in analyses.items():
         if name in studies:
             try:
-                out["can_do_vs_does_do" if name == "can_do" else name] = fn()
+                if name in ("ablations", "production_loop"):
+                    out["label_rates"] += fn()
+                else:
+                    out["can_do_vs_does_do" if name == "can_do" else name] = fn()
             except StatsInputError as exc:
                 log.warning("study %s: analysis not possible: %s", name, exc)
                 errors[name] = str(exc)

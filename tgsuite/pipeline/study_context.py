@@ -33,11 +33,12 @@ class StudyStages:
     sft: SftStage
     train: TrainStage
     evaluate: EvalStage
+    loop: TrainStage  # the production recipe's distill -> RL -> distill (steps.stage_loop), same signature as train
 
 
 def default_stages() -> StudyStages:
     """The real stages of ``tgsuite.pipeline.steps``."""
-    return StudyStages(sft=steps.stage_sft, train=steps.stage_train, evaluate=steps.stage_eval)
+    return StudyStages(sft=steps.stage_sft, train=steps.stage_train, evaluate=steps.stage_eval, loop=steps.stage_loop)
 
 
 class StudySizes(BaseModel):
@@ -52,6 +53,21 @@ class StudySizes(BaseModel):
     corrective: str = Field(default="correct@before_finish", description="harness.feedback_spec.parse_feedback spec")
     ablations: tuple[str, ...] = Field(description="arm presets of repro/configs/arms.toml")
     tuning_trials: int = Field(default=1, ge=1, description="hyperparameter trials per arm (none are tuned here)")
+    loop_arm: str = Field(default="tg", description="the RL arm inside the production loop; a main arm, whose main "
+                          "runs are the 'RL alone' it is compared with")
+    loop: dict[str, Any] = Field(default_factory=dict, description="dotted distill.* overrides of the production "
+                                 "loop (repro.config.DistillCfg), on top of the preset's RL settings")
+
+    @field_validator("loop")
+    @classmethod
+    def _loop(cls, v: dict[str, Any]) -> dict[str, Any]:
+        from repro.config import load_config
+
+        bad = sorted(k for k in v if not k.startswith("distill."))
+        if bad:
+            raise ValueError(f"loop: {bad} are not distill.* keys; the loop's RL uses the preset's rl settings")
+        load_config(arm="tg", overrides=v)  # unknown keys / bad values raise a ConfigError naming them
+        return v
 
     @field_validator("noisy_mixes")
     @classmethod
@@ -72,11 +88,15 @@ NOISY_MIXES: dict[str, dict[str, float]] = {
 STUDY_SIZES: dict[str, StudySizes] = {
     # smoke: every study path once, one seed, one ablation; decides nothing
     "smoke": StudySizes(seeds=(0,), noisy_mixes=NOISY_MIXES, can_do_labels=("base", "tg"),
-                        ablations=("tg_no_fmt_reward",)),
+                        ablations=("tg_no_fmt_reward",),
+                        loop={"distill.pool_tasks": 2, "distill.pool_rollouts": 2, "distill.steps": 1,
+                              "distill.batch": 2}),
     # mini: the real study, on all three training seeds
     "mini": StudySizes(seeds=(0, 1, 2), noisy_mixes=NOISY_MIXES, can_do_labels=("base", "grpo", "tg"),
                        ablations=("tg_all_turns", "tg_no_fmt_reward", "tg_no_think_kl", "tg_lambda_0.01",
-                                  "tg_lambda_0.03", "tg_lambda_0.3", "tg_lambda_1.0", "tg_lambda_3.0")),
+                                  "tg_lambda_0.03", "tg_lambda_0.3", "tg_lambda_1.0", "tg_lambda_3.0"),
+                       loop={"distill.pool_tasks": 8, "distill.pool_rollouts": 4, "distill.steps": 8,
+                             "distill.batch": 4}),
 }
 
 
