@@ -107,11 +107,12 @@ MINI = Preset(
     heldout_repos=8,
     heldout_tasks_per_repo=5,
     validate_runs=2,
-    # 128 expert episodes (median 1,542 tokens each, 16 % of them assistant tokens: benchmarks/episode_tokens_bench.py;
-    # 2,403 and 11 % before the compact episodes of issue #20); the auxiliary next-token loss on the
-    # observations (context_weight) is the only "pretraining" this from-scratch model gets
-    sft={"preset": "mini", "vocab_size": 4096, "episodes": 128, "epochs": 3, "think": False, "context_weight": 1.0,
-         "lr": 2e-3, "batch_tokens": 512, "warmup_steps": 10},
+    # SFT from the base pretrained here and shipped in assets/base/mini (issue #20; docs/PRETRAIN.md): 128 expert
+    # episodes (median 1,737 tokens with the base's tokenizer: benchmarks/episode_tokens_bench.py --tokenizer
+    # assets/base/mini), with <think> blocks (so that tg_no_think_kl differs from tg), a fresh repository name per
+    # episode and epoch (names must be copied, not memorised), loss on the assistant tokens only
+    sft={"preset": "mini", "init": "base:mini", "episodes": 128, "epochs": 2, "think": True, "context_weight": 0.0,
+         "lr": 5e-4, "rename_repos": True, "warmup_steps": 10},
     seeds=(0, 1, 2),
     # sized to the 45-minute budget on 2 CPU cores: ~20 s per step (1 group of 4 rollouts, prefix-cached sampling)
     rl={"run.steps": 6, "rollout.groups": 1, "rollout.group_size": 4, "rollout.max_turns": 8,
