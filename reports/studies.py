@@ -184,7 +184,7 @@ def can_do_section(a: AnalysisResult) -> Section:
 
 
 def _rate_text(r: object) -> str:
-    from evalsuite.schema_base import RateCI
+    from evalsuite.schema import RateCI
 
     assert isinstance(r, RateCI)
     if r.rate is None:

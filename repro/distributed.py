@@ -211,6 +211,20 @@ class DistContext:
             dist.destroy_process_group()
 
 
+def exit_process(code: int) -> None:
+    """End a torchrun worker whose work is done and whose process group is closed: flush Python's streams, then
+    ``os._exit`` without running C++ static destructors. On gloo a torch thread can still be joinable when they run
+    and abort the process ("terminate called without an active exception", SIGABRT) after a run that finished and
+    saved everything — measured once in ~25 two-rank runs on a loaded machine — and torchrun then reports the job
+    failed."""
+    import sys
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(code)
+
+
 def init(cfg: TrainConfig, env: Mapping[str, str] | None = None) -> DistContext | None:
     """Check the launch against ``cluster.*`` (:func:`check_launch`) and, with ``cluster.fsdp``, join the process
     group (NCCL on CUDA, gloo on CPU); ``None`` for a single-process run."""
