@@ -138,6 +138,8 @@ class TaskSandboxFactory:
         """Close every sandbox this factory opened that is still open (their running commands end at once) and,
         for Docker, remove every container labelled with this factory's run id (this process's only). Called
         from the main thread when the run is stopped by a signal; returns how many sandboxes were closed."""
+        if self._provider is not None:
+            self._provider.stop()  # no new container from here on; creations in flight finish first
         live = list(self._live)
         for sb in live:
             try:

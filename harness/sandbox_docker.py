@@ -32,9 +32,8 @@ boundary, not the work directory. A process killed with SIGKILL cannot clean up;
 start removes its containers (owner process no longer alive on this host).
 
 Infrastructure failures (engine gone, client read timeout, container vanished or paused, broken exec stream) raise
-``SandboxUnavailable``; they are never reported as a command's exit code. Mistakes in the paths given to file calls
-(missing file, not a directory, symlink loop, too large) raise ``OSError`` subclasses / ``ValueError`` instead, and
-a missing ``cwd`` or program is an ordinary exit code (126 / 127), as in a shell.
+``SandboxUnavailable``, never a command's exit code; bad file-call paths raise ``OSError`` / ``ValueError``; a missing
+``cwd`` or program is exit code 126 / 127, as in a shell. ``stop()``: no new container, creations in flight end first.
 """
 
 from __future__ import annotations
@@ -76,6 +75,7 @@ from harness.sandbox_docker_disk import (
 )
 from harness.sandbox_docker_io import (  # noqa: F401  (re-exported: the public cleanup API and label keys)
     AGENT_UID,
+    CreationGate,
     DEFAULT_CLIENT_TIMEOUT_S,
     LABEL_ATTEMPT,
     LABEL_INSTANCE,
@@ -378,6 +378,7 @@ class DockerSandboxProvider:
         self.run_id = run_id or f"adhoc-{uuid.uuid4().hex[:8]}"
         self._premade_cache: dict[tuple[str, str], bool] = {}
         self._disk_mode: DiskMode | None = None
+        self._gate = CreationGate()
 
     @property
     def client(self) -> Any:
@@ -438,7 +439,7 @@ class DockerSandboxProvider:
         if volume is not None:
             create_work_volume(api, volume, spec.disk_bytes, labels)
         try:
-            with translate_errors(f"create sandbox from {tag}", kind="CONTAINER_CREATE"):
+            with self._gate.creating(), translate_errors(f"create sandbox from {tag}", kind="CONTAINER_CREATE"):
                 try:
                     cid = api.create_container(tag, command=["sleep", "infinity"], user=f"{AGENT_UID}:{AGENT_UID}",
                                                environment=dict(spec.env), labels=labels, name=name,
@@ -446,6 +447,7 @@ class DockerSandboxProvider:
                 except docker.errors.ImageNotFound as exc:
                     raise SandboxUnavailable(f"image {tag} is missing. Fix: run `tgsuite images build`.",
                                              kind="IMAGE_MISSING") from exc
+                self._gate.discard_if_stopping(api, cid)
         except BaseException:
             if volume is not None:
                 remove_volume(api, volume)
@@ -487,7 +489,11 @@ class DockerSandboxProvider:
             self._premade_cache[key] = recipe.isdigit() and int(recipe) >= 2 and key[1] in images.PREMADE_DIRS
         return self._premade_cache[key]
 
+    def stop(self) -> None:  # the run is stopping: no new sandbox; creations in flight finish first (bounded)
+        self._gate.stop()
+
     def cleanup_run(self) -> int:
+        self._gate.drain()  # a creation in flight finishes first, so the listing below sees its container
         return cleanup_run(self.run_id, self.client)
 
     def cleanup_orphans(self) -> int:

@@ -138,6 +138,55 @@ def cleanup_run(run_id: str, client: Any | None = None) -> int:
     return n
 
 
+STOP_WAIT_S = 20.0  # how long stopping waits for container creations in flight
+
+
+class CreationGate:
+    """Container creations in flight for one provider, and whether its run is stopping.
+
+    A create request the engine completes after the stop's cleanup listed the run's containers would leave one
+    behind (measured once, under heavy load, in ``tests/harness/test_fault_injection.py``). So: ``stop()`` refuses
+    new creations and waits (bounded) for those in flight; a creation that returns after the stop began removes
+    its own container (``discard_if_stopping``); ``drain()`` lets a cleanup wait for creations in flight."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._inflight = 0
+        self._stopping = False
+
+    @contextlib.contextmanager
+    def creating(self) -> Iterator[None]:
+        with self._cond:
+            if self._stopping:
+                raise SandboxUnavailable("the run is stopping: no new sandbox", kind="CONTAINER_CREATE")
+            self._inflight += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._inflight -= 1
+                self._cond.notify_all()
+
+    def discard_if_stopping(self, api: Any, cid: str) -> None:
+        """Inside ``creating()``, after the container exists: remove it and refuse if the run began stopping."""
+        with self._cond:
+            stopping = self._stopping
+        if stopping:
+            with contextlib.suppress(Exception):
+                api.remove_container(cid, force=True, v=True)
+            raise SandboxUnavailable("the run is stopping: no new sandbox", kind="CONTAINER_CREATE")
+
+    def drain(self, wait_s: float = STOP_WAIT_S) -> bool:
+        """Wait until no creation is in flight (at most ``wait_s``); False when some still are."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._inflight == 0, timeout=wait_s)
+
+    def stop(self, wait_s: float = STOP_WAIT_S) -> bool:
+        with self._cond:
+            self._stopping = True
+        return self.drain(wait_s)
+
+
 def cleanup_orphans(client: Any | None = None) -> int:
     """Remove tgsuite containers whose owner process (on this host) is gone, e.g. after a SIGKILL."""
     client = client or images.connect(DEFAULT_CLIENT_TIMEOUT_S)
