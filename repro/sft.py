@@ -426,19 +426,25 @@ def evaluate_sft(model, tok, cfg: SFTConfig, out_dir: Path) -> list[EvalSummary]
             res = run_eval(ts, {"sft": policy}, [0], out_dir / cond, sandbox_factory=fac,
                            workers=cfg.eval_concurrency, limits=limits, run_seed=cfg.seed,
                            feedback=parse_feedback(spec))
-        scored = [r for r in res if r.failure_class in ("none", "agent")]
-        md = [next((b for b in r.behaviour if b.checker == "markdown@v1"), None) for r in scored]
-        appl = [b for b in md if b is not None and any(v != "NA" for v in b.turn_verdicts)]
-        validity = [r.metrics.tool_call_validity for r in scored if r.metrics.tool_call_validity is not None]
-        out.append(EvalSummary(
-            condition=cond, n=len(scored), resolved_rate=sum(r.resolved for r in scored) / max(1, len(scored)),
-            compliance=(sum(all(v != "FAIL" for v in b.turn_verdicts) for b in appl) / len(appl)) if appl
-            else math.nan, n_applicable=len(appl), n_na=len(scored) - len(appl),
-            infra_errors=len(res) - len(scored),
-            finish_rate=sum(r.status in FINISHED for r in scored) / len(scored) if scored else math.nan,
-            tool_call_validity=sum(validity) / len(validity) if validity else math.nan))
+        out.append(eval_summary(cond, res))
         log.info("eval %s: %s", cond, out[-1])
     return out
+
+
+def eval_summary(cond: Literal["unprompted", "hinted"], res: list) -> EvalSummary:
+    """One condition's numbers from its ``EpisodeResult``s: infrastructure errors are counted, never scored."""
+    scored = [r for r in res if r.failure_class in ("none", "agent")]
+    # the Markdown checker the tasks name (markdown@v1 or @v2: harness.behaviour), as the episodes were judged
+    md = [next((b for b in r.behaviour if b.checker.startswith("markdown@")), None) for r in scored]
+    appl = [b for b in md if b is not None and any(v != "NA" for v in b.turn_verdicts)]
+    validity = [r.metrics.tool_call_validity for r in scored if r.metrics.tool_call_validity is not None]
+    return EvalSummary(
+        condition=cond, n=len(scored), resolved_rate=sum(r.resolved for r in scored) / max(1, len(scored)),
+        compliance=(sum(all(v != "FAIL" for v in b.turn_verdicts) for b in appl) / len(appl)) if appl
+        else math.nan, n_applicable=len(appl), n_na=len(scored) - len(appl),
+        infra_errors=len(res) - len(scored),
+        finish_rate=sum(r.status in FINISHED for r in scored) / len(scored) if scored else math.nan,
+        tool_call_validity=sum(validity) / len(validity) if validity else math.nan)
 
 
 class ProbeSummary(BaseModel):

@@ -162,3 +162,24 @@ def test_summary_probe_reports_both_conditions() -> None:
     res = summary_probe(model, tok, trajs, max_new_tokens=8)
     assert [r.condition for r in res] == ["unprompted", "hinted"] and all(r.n == 2 for r in res)
     assert all(0.0 <= r.finish_rate <= 1.0 for r in res)
+
+
+def test_eval_summary_reads_the_markdown_checker_the_tasks_name() -> None:
+    """The held-out summary judges Markdown with whichever markdown@ version the episodes were judged by (the mini
+    tasks name markdown@v2 since the gate judges replies), and counts infrastructure errors apart."""
+    from harness.schema import BehaviourResult, EpisodeMetrics, EpisodeResult
+    from repro.sft import eval_summary
+
+    def ep(i: int, verdicts: list[str], *, status: str = "ok", fc: str = "none", resolved: bool = True):
+        beh = [BehaviourResult(checker="markdown@v2", ok="FAIL" not in verdicts, turn_verdicts=verdicts),
+               BehaviourResult(checker="tool_protocol@v1", ok=True, turn_verdicts=["PASS"] * len(verdicts))]
+        return EpisodeResult(run_id="r", instance_id=f"t{i}", repo="r", cluster="r", arm="sft", policy="sft", seed=0,
+                             status=status, failure_class=fc, resolved=resolved, behaviour=beh,
+                             metrics=EpisodeMetrics(steps=2, tool_call_validity=1.0))
+
+    res = [ep(0, ["NA", "PASS"]), ep(1, ["NA", "FAIL"]), ep(2, ["NA", "NA"], status="limit_turns", fc="agent",
+                                                           resolved=False),
+           ep(3, ["NA"], status="infra_error", fc="infra", resolved=False)]
+    s = eval_summary("unprompted", res)
+    assert (s.n, s.n_applicable, s.n_na, s.infra_errors) == (3, 2, 1, 1)
+    assert s.compliance == 0.5 and s.resolved_rate == 2 / 3 and s.finish_rate == 2 / 3
