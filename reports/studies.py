@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from evalsuite.schema import AnalysisResult, NoisyFeedbackResult
+from evalsuite.schema import AnalysisResult, NoisyFeedbackResult, RateCI
 from reports import figures, training
 from reports import format as fmt
 from reports.model import Cell, Figure, Section, Table
@@ -183,10 +183,7 @@ def can_do_section(a: AnalysisResult) -> Section:
     )
 
 
-def _rate_text(r: object) -> str:
-    from evalsuite.schema import RateCI
-
-    assert isinstance(r, RateCI)
+def _rate_text(r: RateCI) -> str:
     if r.rate is None:
         return f"{fmt.DASH} (no episodes)"
     se = f", clustered SE {fmt.pp(r.se_clustered)}" if r.se_clustered is not None else ""

@@ -94,15 +94,25 @@ def stage_freeze(paths: dict[str, Path], preset: Preset, heldout: dict[str, Any]
     return {"paths": {"frozen": str(paths["frozen"])}, "sha256": rec.sha256, "frozen_at": rec.frozen_at}
 
 
+def _rl_config(run_dir: Path, paths: dict[str, Path], preset: Preset, arm: str, seed: int,
+               extra: dict[str, Any] | None = None) -> Any:
+    """The arm's TrainConfig from the SFT model on the train tasks under the preset's RL settings (plus ``extra``);
+    ``run_dir`` is emptied: the stage re-runs because its inputs changed or it never finished, so it starts clean."""
+    from repro.config import load_config
+
+    cfg = load_config(arm=arm, overrides={**preset.rl, **(extra or {}), "run.seed": seed,
+                                          "model.init": str(paths["sft"] / "model"),
+                                          "tasks.path": str(paths["train_tasks"])})
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    return cfg
+
+
 def stage_train(run_dir: Path, paths: dict[str, Path], preset: Preset, arm: str, seed: int,
                  protocol_hash: str | None = None) -> dict[str, Any]:
-    from repro.config import load_config
     from repro.train import train_rl
 
-    cfg = load_config(arm=arm, overrides={**preset.rl, "run.seed": seed, "model.init": str(paths["sft"] / "model"),
-                                          "tasks.path": str(paths["train_tasks"])})
-    if run_dir.exists():  # the stage re-runs because its inputs changed or it never finished: start clean
-        shutil.rmtree(run_dir)
+    cfg = _rl_config(run_dir, paths, preset, arm, seed)
     info = train_rl(cfg, run_dir, argv=["tgsuite", "reproduce", "--preset", preset.name], protocol_hash=protocol_hash)
     return {"paths": {"checkpoint": info.path}, "checkpoint": info.model_dump(mode="json")}
 
@@ -113,14 +123,9 @@ def stage_loop(run_dir: Path, paths: dict[str, Path], preset: Preset, arm: str, 
     best trajectories with soft labels, RL with ``arm`` under the preset's RL settings, re-distillation; ``loop``
     holds the ``distill.*`` overrides. ``protocol_hash`` is accepted for the stage signature; the loop's
     checkpoints do not record it."""
-    from repro.config import load_config
     from repro.distill import train_loop
 
-    cfg = load_config(arm=arm, overrides={**preset.rl, **(loop or {}), "run.seed": seed,
-                                          "model.init": str(paths["sft"] / "model"),
-                                          "tasks.path": str(paths["train_tasks"])})
-    if run_dir.exists():  # the stage re-runs because its inputs changed or it never finished: start clean
-        shutil.rmtree(run_dir)
+    cfg = _rl_config(run_dir, paths, preset, arm, seed, loop)
     info = train_loop(cfg, run_dir, argv=["tgsuite", "reproduce", "--preset", preset.name])
     return {"paths": {"checkpoint": info.path}, "checkpoint": info.model_dump(mode="json")}
 

@@ -48,8 +48,8 @@ import pandas as pd
 from evalsuite.study_tables import (
     ENDPOINTS,
     can_do_result,
-    label_rates,
     equal_compute_result,
+    label_rates,
     noisy_result,
     rates_by_label,
     study_frame,
