@@ -31,7 +31,6 @@ import math
 import random
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal
 
@@ -43,6 +42,7 @@ from repro.lora import apply_lora, save_pretrained, trainable_parameters
 from repro.models import build_model, count_params
 from repro.packing import pack, packed_token_logprobs
 from repro.precision import Precision, autocast, master_weights_ok
+from repro.sft_expert import collect_expert_trajectories
 from repro.tokenizer import ChatEncoder, train_tokenizer
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,9 @@ class SFTConfig(BaseModel):
     vocab_size: int = 4096
     episodes: int = 120
     hint_share: float = Field(0.3, ge=0.0, le=1.0)
+    stumble_share: float = Field(0.0, ge=0.0, le=1.0, description="share of expert episodes with one mistake (a "
+                                 "wrong path, a wrong `old` text, an unclosed edit call) answered by the real error "
+                                 "and followed by the correct call (repro.sft_stumble); the mistake is not trained on")
     hint_checkers: tuple[str, ...] = Field(("markdown@v1",), min_length=1, description="requirements whose reminder "
                                            "a hinted episode carries (one drawn uniformly per hinted episode), each "
                                            "at its checker's hint_placement")
@@ -86,6 +89,9 @@ class SFTConfig(BaseModel):
     rename_repos: bool = Field(False, description="mini task family: give every expert episode a fresh repository "
                                "name (slug and package) each epoch, so names cannot be memorised and must be copied "
                                "from the context (repro.sft_augment)")
+    rename_modules: float = Field(0.0, ge=0.0, le=1.0, description="with rename_repos: the share of episodes (drawn "
+                                  "per episode and epoch) whose modules also get made-up names, so module paths are "
+                                  "copied from the listing and test output, not memorised (repro.sft_augment)")
     seed: int = 0
     workers: int = 2
     eval_instances: int = 16
@@ -105,6 +111,8 @@ class SFTConfig(BaseModel):
                              "(--dataset: logged trajectories from `tgsuite data filter`)")
         if self.rename_repos and self.train_tasks is None:
             raise ValueError("rename_repos needs train_tasks (the repositories to rename)")
+        if self.rename_modules > 0 and not self.rename_repos:
+            raise ValueError("rename_modules renames inside renamed episodes: set rename_repos=true as well")
         return self
 
 
@@ -141,48 +149,12 @@ class SFTReport(BaseModel):
     eval: list[EvalSummary] = Field(default_factory=list)
 
 
-def collect_expert_trajectories(task_dir: str | Path, *, episodes: int, hint_share: float, think: bool, seed: int,
-                                workers: int = 2, hint_checkers: tuple[str, ...] = ("markdown@v1",)) -> list:
-    """Run ``ScriptedExpert`` on the train split; episode i uses instance i mod n and gets a hint with
-    probability ``hint_share`` (its own seeded draw): the reminder of one of ``hint_checkers`` (drawn uniformly), at
-    that checker's placement. Returns finished trajectories only (others are logged)."""
-    from harness.agent import run_episode
-    from harness.feedback import corrective_feedback
-    from harness.interfaces import EpisodeLimits
-    from harness.policies.scripted import ScriptedExpert
-    from harness.runner_sandbox import TaskSandboxFactory
-    from harness.tasks import load_task_set
-
-    ts = load_task_set(task_dir)
-    if not ts.instances:
-        raise ValueError(f"{task_dir}/tasks.jsonl has no instances; generate them with `tgsuite tasks make-mini`.")
-    fbs = [corrective_feedback(c) for c in hint_checkers]
-    expert = ScriptedExpert(think=think)
-    fac = TaskSandboxFactory(ts, kind="local", run_id="sft-expert")
-
-    def one(i: int):
-        inst = ts.instances[i % len(ts.instances)]
-        draw = random.Random(f"sft-hint:{seed}:{i}")
-        hinted = draw.random() < hint_share
-        fb = fbs[draw.randrange(len(fbs))]  # drawn after `hinted`, so it never changes that draw
-        sb, _ = fac.open(inst, role="agent", attempt=0)
-        try:
-            return run_episode(inst, expert, sb, EpisodeLimits(), feedback=fb if hinted else None, seed=seed * 100_003 + i)
-        finally:
-            sb.close()
-
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        trajs = list(pool.map(one, range(episodes)))
-    fac.close()
-    kept = [t for t in trajs if t.finished]
-    if len(kept) < len(trajs):
-        log.warning("dropped %d unfinished expert trajectories", len(trajs) - len(kept))
-    return kept
-
-
 def _encoded(enc: ChatEncoder, messages: list, tools: list) -> tuple[list[int], list[int]]:
-    e = enc.encode(messages, tools)
-    return e.ids, e.act
+    """(ids, loss mask): the assistant tokens, less those of turns answered by an error (``failed_turns``)."""
+    from repro.sft_stumble import failed_turns
+
+    e, failed = enc.encode(messages, tools), failed_turns(messages)
+    return e.ids, [a if t not in failed else 0 for a, t in zip(e.act, e.turn, strict=True)]
 
 
 def _lr_at(step: int, total: int, cfg: SFTConfig) -> float:
@@ -310,7 +282,8 @@ def _load_or_collect(cfg: SFTConfig, out: Path) -> list:
         return sft_trajectories(cfg.dataset)
     cache, key = out / "expert.jsonl", json.dumps(
         {k: getattr(cfg, k) for k in ("train_tasks", "episodes", "hint_share", "think", "seed")}
-        | ({"hint_checkers": list(cfg.hint_checkers)} if cfg.hint_checkers != ("markdown@v1",) else {}),
+        | ({"hint_checkers": list(cfg.hint_checkers)} if cfg.hint_checkers != ("markdown@v1",) else {})
+        | ({"stumble_share": cfg.stumble_share} if cfg.stumble_share else {}),
         sort_keys=True)
     if cache.is_file():
         lines = cache.read_text().splitlines()
@@ -318,7 +291,7 @@ def _load_or_collect(cfg: SFTConfig, out: Path) -> list:
             return [Trajectory.model_validate_json(x) for x in lines[1:]]
     trajs = collect_expert_trajectories(cfg.train_tasks, episodes=cfg.episodes, hint_share=cfg.hint_share,
                                         think=cfg.think, seed=cfg.seed, workers=cfg.workers,
-                                        hint_checkers=cfg.hint_checkers)
+                                        hint_checkers=cfg.hint_checkers, stumble_share=cfg.stumble_share)
     cache.write_text("\n".join([key] + [t.model_dump_json() for t in trajs]) + "\n")
     return trajs
 
@@ -381,7 +354,8 @@ def run_sft(cfg: SFTConfig, out_dir: str | Path) -> SFTReport:
         repos = {i.instance_id: i.repo for i in load_task_set(cfg.train_tasks).instances}
 
         def epoch_examples(epoch: int) -> list[tuple[list[int], list[int]]]:
-            return [_encoded(enc, msgs, tools) for msgs in renamed_episodes(keep, repos, seed=cfg.seed, epoch=epoch)]
+            return [_encoded(enc, msgs, tools) for msgs in renamed_episodes(keep, repos, seed=cfg.seed, epoch=epoch,
+                                                                                module_share=cfg.rename_modules)]
     wall["tokenize"] = time.perf_counter() - t
     t = time.perf_counter()
     stats = sft_train(model, examples, cfg, out / "metrics.jsonl", epoch_examples)

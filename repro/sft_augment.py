@@ -13,6 +13,13 @@ system prompt, problem statement, tool results, assistant text and tool-call arg
 generator's own word lists and its TRAIN half of the name space (``render.repo_name``), so a renamed episode never
 carries a held-out repository's full name. Sampled token ids and log-probs are dropped from renamed messages (they
 encode the old text); expert episodes have none.
+
+Modules too (``module_share``). The train split has ten module templates (``ledger``, ``units``, ...); an SFT model
+learns their paths by heart and, on a held-out repository with a module it never saw (``parking``), wrote
+``sturdy_quill/to.py`` instead of copying ``parking`` from ``tests/test_parking.py``. In a share of episodes
+(drawn per episode and epoch) every module of the package gets a made-up word (``repro.pretrain.words``, training
+pool: never a mini-world identifier, so never a held-out template's name) as a whole identifier and in
+``test_<module>``; a word that already occurs in the episode is never drawn, so no two names merge.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from collections.abc import Sequence
 
 from harness.minirepos import render
 from harness.schema import Message, Trajectory
+from repro.pretrain.words import make_word
 
 
 class RenameError(ValueError):
@@ -33,9 +41,17 @@ def _pattern(name: str) -> re.Pattern[str]:
     return re.compile(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])")
 
 
-def rename_messages(messages: Sequence[Message], old_slug: str, new_slug: str) -> list[Message]:
-    """``messages`` with the repository slug and its package name (``-`` → ``_``) replaced by the new ones."""
+def _module_pattern(name: str) -> re.Pattern[str]:
+    return re.compile(rf"(?<![A-Za-z0-9_-]){re.escape(name)}(?![A-Za-z0-9_-])")
+
+
+def rename_messages(messages: Sequence[Message], old_slug: str, new_slug: str,
+                    modules: dict[str, str] | None = None) -> list[Message]:
+    """``messages`` with the repository slug and its package name (``-`` → ``_``) replaced by the new ones, and each
+    module ``old → new`` of ``modules`` renamed as a whole identifier and as ``test_<old>``."""
     pairs = [(_pattern(old_slug), new_slug), (_pattern(old_slug.replace("-", "_")), new_slug.replace("-", "_"))]
+    for old_mod, new_mod in (modules or {}).items():  # not inside a slug: `ledger` is also a repository noun
+        pairs += [(_module_pattern(old_mod), new_mod), (_module_pattern(f"test_{old_mod}"), f"test_{new_mod}")]
 
     def sub(text: str) -> str:
         for pat, new in pairs:
@@ -70,9 +86,31 @@ def repo_slug(repo: str) -> str:
     return repo.split("/", 1)[1] if "/" in repo else repo
 
 
-def renamed_episodes(trajs: Sequence[Trajectory], repos: dict[str, str], *, seed: int, epoch: int) -> list[list[Message]]:
+def package_modules(messages: Sequence[Message], package: str) -> list[str]:
+    """The modules ``<package>/<name>.py`` named anywhere in the conversation (``__init__`` excluded), sorted."""
+    pat = re.compile(rf"(?<![A-Za-z0-9_]){re.escape(package)}/([A-Za-z_][A-Za-z0-9_]*)\.py")
+    found = {m.group(1) for msg in messages for m in pat.finditer(msg.content)}
+    return sorted(found - {"__init__"})
+
+
+def fresh_module_names(messages: Sequence[Message], modules: Sequence[str], rng: random.Random) -> dict[str, str]:
+    """A made-up training-pool word per module, none occurring in the conversation nor drawn twice."""
+    text = "\n".join(m.content for m in messages)
+    out: dict[str, str] = {}
+    for mod in modules:
+        while True:
+            w = make_word(rng, "train")
+            if w not in out.values() and not _pattern(w).search(text):
+                out[mod] = w
+                break
+    return out
+
+
+def renamed_episodes(trajs: Sequence[Trajectory], repos: dict[str, str], *, seed: int, epoch: int,
+                     module_share: float = 0.0) -> list[list[Message]]:
     """One renamed message list per trajectory for ``epoch``: trajectory i gets a fresh train-split name drawn from
-    ``random.Random(f"sft-rename:{seed}:{epoch}:{i}")``. ``repos`` maps instance_id → ``TaskInstance.repo``."""
+    ``random.Random(f"sft-rename:{seed}:{epoch}:{i}")``. ``repos`` maps instance_id → ``TaskInstance.repo``. With
+    probability ``module_share`` (same generator) its modules get made-up names too (``fresh_module_names``)."""
     out = []
     for i, tr in enumerate(trajs):
         if tr.instance_id not in repos:
@@ -84,6 +122,10 @@ def renamed_episodes(trajs: Sequence[Trajectory], repos: dict[str, str], *, seed
             raise RenameError(f"instance {tr.instance_id!r}: the package name {pkg!r} never occurs in its "
                               "conversation, so renaming would change nothing; rename_repos is for the mini task "
                               "family (`tgsuite tasks make-mini`) — set it to false for other task sets")
-        new = repo_slug(render.repo_name(random.Random(f"sft-rename:{seed}:{epoch}:{i}"), "train", set()))
-        out.append(rename_messages(tr.messages, old, new))
+        rng = random.Random(f"sft-rename:{seed}:{epoch}:{i}")
+        new = repo_slug(render.repo_name(rng, "train", set()))
+        modules = None
+        if module_share > 0 and rng.random() < module_share:
+            modules = fresh_module_names(tr.messages, package_modules(tr.messages, pkg), rng)
+        out.append(rename_messages(tr.messages, old, new, modules))
     return out

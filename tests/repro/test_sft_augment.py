@@ -8,7 +8,9 @@ import pytest
 
 from harness.minirepos import render
 from harness.schema import Message, ToolCall, Trajectory
-from repro.sft_augment import RenameError, rename_messages, renamed_episodes
+from repro.pretrain.words import world_words
+from repro.sft_augment import (RenameError, fresh_module_names, package_modules, rename_messages,
+                                 renamed_episodes)
 
 
 def _msgs(pkg: str = "bold_meadow", slug: str = "bold-meadow") -> list[Message]:
@@ -33,6 +35,43 @@ def test_renames_slug_and_package_as_whole_identifiers_everywhere() -> None:
     assert out[1].token_ids is None and out[1].logprobs is None  # they encoded the old text
     assert out[2].content == "from calm_fern.grades import letter\n" and out[2].tool_name == "read_file"
     assert rename_messages(_msgs(), "bold-meadow", "bold-meadow")[0].content == _msgs()[0].content
+
+
+def test_module_renaming_reaches_paths_imports_and_test_files_but_not_slugs() -> None:
+    msgs = [Message(role="user", content="acme/bold-ledger: `bold_ledger.ledger` breaks; see tests/test_ledger.py "
+                                         "and ledger_total, test_ledger_x, bold_ledger/__init__.py"),
+            Message(role="tool", content="bold_ledger/ledger.py\nbold_ledger/units.py\ntests/test_ledger.py",
+                    tool_name="list_files")]
+    assert package_modules(msgs, "bold_ledger") == ["ledger", "units"]
+    out = rename_messages(msgs, "bold-ledger", "calm-fern", {"ledger": "vorlak", "units": "tesimu"})
+    assert out[0].content == ("acme/calm-fern: `calm_fern.vorlak` breaks; see tests/test_vorlak.py and ledger_total, "
+                              "test_ledger_x, calm_fern/__init__.py")
+    assert out[1].content == "calm_fern/vorlak.py\ncalm_fern/tesimu.py\ntests/test_vorlak.py"
+    # a new slug that contains a module's word keeps it (the slug and the package stay consistent)
+    out = rename_messages(msgs, "bold-ledger", "calm-ledger", {"ledger": "vorlak"})
+    assert out[0].content.startswith("acme/calm-ledger: `calm_ledger.vorlak`")
+
+
+def test_fresh_module_names_are_new_words_never_of_the_mini_world() -> None:
+    import random
+
+    msgs = [Message(role="user", content="vorlak tesimu " * 3)]
+    for seed in range(30):
+        names = fresh_module_names(msgs, ["ledger", "units", "grades"], random.Random(seed))
+        assert len(set(names.values())) == 3
+        assert not set(names.values()) & (world_words() | {"vorlak", "tesimu"})
+
+
+def test_module_share_renames_that_share_of_episodes() -> None:
+    trs = [_traj(f"a-{i}", _msgs()) for i in range(200)]
+    repos = {f"a-{i}": "acme/bold-meadow" for i in range(200)}
+    plain = renamed_episodes(trs, repos, seed=0, epoch=0)
+    assert all("/grades.py" in e[2].content or ".grades" in e[2].content for e in plain)
+    half = renamed_episodes(trs, repos, seed=0, epoch=0, module_share=0.5)
+    renamed = sum(".grades " not in e[2].content for e in half)
+    assert 70 <= renamed <= 130
+    # the repository names drawn do not depend on module_share (the module draw comes after)
+    assert [e[2].content.split(".")[0] for e in plain] == [e[2].content.split(".")[0] for e in half]
 
 
 def _traj(iid: str, msgs: list[Message]) -> Trajectory:
@@ -87,3 +126,11 @@ def test_run_sft_trains_on_renamed_episodes(tmp_path: Path, monkeypatch: pytest.
         assert sum(a[1]) > 0 and sum(b[1]) > 0
     sft.run_sft(cfg.model_copy(update={"rename_repos": False}), tmp_path / "out2")
     assert seen["epochs"] == []  # no augmentation: the same examples every epoch
+
+
+def test_rename_modules_needs_rename_repos() -> None:
+    import repro.sft as sft
+
+    with pytest.raises(ValueError, match="set rename_repos=true as well"):
+        sft.SFTConfig(train_tasks="t", rename_modules=0.5)
+    assert sft.SFTConfig(train_tasks="t", rename_modules=0.5, rename_repos=True).rename_modules == 0.5
