@@ -9,8 +9,7 @@ import pytest
 from harness.minirepos import render
 from harness.schema import Message, ToolCall, Trajectory
 from repro.pretrain.words import world_words
-from repro.sft_augment import (RenameError, fresh_module_names, package_modules, rename_messages,
-                                 renamed_episodes)
+from repro.sft_augment import RenameError, fresh_module_names, package_modules, rename_messages, renamed_episodes
 
 
 def _msgs(pkg: str = "bold_meadow", slug: str = "bold-meadow") -> list[Message]:
