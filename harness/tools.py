@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.pytest_summary import summarize_pytest
-from harness.sandbox import ExecResult, Sandbox
+from harness.sandbox import ExecResult, Sandbox, SandboxUnavailable
 from harness.schema import TaskInstance, ToolCall
 
 log = logging.getLogger(__name__)
@@ -328,6 +328,9 @@ class ToolExecutor:
         if norm is None:
             return _err(f"path {path!r} is outside the repository; use a path relative to its root")
         res = self.sandbox.exec(["sh", "-c", _GUARD, "sh", norm, need, *argv], timeout=self.timeout)
+        if res.timed_out:  # a path check, a listing, a read or a grep: the sandbox is stalled, not the agent wrong
+            raise SandboxUnavailable(f"a file operation on {norm!r} did not finish within {self.timeout:g} s "
+                                     "(the sandbox stalled; the episode is retried, not scored)", kind="SANDBOX")
         kind, _, rest = res.stdout.partition("\n")
         if res.returncode == _OUTSIDE:
             return _err(f"path {path!r} resolves outside the repository (symlink?); refused")

@@ -281,3 +281,29 @@ def test_write_refused_by_the_sandbox_is_an_observation(calc, monkeypatch: pytes
     res = ex.run(_call("edit_file", path="calc.py", old="def add", new="def plus"))
     assert res.error and "cannot write calc.py" in res.observation
     assert ex.run(_call("edit_file", path="new.py", old="", new="x")).error
+
+
+def test_a_stalled_file_operation_is_infrastructure_not_an_error_the_agent_sees(calc) -> None:
+    """A path check / read / listing that times out means the sandbox stalled (seen under full machine load): it
+    raises ``SandboxUnavailable`` (the runner retries the episode) instead of telling the agent 'could not resolve
+    path', after which an oracle finished with no change and was scored 'the agent changed nothing'."""
+    from harness.sandbox import ExecResult, SandboxUnavailable
+
+    inst, sbx = calc
+
+    class Stalled:
+        def __getattr__(self, name):
+            return getattr(sbx, name)
+
+        def exec(self, cmd, *, timeout, **kw):
+            return ExecResult(-9, "", "", True, False, timeout)
+
+    ex = ToolExecutor(Stalled(), inst, timeout=0.5, cap_chars=10_000)
+    for call in (_call("read_file", path="calc.py"), _call("list_files", path="."),
+                 _call("edit_file", path="calc.py", old="a", new="b"), _call("search", pattern="def")):
+        with pytest.raises(SandboxUnavailable, match="did not finish within 0.5 s") as err:
+            ex.run(call)
+        assert err.value.kind == "SANDBOX"
+    # a test run that times out is the agent's code: an observation, as before
+    out = ex.run(_call("run_tests"))
+    assert "TIMED OUT" in out.observation
