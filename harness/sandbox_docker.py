@@ -75,7 +75,6 @@ from harness.sandbox_docker_disk import (
 )
 from harness.sandbox_docker_io import (  # noqa: F401  (re-exported: the public cleanup API and label keys)
     AGENT_UID,
-    CreationGate,
     DEFAULT_CLIENT_TIMEOUT_S,
     LABEL_ATTEMPT,
     LABEL_INSTANCE,
@@ -85,6 +84,7 @@ from harness.sandbox_docker_io import (  # noqa: F401  (re-exported: the public 
     LIVE,
     LIVE_LOCK,
     OOM_CMD,
+    CreationGate,
     Demux,
     as_agent,
     cleanup_orphans,

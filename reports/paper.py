@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from evalsuite.schema import AnalysisResult
-from reports import training
 from reports import format as fmt
+from reports import training
 from reports.model import Cell, Section, Table
 
 
