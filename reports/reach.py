@@ -17,6 +17,7 @@ INTRO = (
     "leave the question unanswered.")
 LIMITS = ("limit_turns", "limit_tokens", "limit_time", "limit_context")
 FEW = 0.2  # "most episodes" below this share; a wording threshold for the notes, never a criterion
+NEAR_ZERO = 0.05  # "near zero" below this share (same: wording only)
 
 
 def _share(k: int, n: int) -> str:
@@ -65,14 +66,18 @@ def reach_section(eps: Sequence[EpisodeResult]) -> Section:
                 "visible text of 40 characters or more outside well-formed tool calls, and a model that cannot yet "
                 "write its tool calls produces such text. The behaviour endpoint here therefore reflects those "
                 "turns, not the style of the replies to the user that the paper judges.")
-    if tot["resolved"] < FEW * n:
-        notes.append(
-            f"Only {tot['resolved']:,} of {n:,} episodes resolved their task. With coding success near zero in every "
-            "arm, 'coding held' is met trivially and says nothing about whether targeted guidance protects it.")
+    share = f"{tot['resolved']:,} of {n:,} episodes ({tot['resolved'] / max(1, n):.0%})"
+    if tot["resolved"] < NEAR_ZERO * n:
+        notes.append(f"Only {share} resolved their task. With coding success near zero in every arm, 'coding held' "
+                     "is met trivially and says nothing about whether targeted guidance protects it.")
+    elif tot["resolved"] < FEW * n:
+        notes.append(f"Only {share} resolved their task: the coding comparison rests on those few successes.")
     if notes:
+        why = ("models that cannot yet do the tasks" if tot["resolved"] < NEAR_ZERO * n
+               else "models that rarely reach the reply the question is about")
         notes.append("In this state the verdict does not answer the paper's question (does TG teach the behaviour "
-                     "while coding holds?): it is the honest result of models that cannot yet do the tasks. The "
-                     "README section 'What the mini world reaches' gives the measurements and the reasons.")
+                     f"while coding holds?): it is the honest result of {why}. The README section 'What the mini "
+                     "world reaches' gives the measurements and the reasons.")
     table = Table(
         id="reach-table",
         header=["arm", "episodes", "ended with a reply (finish)", "stopped at a limit",

@@ -32,10 +32,22 @@ def test_notes_say_when_the_question_is_not_answered() -> None:
     notes = reach_section(eps).notes
     assert notes[0].startswith("Only 1 of 21 episodes ended with a reply")
     assert "markdown@v1 judged 81 of 81 turns" in notes[1] and "not the style of the replies" in notes[1]
-    assert notes[2].startswith("Only 0 of 21 episodes resolved") and "does not answer" in notes[3]
+    assert notes[2].startswith("Only 0 of 21 episodes (0%) resolved") and "met trivially" in notes[2]
+    assert "does not answer" in notes[3] and "cannot yet do the tasks" in notes[3]
     with_protocol = [e.model_copy(update={"behaviour": [*e.behaviour, BehaviourResult(
         checker="tool_protocol@v1", ok=False, turn_verdicts=["PASS"])]}) for e in eps]
     assert "exactly one valid finish" in reach_section(with_protocol).notes[1]
+
+
+def test_a_fifth_resolved_is_said_as_measured_not_as_near_zero() -> None:
+    """55 of 280 resolved (the mini run from the shipped base): the note gives the share; 'trivially' is for ~0."""
+    eps = [_ep("tg@s0", i, "ok" if i < 4 else "limit_turns", ["PASS"] if i < 4 else ["NA"], resolved=i < 4)
+           for i in range(21)]
+    notes = reach_section(eps).notes
+    resolved = [x for x in notes if "resolved their task" in x]
+    assert resolved == ["Only 4 of 21 episodes (19%) resolved their task: the coding comparison rests on those few "
+                        "successes."]
+    assert "rarely reach the reply the question is about" in notes[-1]
 
 
 def test_without_scored_episodes_the_panel_says_so() -> None:
