@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 from harness.agent import NUDGE_TEXT
 from harness.interfaces import PolicyOutput
+from harness.policies.scripted import history
 from harness.schema import Message
 from harness.tools import ERROR_PREFIX, parse_tool_calls
 
@@ -74,16 +75,9 @@ def _call_text(name: str, arguments: dict[str, Any]) -> str:
 
 def _read_file_source(messages: Sequence[Message], path: str) -> str | None:
     """The last successful ``read_file`` observation of ``path`` in the conversation."""
-    src = None
-    pending: list[tuple[str, dict]] = []
-    for m in messages:
-        if m.role == "assistant":
-            pending = [(c.name, dict(c.arguments)) for c in (m.tool_calls or parse_tool_calls(m.content))]
-        elif m.role == "tool" and pending:
-            name, args = pending.pop(0)
-            if name == "read_file" and args.get("path") == path and not m.content.startswith(ERROR_PREFIX):
-                src = m.content
-    return src
+    reads = [st.result for st in history(list(messages)) if st.name == "read_file" and st.arguments.get("path") == path
+             and st.result is not None and not st.result.startswith(ERROR_PREFIX)]
+    return reads[-1] if reads else None
 
 
 def corrupt_path(path: str, existing: set[str], rng: random.Random) -> str:
@@ -102,11 +96,9 @@ def corrupt_path(path: str, existing: set[str], rng: random.Random) -> str:
 
 
 def _listing(messages: Sequence[Message]) -> set[str]:
-    for i, m in enumerate(messages[:-1]):
-        calls = (m.tool_calls or parse_tool_calls(m.content)) if m.role == "assistant" else []
-        if any(c.name == "list_files" for c in calls) and messages[i + 1].role == "tool":
-            return set(messages[i + 1].content.splitlines())
-    return set()
+    """The paths of the episode's first ``list_files`` observation (empty before there is one)."""
+    listed = [st.result for st in history(list(messages)) if st.name == "list_files" and st.result is not None]
+    return set(listed[0].splitlines()) if listed else set()
 
 
 def corrupt_old(old: str, source: str, rng: random.Random) -> str:
