@@ -13,7 +13,7 @@ tool (``read_file`` or ``edit_file``), it sends a corrupted version of that call
 it in the real sandbox, so the error observation is exactly what a model would get. On the next turn the expert
 (stateless: it rebuilds what it knows from the conversation) makes the correct call, its ``<think>`` plan opened
 with a remark on the error. The mistakes are the ones measured: a truncated or wrong file name, an ``old`` text
-with one character changed or its indentation dropped, and an ``edit_file`` call that runs on into the next lines
+with one character changed or an indentation level added, and an ``edit_file`` call that runs on into the next lines
 of the file and is never closed.
 
 Loss. The mistaken turn must not be imitated: ``failed_turns`` finds every assistant turn answered by an error
@@ -33,7 +33,7 @@ from harness.agent import NUDGE_TEXT
 from harness.interfaces import PolicyOutput
 from harness.policies.scripted import history
 from harness.schema import Message
-from harness.tools import ERROR_PREFIX, parse_tool_calls
+from harness.tools import ERROR_PREFIX, format_tool_call, parse_tool_calls
 
 StumbleKind = Literal["read_path", "edit_old", "edit_overrun"]
 KINDS: tuple[StumbleKind, ...] = ("read_path", "edit_old", "edit_overrun")
@@ -49,28 +49,19 @@ def failed_turns(messages: Sequence[Message]) -> set[int]:
     """Indices (0-based, counting assistant messages only, as ``ChatEncoder`` numbers turns) of the assistant turns
     answered by an error observation (``ERROR: ...``) or by the no-tool-call nudge."""
     out: set[int] = set()
-    k = -1
-    for i, m in enumerate(messages):
-        if m.role != "assistant":
-            continue
-        k += 1
-        for nxt in messages[i + 1:]:
-            if nxt.role == "assistant":
-                break
-            if (nxt.role == "tool" and nxt.content.startswith(ERROR_PREFIX)) or (
-                    nxt.role == "user" and nxt.content == NUDGE_TEXT):
-                out.add(k)
-                break
+    k = -1  # the assistant turn that the messages since it answer
+    for m in messages:
+        if m.role == "assistant":
+            k += 1
+        elif k >= 0 and ((m.role == "tool" and m.content.startswith(ERROR_PREFIX))
+                         or (m.role == "user" and m.content == NUDGE_TEXT)):
+            out.add(k)
     return out
 
 
 def _think(text: str) -> str:
     m = re.match(r"<think>\n.*?\n</think>\n\n", text, re.DOTALL)
     return m.group(0) if m else ""
-
-
-def _call_text(name: str, arguments: dict[str, Any]) -> str:
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False) + "\n</tool_call>"
 
 
 def _read_file_source(messages: Sequence[Message], path: str) -> str | None:
@@ -168,10 +159,10 @@ class StumblingExpert:
         args = dict(call.arguments)
         if self.kind == "read_path" and call.name == "read_file":
             wrong = corrupt_path(args["path"], _listing(messages), self.rng)
-            return think + _call_text("read_file", {**args, "path": wrong})
+            return think + format_tool_call("read_file", {**args, "path": wrong})
         if call.name != "edit_file" or not args.get("old"):
             return None
         source = _read_file_source(messages, args["path"]) or ""
         if self.kind == "edit_old":
-            return think + _call_text("edit_file", {**args, "old": corrupt_old(args["old"], source, self.rng)})
+            return think + format_tool_call("edit_file", {**args, "old": corrupt_old(args["old"], source, self.rng)})
         return overrun_text(think, args["path"], args["old"], source, self.rng)
