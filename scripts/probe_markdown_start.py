@@ -13,8 +13,6 @@ model and every RL checkpoint of the run.
 from __future__ import annotations
 
 import argparse
-import glob
-import json
 import sys
 from pathlib import Path
 
@@ -23,20 +21,20 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.behaviour import MARKDOWN_HINT  # noqa: E402
+from harness.runner_episode import read_trajectory  # noqa: E402
 from harness.tools import tool_schemas  # noqa: E402
 from repro.tokenizer import ChatEncoder, load_tokenizer  # noqa: E402
 
 
 def contexts(run: Path, enc: ChatEncoder, hinted: bool) -> list[list[int]]:
     out = []
-    for f in sorted(glob.glob(str(run / "eval" / "base" / "episodes" / "*" / "*" / "*" / "*" / "trajectory.jsonl"))):
-        msgs = [json.loads(x) for x in Path(f).read_text().splitlines()]
-        msgs = [m for m in msgs if m.get("type") == "message"]
-        idx = [i for i, m in enumerate(msgs) if m["role"] == "assistant" and '"name": "finish"' in m["content"]]
+    for f in sorted((run / "eval" / "base" / "episodes").glob("*/*/*/*/trajectory.jsonl")):
+        msgs = read_trajectory(f).messages
+        idx = [i for i, m in enumerate(msgs) if m.role == "assistant" and any(c.name == "finish" for c in m.tool_calls)]
         if not idx:
             continue
-        head = msgs[idx[-1]]["content"].split('"message": "')[0] + '"message":'
-        conv = [{"role": m["role"], "content": m["content"]} for m in msgs[: idx[-1]]]
+        head = msgs[idx[-1]].content.split('"message": "')[0] + '"message":'
+        conv = [{"role": m.role, "content": m.content} for m in msgs[: idx[-1]]]  # re-encoded as training encodes
         if hinted:
             conv.append({"role": "user", "content": MARKDOWN_HINT})
         ids = enc.encode([*conv, {"role": "assistant", "content": head}], tool_schemas()).ids
@@ -70,7 +68,7 @@ def main() -> None:
         m = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
         with torch.no_grad():
             ps = [float(torch.softmax(m(torch.tensor([c])).logits[0, -1].float(), -1)[md].sum()) for c in ctxs]
-        print(f"{name:12s} mean {sum(ps) / len(ps):.3f}  max {max(ps):.3f}")
+        print(f"{name:12s} mean {sum(ps) / len(ps):.3g}  max {max(ps):.3g}")
 
 
 if __name__ == "__main__":
