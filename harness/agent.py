@@ -20,6 +20,11 @@ number of the turn it answers / precedes. Limits (``EpisodeLimits``): ``max_turn
 recorded in ``Trajectory.limit_hit``. Each assistant message records the policy's ``finish_reason`` and
 ``policy_version`` (``PolicyOutput``; None when the caller of ``step`` did not give them).
 
+With ``EpisodeLimits.finish_notice_turns = n > 0``, the turn after which only ``n`` turns are left is followed by
+a ``user`` message saying so (``harness.interfaces.finish_notice``: call finish now with what was changed and what
+still fails), so that an agent that has not fixed the issue still ends with a report instead of at the turn limit.
+It is part of the observations of that turn (the trainer renders it like a nudge) and is not a hint.
+
 A turn without any tool call is answered by a fixed nudge (a ``user`` message, ``NUDGE_TEXT``); it is not a
 protocol violation. Protocol violations = malformed calls + calls written after ``finish`` in the same turn
 (those are not executed).
@@ -35,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.interfaces import EpisodeLimits, FeedbackProvider, Hint, Policy, PolicyOutput
+from harness.interfaces import EpisodeLimits, FeedbackProvider, Hint, Policy, PolicyOutput, finish_notice
 from harness.sandbox import Sandbox
 from harness.schema import LimitHit, LimitKind, Message, TaskInstance, ToolCall, Trajectory, TurnFinishReason
 from harness.tools import ToolExecutor, parse_tool_calls, tool_schemas
@@ -208,11 +213,14 @@ class AgentEnv:
             observations, violations = [], 0
         else:
             observations, violations = self._run_calls(calls, turn)
-        self.messages.extend(observations)
         self.violations += violations
         self.turn += 1
         if not self.finished:
             self._check_limits(finish_reason)
+        left = self.limits.max_turns - self.turn
+        if not self.done and self.limits.finish_notice_turns and left == self.limits.finish_notice_turns:
+            observations.append(Message(role="user", content=finish_notice(left), turn=turn))
+        self.messages.extend(observations)
         return StepResult(
             assistant=assistant,
             observations=observations,

@@ -9,6 +9,7 @@ what behaviour checkers such as ``markdown@v1`` judge.
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -51,15 +52,36 @@ class EpisodeLimits:
     wall_s: float = 600.0
     per_exec_timeout_s: float = 60.0
     observation_cap_chars: int = 8_000
+    # when > 0: once only this many assistant turns are left, the agent loop tells the agent so
+    # (``finish_notice``), so that an agent that has not fixed the issue can still report what it found
+    finish_notice_turns: int = 0
 
     def __post_init__(self) -> None:
-        flags = {"max_turns": "--max-turns", "wall_s": "--wall-s"}
+        flags = {"max_turns": "--max-turns", "wall_s": "--wall-s", "finish_notice_turns": "--finish-notice"}
         for name in ("max_turns", "max_tokens", "wall_s", "per_exec_timeout_s", "observation_cap_chars"):
             value = getattr(self, name)
             if not value > 0:
                 where = f" ({flags[name]})" if name in flags else ""
                 raise ValueError(f"EpisodeLimits.{name}{where} = {value!r} must be > 0; fix: give a positive value "
                                  f"(default {EpisodeLimits.__dataclass_fields__[name].default})")
+        if not 0 <= self.finish_notice_turns < self.max_turns:
+            raise ValueError(f"EpisodeLimits.finish_notice_turns (--finish-notice) = {self.finish_notice_turns!r} "
+                             f"must be >= 0 and below max_turns ({self.max_turns}); fix: 0 (no notice) or e.g. 2")
+
+
+_NOTICE = re.compile(r"\A(\d+) turns? left\. Call finish now")
+
+
+def finish_notice(turns_left: int) -> str:
+    """What the agent loop tells the agent when ``turns_left`` assistant turns remain
+    (``EpisodeLimits.finish_notice_turns``): a ``user`` message after that turn's observations."""
+    unit = "turn" if turns_left == 1 else "turns"
+    return (f"{turns_left} {unit} left. Call finish now with your summary for the user: what you changed, and what "
+            "still fails if the issue is not fixed.")
+
+
+def is_finish_notice(text: str) -> bool:
+    return bool(_NOTICE.match(text))
 
 
 @dataclass(frozen=True)

@@ -103,6 +103,8 @@ class RolloutCfg(_Section):
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
     max_turns: int = Field(6, ge=1)
+    finish_notice_turns: int = Field(0, ge=0, description="the agent loop tells the agent when only this many turns "
+                                     "are left, so it can still finish with a report (harness EpisodeLimits); 0 = never")
     max_new_tokens: int = Field(96, ge=1, description="per assistant turn")
     max_context_tokens: int = Field(2048, ge=16)
     observation_max_tokens: int = Field(256, ge=8, description="tool output tokens kept per observation")

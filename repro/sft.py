@@ -66,6 +66,12 @@ class SFTConfig(BaseModel):
     stumble_share: float = Field(0.0, ge=0.0, le=1.0, description="share of expert episodes with one mistake (a "
                                  "wrong path, a wrong `old` text, an unclosed edit call) answered by the real error "
                                  "and followed by the correct call (repro.sft_stumble); the mistake is not trained on")
+    finish_notice_turns: int = Field(0, ge=0, description="the agent loop tells the agent when only this many turns "
+                                     "are left (harness EpisodeLimits.finish_notice_turns), in the held-out "
+                                     "evaluation and in the budget_share episodes; 0 = never")
+    budget_share: float = Field(0.0, ge=0.0, le=1.0, description="share of expert episodes run with a turn limit of "
+                                "4-9 and the finish notice, so that the expert often gets the notice before its fix "
+                                "and finishes with what it changed and what still fails (needs finish_notice_turns)")
     hint_checkers: tuple[str, ...] = Field(("markdown@v1",), min_length=1, description="requirements whose reminder "
                                            "a hinted episode carries (one drawn uniformly per hinted episode), each "
                                            "at its checker's hint_placement")
@@ -111,6 +117,8 @@ class SFTConfig(BaseModel):
                              "(--dataset: logged trajectories from `tgsuite data filter`)")
         if self.rename_repos and self.train_tasks is None:
             raise ValueError("rename_repos needs train_tasks (the repositories to rename)")
+        if self.budget_share > 0 and self.finish_notice_turns == 0:
+            raise ValueError("budget_share needs the finish notice: set finish_notice_turns (e.g. 2)")
         if self.rename_modules > 0 and not self.rename_repos:
             raise ValueError("rename_modules renames inside renamed episodes: set rename_repos=true as well")
         return self
@@ -283,7 +291,9 @@ def _load_or_collect(cfg: SFTConfig, out: Path) -> list:
     cache, key = out / "expert.jsonl", json.dumps(
         {k: getattr(cfg, k) for k in ("train_tasks", "episodes", "hint_share", "think", "seed")}
         | ({"hint_checkers": list(cfg.hint_checkers)} if cfg.hint_checkers != ("markdown@v1",) else {})
-        | ({"stumble_share": cfg.stumble_share} if cfg.stumble_share else {}),
+        | ({"stumble_share": cfg.stumble_share} if cfg.stumble_share else {})
+        | ({"budget_share": cfg.budget_share, "finish_notice_turns": cfg.finish_notice_turns}
+           if cfg.budget_share else {}),
         sort_keys=True)
     if cache.is_file():
         lines = cache.read_text().splitlines()
@@ -291,7 +301,9 @@ def _load_or_collect(cfg: SFTConfig, out: Path) -> list:
             return [Trajectory.model_validate_json(x) for x in lines[1:]]
     trajs = collect_expert_trajectories(cfg.train_tasks, episodes=cfg.episodes, hint_share=cfg.hint_share,
                                         think=cfg.think, seed=cfg.seed, workers=cfg.workers,
-                                        hint_checkers=cfg.hint_checkers, stumble_share=cfg.stumble_share)
+                                        hint_checkers=cfg.hint_checkers, stumble_share=cfg.stumble_share,
+                                        budget_share=cfg.budget_share,
+                                        finish_notice_turns=cfg.finish_notice_turns or 2)
     cache.write_text("\n".join([key] + [t.model_dump_json() for t in trajs]) + "\n")
     return trajs
 
@@ -390,7 +402,7 @@ def evaluate_sft(model, tok, cfg: SFTConfig, out_dir: Path) -> list[EvalSummary]
 
     ts = load_task_set(cfg.heldout_tasks)
     ts = ts.model_copy(update={"instances": ts.instances[: cfg.eval_instances]})
-    limits = EpisodeLimits(max_turns=cfg.eval_max_turns)
+    limits = EpisodeLimits(max_turns=cfg.eval_max_turns, finish_notice_turns=cfg.finish_notice_turns)
     out = []
     for cond, spec in (("unprompted", "none"), ("hinted", "correct@before_finish")):
         with TaskSandboxFactory(ts, kind="local", run_id=f"sft-{cond}") as fac, BatchingEngine(

@@ -2,7 +2,8 @@
 
 Used by the SFT stage (``repro.sft``), the pretraining world corpus (``repro.pretrain.world``) and the episode-token
 benchmark. Hints (``hint_share``) and mistakes with their recovery (``stumble_share``, ``repro.sft_stumble``) are
-drawn per episode from seeded generators of their own, so neither draw changes the other.
+drawn per episode from seeded generators of their own, so no draw changes another; so is a short turn limit with
+the agent loop's finish notice (``budget_share``).
 """
 
 from __future__ import annotations
@@ -17,11 +18,15 @@ log = logging.getLogger(__name__)
 
 def collect_expert_trajectories(task_dir: str | Path, *, episodes: int, hint_share: float, think: bool, seed: int,
                                 workers: int = 2, hint_checkers: tuple[str, ...] = ("markdown@v1",),
-                                stumble_share: float = 0.0) -> list:
+                                stumble_share: float = 0.0, budget_share: float = 0.0,
+                                finish_notice_turns: int = 2) -> list:
     """Run ``ScriptedExpert`` on the train split; episode i uses instance i mod n and gets a hint with
     probability ``hint_share`` (its own seeded draw): the reminder of one of ``hint_checkers`` (drawn uniformly), at
     that checker's placement; with probability ``stumble_share`` (another draw) one mistake and its recovery
-    (``repro.sft_stumble``, kind drawn uniformly). Returns finished trajectories only (others are logged)."""
+    (``repro.sft_stumble``, kind drawn uniformly); with probability ``budget_share`` (a third draw) a turn limit of
+    4-9 (uniform) with the agent loop's notice ``finish_notice_turns`` turns before it
+    (``EpisodeLimits.finish_notice_turns``), so the notice often comes before the fix and the expert reports what it
+    changed and what still fails. Returns finished trajectories only (others are logged)."""
     from harness.agent import run_episode
     from harness.feedback import corrective_feedback
     from harness.interfaces import EpisodeLimits
@@ -44,9 +49,13 @@ def collect_expert_trajectories(task_dir: str | Path, *, episodes: int, hint_sha
         fb = fbs[draw.randrange(len(fbs))]  # drawn after `hinted`, so it never changes that draw
         trip = random.Random(f"sft-stumble:{seed}:{i}")
         policy = (StumblingExpert(expert, trip.choice(KINDS), trip) if trip.random() < stumble_share else expert)
+        budget = random.Random(f"sft-budget:{seed}:{i}")
+        limits = (EpisodeLimits(max_turns=budget.randint(max(4, finish_notice_turns + 1), 9),
+                                finish_notice_turns=finish_notice_turns)
+                  if budget.random() < budget_share else EpisodeLimits())
         sb, _ = fac.open(inst, role="agent", attempt=0)
         try:
-            return run_episode(inst, policy, sb, EpisodeLimits(), feedback=fb if hinted else None, seed=seed * 100_003 + i)
+            return run_episode(inst, policy, sb, limits, feedback=fb if hinted else None, seed=seed * 100_003 + i)
         finally:
             sb.close()
 

@@ -246,6 +246,13 @@ def base_source(cfg: TrainConfig, init_override: Path | None) -> Path | None:
     return init_override
 
 
+def episode_limits(r: Any) -> EpisodeLimits:
+    """The agent loop's limits for RL rollouts, from the ``rollout`` section (``repro.config.RolloutCfg``)."""
+    return EpisodeLimits(max_turns=r.max_turns, finish_notice_turns=r.finish_notice_turns,
+                         max_tokens=r.max_context_tokens, wall_s=max(600.0, r.max_turns * 60),
+                         per_exec_timeout_s=r.per_exec_timeout_s, observation_cap_chars=r.observation_max_tokens * 4)
+
+
 def default_setup(cfg: TrainConfig, *, init_override: Path | None = None) -> RLSetup:
     """Everything the RL loop needs, from the configuration and the harness."""
     from harness.agent import system_prompt  # noqa: F401 - imported to fail early if the harness is incomplete
@@ -259,9 +266,7 @@ def default_setup(cfg: TrainConfig, *, init_override: Path | None = None) -> RLS
     factory = TaskSandboxFactory(task_set, kind=cfg.rollout.sandbox, run_id=f"train-{cfg.run.arm}-s{cfg.run.seed}")
     if cfg.rollout.sandbox == "docker":
         factory.preflight()
-    r = cfg.rollout
-    limits = EpisodeLimits(max_turns=r.max_turns, max_tokens=r.max_context_tokens, wall_s=max(600.0, r.max_turns * 60),
-                           per_exec_timeout_s=r.per_exec_timeout_s, observation_cap_chars=r.observation_max_tokens * 4)
+    limits = episode_limits(cfg.rollout)
     checker = get_checker(cfg.reward.checker)
     from harness.episode_grading import excluded_tests_of
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.behaviour_tiers import MAX_REASON_CHARS
-from harness.interfaces import PolicyOutput
+from harness.interfaces import PolicyOutput, is_finish_notice
 from harness.minirepos import repair
 from harness.schema import Message, TaskInstance, TaskSet
 from harness.tools import ERROR_PREFIX, parse_tool_calls
@@ -235,6 +235,52 @@ def run_passed(observation: str | None) -> bool:
     return m is not None and m.group(1) == "0"
 
 
+def notice_given(messages: list[Message]) -> bool:
+    """True when the agent loop has said that the turns run out (``harness.interfaces.finish_notice``)."""
+    return any(m.role == "user" and is_finish_notice(m.content) for m in messages)
+
+
+def _code_style(messages: list[Message]):  # noqa: ANN202 - str -> str
+    """How a summary quotes code and paths: in backticks when a hint asks for Markdown, as plain text otherwise."""
+    return (lambda s: f"`{s}`") if wants_markdown(messages) else (lambda s: f"'{s}'" if " " in s else s)
+
+
+def _one_line(code: str) -> str:
+    return " / ".join(ln.strip() for ln in code.strip().splitlines())
+
+
+def _applied_edits(steps: list[Step]) -> list[int]:
+    return [i for i, s in enumerate(steps) if s.name == "edit_file" and s.result is not None
+            and not s.result.startswith(ERROR_PREFIX)]
+
+
+def _last_edit(steps: list[Step]) -> int:
+    done = _applied_edits(steps)
+    return done[-1] if done else -1
+
+
+def net_change(steps: list[Step]) -> tuple[str, str, str] | None:
+    """(path, old, new) of the edit still in place at the end of ``steps`` (an edit undone by the reverse edit does
+    not count); None when no edit is in place."""
+    stack: list[tuple[str, str, str]] = []
+    for i in _applied_edits(steps):
+        a = steps[i].arguments
+        edit = (str(a.get("path", "")), str(a.get("old", "")), str(a.get("new", "")))
+        if stack and stack[-1] == (edit[0], edit[2], edit[1]):
+            stack.pop()
+        else:
+            stack.append(edit)
+    return stack[-1] if stack else None
+
+
+def _target_of(steps: list[Step], messages: list[Message]) -> _Target | None:
+    runs = [s for s in steps if s.name == "run_tests" and s.result is not None]
+    listing = next((s.result for s in steps if s.name == "list_files" and s.result is not None), None)
+    if not runs or listing is None:
+        return None
+    return _locate(problem_statement(messages), runs[0].result or "", listing.splitlines())
+
+
 @dataclass(frozen=True)
 class _Target:
     module_path: str
@@ -330,6 +376,12 @@ class ScriptedExpert:
         return PolicyOutput(text=thought + _call(name, arguments), info={"plan": plan})
 
     def act(self, messages: list[Message], *, tools: list[dict[str, Any]], rng: random.Random) -> PolicyOutput:
+        out = self._next(messages, rng)
+        if notice_given(messages) and not any(c.name == "finish" for c in parse_tool_calls(out.text)):
+            return self._out_of_turns(messages, rng)
+        return out
+
+    def _next(self, messages: list[Message], rng: random.Random) -> PolicyOutput:
         steps = history(messages)
         if not any(s.name == "list_files" for s in steps):
             return self._out(rng, rng.choice(["Let me look at the repository layout first.",
@@ -375,8 +427,29 @@ class ScriptedExpert:
                 return self._edit(messages, steps, rng, f"{what}; fix line {fix.start}.",
                                   {"path": target.module_path, "old": old, "new": new},
                                   f"fix line {fix.start}: {what}")
-        return self._finish(messages, rng, None, f"could not find a change to {target.module_path} that makes the "
-                            "visible tests pass, so I left the code unchanged")
+        code = _code_style(messages)
+        return self._finish(messages, rng, None, f"could not find a change to {code(target.module_path)} that makes "
+                            "the visible tests pass, so I left the code unchanged")
+
+    def _out_of_turns(self, messages: list[Message], rng: random.Random) -> PolicyOutput:
+        """``finish`` after the agent loop's notice that the turns run out: what was changed and what still fails
+        (the expert's own state, from the conversation)."""
+        steps, code = history(messages), _code_style(messages)
+        target = _target_of(steps, messages)
+        change = net_change(steps)
+        if change is not None:
+            path, old, new = change
+            what = f"changed {code(_one_line(old))} to {code(_one_line(new))} in {code(path)}"
+            after = [s for s in steps[_last_edit(steps) + 1:] if s.name == "run_tests" and s.result is not None]
+            failure = (f"{what}, but the visible tests still fail and I ran out of turns" if after else
+                       f"{what}, but I ran out of turns before I could run the tests again")
+        elif target is not None:
+            where = (f"{code(target.function)} in {code(target.module_path)}" if target.function
+                     else code(target.module_path))
+            failure = f"ran out of turns before I could fix it, and made no changes; the failing tests point to {where}"
+        else:
+            failure = "ran out of turns before I found the cause, and made no changes"
+        return self._finish(messages, rng, None, failure, plan="Out of turns; report what I found.")
 
     def _edit(self, messages: list[Message], steps: list[Step], rng: random.Random, plan: str,
               arguments: dict[str, Any], reason: str) -> PolicyOutput:
@@ -391,11 +464,11 @@ class ScriptedExpert:
         return self._out(rng, plan, "edit_file", arguments)
 
     def _finish(self, messages: list[Message], rng: random.Random, done: tuple[repair.Edit, _Target, str] | None,
-                failure: str) -> PolicyOutput:
+                failure: str, plan: str = "Give up and report.") -> PolicyOutput:
         md = wants_markdown(messages)
         if done is None:
             text = (f"## Result\n\n- I {failure}.\n" if md else f"Sorry, I {failure}.")
-            return self._out(rng, "Give up and report.", "finish", {"message": text})
+            return self._out(rng, plan, "finish", {"message": text})
         fix, target, run_out = done
         func = fix.function or "a module-level constant"
         old = fix.old.strip().splitlines()[0] if fix.old.strip() else ""

@@ -169,3 +169,28 @@ def test_harness_env_rewards_a_real_fix(tmp_path: Path) -> None:
         outcome = env.outcome()
         env.close()
     assert outcome.resolved and outcome.infra_error is None and outcome.code_runs is True
+
+
+def test_the_finish_notice_of_the_rollout_config_reaches_the_agent_loop(tmp_path: Path) -> None:
+    """rollout.finish_notice_turns -> EpisodeLimits -> HarnessEnv: the notice comes back as an observation."""
+    from harness.interfaces import is_finish_notice
+    from harness.minirepos import make_mini
+    from harness.runner_sandbox import TaskSandboxFactory
+    from harness.tasks import load_task_set
+    from harness.tools import format_tool_call
+    from repro.config import load_config
+    from repro.wiring import HarnessEnv, episode_limits
+
+    cfg = load_config(arm="grpo", sets=["rollout.max_turns=4", "rollout.finish_notice_turns=2"])
+    limits = episode_limits(cfg.rollout)
+    assert (limits.max_turns, limits.finish_notice_turns) == (4, 2)
+    assert episode_limits(load_config(arm="grpo").rollout).finish_notice_turns == 0  # off unless asked for
+    make_mini(tmp_path / "tasks", split="train", repos=1, tasks_per_repo=1, seed=0)
+    ts = load_task_set(tmp_path / "tasks")
+    with TaskSandboxFactory(ts, kind="local", run_id="pytest-notice") as factory:
+        env = HarnessEnv(factory, ts.instances[0], limits, seed=0)
+        env.reset()
+        outs = [env.step(format_tool_call("list_files", {"path": "."})) for _ in range(2)]
+        env.close()
+    assert not any(is_finish_notice(m.content) for m in outs[0].observations)
+    assert [m.role for m in outs[1].observations] == ["tool", "user"] and is_finish_notice(outs[1].observations[1].content)
