@@ -23,14 +23,20 @@ class EvalSettings(BaseModel):
     sandbox: Literal["docker", "local"] = "docker"
     episodes: int = Field(1, ge=1, description="episodes per (checkpoint, task)")
     max_turns: int = Field(8, ge=1)
+    finish_notice_turns: int = Field(0, ge=0, description="the agent loop tells the agent when only this many turns "
+                                     "are left (harness EpisodeLimits.finish_notice_turns); 0 = never")
     max_new_tokens: int = Field(192, ge=1)
     temperature: float = Field(1.0, ge=0.0)
     concurrency: int = Field(8, ge=1, description="episodes evaluated at once; their turns are sampled as one "
                              "batch (repro.batching)")
 
     def stage_inputs(self) -> dict[str, Any]:
-        """The settings as the eval stages hash them (``eval_<field>`` keys)."""
-        return {f"eval_{k}": v for k, v in self.model_dump(mode="json").items()}
+        """The settings as the eval stages hash them (``eval_<field>`` keys; the finish notice only when on, so
+        run directories made before it existed keep their stage hashes)."""
+        d = self.model_dump(mode="json")
+        if not d["finish_notice_turns"]:
+            del d["finish_notice_turns"]
+        return {f"eval_{k}": v for k, v in d.items()}
 
 
 class Preset(BaseModel):
