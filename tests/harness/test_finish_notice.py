@@ -3,8 +3,6 @@ are left, to finish with a report; the scripted expert then reports what it chan
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from harness.agent import NUDGE_TEXT, run_episode
@@ -17,22 +15,15 @@ from harness.runner_sandbox import TaskSandboxFactory
 from harness.schema import Message, TaskSet
 from harness.tasks import load_task_set
 from harness.tools import format_tool_call as fc
+from tests.harness import test_agent
 from tests.harness.test_agent import Script
-from tests.harness_fakes import DirSandbox, make_calc_task
 
 READ = fc("read_file", {"path": "calc.py"})
+calc = test_agent.calc  # the fixture: a one-bug repository in a DirSandbox
 
 
 def _notices(messages: list[Message]) -> list[Message]:
     return [m for m in messages if m.role == "user" and is_finish_notice(m.content)]
-
-
-@pytest.fixture()
-def calc(tmp_path: Path):
-    inst, repo = make_calc_task(tmp_path)
-    sbx = DirSandbox(repo)
-    yield inst, sbx
-    sbx.close()
 
 
 def test_the_notice_comes_once_when_n_turns_are_left(calc) -> None:
