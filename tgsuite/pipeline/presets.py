@@ -117,15 +117,19 @@ MINI = Preset(
     # episodes with <think> blocks (so that tg_no_think_kl differs from tg), a fresh repository name per episode and
     # epoch and made-up module names in 3 of 4 (names must be copied, not memorised), one mistake and its recovery
     # in half of them (repro.sft_stumble; the mistaken turn is not trained on), loss on the assistant tokens only,
-    # 5 epochs. Measured on 40 held-out episodes and compared with other settings in README ("SFT from the base")
+    # 5 epochs; a quarter of them under a short turn limit with the finish notice 2 turns before it (the expert then
+    # reports what it changed and what still fails). Measured on 40 held-out episodes and compared with other
+    # settings in README ("SFT from the base")
     sft={"preset": "mini", "init": "base:mini", "episodes": 400, "epochs": 5, "think": True, "context_weight": 0.0,
-         "lr": 5e-4, "rename_repos": True, "rename_modules": 0.75, "stumble_share": 0.5, "warmup_steps": 10},
+         "lr": 5e-4, "rename_repos": True, "rename_modules": 0.75, "stumble_share": 0.5, "warmup_steps": 10,
+         "finish_notice_turns": 2, "budget_share": 0.25},
     seeds=(0, 1, 2),
     # sized to the 45-minute budget on 2 CPU cores: ~20 s per step (1 group of 4 rollouts, prefix-cached sampling)
     rl={"run.steps": 6, "rollout.groups": 1, "rollout.group_size": 4, "rollout.max_turns": 8,
         "rollout.max_new_tokens": 128, "rollout.max_context_tokens": 4096, "rollout.observation_max_tokens": 1024,
-        "optim.lr": 1e-4, "run.progress": False},
-    eval=EvalSettings(max_turns=8, max_new_tokens=128),
+        "rollout.finish_notice_turns": 2, "optim.lr": 1e-4, "run.progress": False},
+    # the finish notice 2 turns before the limit (harness EpisodeLimits.finish_notice_turns), in RL and evaluation
+    eval=EvalSettings(max_turns=8, max_new_tokens=128, finish_notice_turns=2),
 )
 
 
