@@ -7,12 +7,15 @@ episodes (lengths drawn around 2.4k tokens, ~11 % assistant targets; ``--doc-tok
 
 - ``baseline``: ``repro.sft.sft_losses`` one sequence per forward, float32, with the context loss on (the mini
   preset's SFT path before packing: ``context_weight = 1``); also without the context loss;
+- ``2bec4a7 layout``: the same baseline on the mini model's head layout when issue #20 was filed (8 query / 4 KV
+  heads of 32 dimensions; since then 4 / 2 heads of 64) — the SFT path of that commit, timed in this run;
 - ``packed-fp32``: ``repro.packing``, documents packed into forwards of at most ``--budget`` tokens, float32;
 - ``packed-bf16``: the same under the ``bf16-mixed`` policy (``repro.precision``: fp32 master weights and AdamW
   state, bf16 autocast);
 - ``packed-bf16-alldocs``: packed-bf16 with a loss on every token (the pretraining case).
 
-Prints tokens/s (all tokens that went through the model, padding excluded), the ratio to the baseline, and the
+Prints tokens/s (all tokens that went through the model, padding excluded), the ratio to the baseline and to the
+2bec4a7 layout, and the
 fraction of the bf16 matmul peak: the model FLOPs (6·N·tokens plus attention) per second against a large bf16
 matmul measured in the same run (``torch.mm`` 2048², the best of 5). Peak RSS at the end.
 """
@@ -59,6 +62,19 @@ def model_flops(model: torch.nn.Module, shape: ModelShape, tokens: int, seq: int
     n = count_params(model)
     attn = 12 * shape.num_hidden_layers * shape.num_attention_heads * shape.head_dim * seq * tokens / 2
     return 6 * n * tokens + attn
+
+
+def issue_time_model(shape: str, vocab: int) -> torch.nn.Module:
+    """The mini model with 2bec4a7's head layout (8 query / 4 KV heads × 32), same width, depth and MLP."""
+    from transformers import Qwen3ForCausalLM
+
+    from repro.models import make_config
+
+    cfg = make_config(shape, vocab)
+    cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim = 8, 4, 32
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return Qwen3ForCausalLM(cfg)
 
 
 def time_baseline(model, docs, steps: int, *, context: bool) -> tuple[float, int]:
@@ -121,6 +137,8 @@ def main() -> None:
     rows = []
     base_tps, _ = time_baseline(build_model(args.shape, args.vocab, seed=0).train(), docs, args.steps, context=True)
     rows.append(("baseline: mini SFT (fp32, 1 seq, +context)", base_tps, docs))
+    old_tps, _ = time_baseline(issue_time_model(args.shape, args.vocab).train(), docs, args.steps, context=True)
+    rows.append(("same, 2bec4a7 layout (8x32 heads)", old_tps, docs))
     tps, _ = time_baseline(build_model(args.shape, args.vocab, seed=0).train(), docs, args.steps, context=False)
     rows.append(("sft_losses fp32 1 seq, assistant only", tps, docs))
     for name, prec, dd in (("packed-fp32", "fp32", docs), ("packed-bf16", "bf16-mixed", docs),
@@ -132,7 +150,8 @@ def main() -> None:
     print(f"model {args.shape}: {count_params(m) / 1e6:.2f}M parameters; packed batches of <= {args.budget} tokens")
     for name, tps, _ in rows:
         frac = model_flops(m, shape, 1, args.doc_tokens) * tps / 1e9 / peak
-        print(f"{name:38s} {tps:8.0f} tok/s  x{tps / base_tps:5.2f}  {frac:6.1%} of bf16 matmul peak")
+        print(f"{name:44s} {tps:8.0f} tok/s  x{tps / base_tps:5.2f}  x{tps / old_tps:5.2f} vs 2bec4a7 layout  "
+              f"{frac:6.1%} of bf16 matmul peak")
     print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
 
 

@@ -12,6 +12,10 @@ Visible text outside tool calls is kept empty so that only the summary is judged
 (``harness.behaviour_tiers``): it gives each ``edit_file`` call a one-line ``reason`` only when a hint asks for a
 "reason" argument (``tool_args@v1``), and asks the user with ``ask_user`` before its first edit only when a hint
 asks it to ask the user for approval (``ask_first@v1``). Without such hints its output is unchanged.
+
+After the agent loop's finish notice (``EpisodeLimits.finish_notice_turns``) the expert's next turn is ``finish``:
+its usual summary when the tests already pass, otherwise a report of the edit still in place and whether the tests
+ran after it, or of where the failing tests point when nothing was changed.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import functools
 import json
 import random
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -240,7 +244,7 @@ def notice_given(messages: list[Message]) -> bool:
     return any(m.role == "user" and is_finish_notice(m.content) for m in messages)
 
 
-def _code_style(messages: list[Message]):  # noqa: ANN202 - str -> str
+def _code_style(messages: list[Message]) -> Callable[[str], str]:
     """How a summary quotes code and paths: in backticks when a hint asks for Markdown, as plain text otherwise."""
     return (lambda s: f"`{s}`") if wants_markdown(messages) else (lambda s: f"'{s}'" if " " in s else s)
 
