@@ -4,7 +4,8 @@ Records git commit and dirtiness of the checkout, versions of the packages that 
 name/hash/instance ids, image digests, arm policy specs (with checkpoint hashes when a policy exposes
 ``checkpoint_sha256``), seeds, sandbox kind and isolation, limits, grader version, behaviour checkers, the frozen
 protocol's sha256 when one is given, and host facts. On resume the manifest is rewritten with the union of arms
-and seeds, keeping ``created_at``; a different task set or a different policy behind an arm name is refused.
+and seeds, keeping ``created_at``; a different task set, a different policy behind an arm name, other weights behind
+an arm (its checkpoint hash) or other episode limits are refused.
 """
 
 from __future__ import annotations
@@ -75,6 +76,26 @@ def _inner(policy: Any) -> Any:
     return getattr(policy, "inner", policy)
 
 
+def _same_checkpoints_and_limits(path: Path, old: RunManifest, new: RunManifest) -> None:
+    """Refuse a resume whose finished episodes would come from other weights or under other limits: an arm whose
+    checkpoint hash changed (same name and spec, e.g. a model directory trained again), or a changed episode limit
+    (a limit the older manifest does not record is taken at its default)."""
+    before = {a.name: a.checkpoint_sha256 for a in old.arms}
+    for arm in new.arms:
+        was = before.get(arm.name)
+        if was and arm.checkpoint_sha256 and was != arm.checkpoint_sha256:
+            raise ValueError(f"{path}: arm {arm.name!r} was evaluated with checkpoint {was[:12]}, now "
+                             f"{arm.checkpoint_sha256[:12]} (the weights changed); fix: use a new --out, or delete "
+                             "the run directory")
+    if old.limits:
+        defaults = {f.name: float(f.default) for f in dataclasses.fields(EpisodeLimits)}
+        changed = [f"{k} {old.limits.get(k, defaults.get(k))!r} -> {v!r}" for k, v in new.limits.items()
+                   if old.limits.get(k, defaults.get(k)) != v]
+        if changed:
+            raise ValueError(f"{path}: this run's episodes ran under other limits ({', '.join(changed)}); fix: the "
+                             "same limits (--max-turns, --finish-notice, --wall-s), or a new --out")
+
+
 def write_manifest(out_dir: Path, new: RunManifest) -> RunManifest:
     """Write ``new`` merged with an existing manifest (union of arms and seeds, first ``created_at`` kept)."""
     old = read_manifest(out_dir)
@@ -84,6 +105,7 @@ def write_manifest(out_dir: Path, new: RunManifest) -> RunManifest:
         if old.protocol_hash and new.protocol_hash and old.protocol_hash != new.protocol_hash:
             raise ValueError(f"{Path(out_dir) / MANIFEST_FILE}: run was started under protocol "
                              f"{old.protocol_hash[:12]}, now {new.protocol_hash[:12]}; fix: use a new --out")
+        _same_checkpoints_and_limits(Path(out_dir) / MANIFEST_FILE, old, new)
         new = new.model_copy(update={"created_at": old.created_at, "arms": list(arms.values()), "seeds": seeds,
                                      "protocol_hash": new.protocol_hash or old.protocol_hash})
     Path(out_dir).mkdir(parents=True, exist_ok=True)

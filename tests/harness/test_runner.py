@@ -168,6 +168,34 @@ def test_resume_refuses_other_task_set_and_rebuild_results(tmp_path: Path) -> No
         run_eval(ts, {"null": NullFinishPolicy()}, [0], out, sandbox_factory=FakeFactory(repos))
 
 
+def test_resume_refuses_other_weights_and_other_limits(tmp_path: Path) -> None:
+    """Finished episodes are kept on resume, so a resume must not mix them with another checkpoint or other limits."""
+    ts, repos = _task_set(tmp_path, 1)
+    out = tmp_path / "run"
+
+    class Weighted(NullFinishPolicy):
+        def __init__(self, sha: str) -> None:
+            super().__init__()
+            self.checkpoint_sha256 = sha
+
+    run_eval(ts, {"m": Weighted("a" * 64)}, [0], out, sandbox_factory=FakeFactory(repos),
+             limits=EpisodeLimits(max_turns=4))
+    run_eval(ts, {"m": Weighted("a" * 64)}, [0], out, sandbox_factory=FakeFactory(repos),
+             limits=EpisodeLimits(max_turns=4))  # the same: resumes
+    with pytest.raises(ValueError, match=r"arm 'm' was evaluated with checkpoint aaaaaaaaaaaa, now bbbbbbbbbbbb"):
+        run_eval(ts, {"m": Weighted("b" * 64)}, [0], out, sandbox_factory=FakeFactory(repos),
+                 limits=EpisodeLimits(max_turns=4))
+    with pytest.raises(ValueError, match=r"other limits \(finish_notice_turns 0.0 -> 2.0\).*--finish-notice"):
+        run_eval(ts, {"m": Weighted("a" * 64)}, [0], out, sandbox_factory=FakeFactory(repos),
+                 limits=EpisodeLimits(max_turns=4, finish_notice_turns=2))
+    # a manifest written before a limit existed: the missing limit counts as its default
+    man = json.loads((out / "manifest.json").read_text())
+    del man["limits"]["finish_notice_turns"]
+    (out / "manifest.json").write_text(json.dumps(man))
+    run_eval(ts, {"m": Weighted("a" * 64)}, [0], out, sandbox_factory=FakeFactory(repos),
+             limits=EpisodeLimits(max_turns=4))
+
+
 def test_regrade_redecides_from_stored_output(tmp_path: Path) -> None:
     from harness.runner_regrade import regrade_run
 
