@@ -65,3 +65,28 @@ def test_failed_stage_leaves_no_record(tmp_path: Path) -> None:
     except RuntimeError:
         pass
     assert not (tmp_path / "stages" / "bad.json").exists()
+
+
+def test_a_resumable_stage_directory_is_emptied_only_when_the_inputs_changed(tmp_path: Path) -> None:
+    """The evaluations resume inside their directory; after an input change (e.g. retrained checkpoints at the same
+    paths) the episodes made from the old inputs must go, after an interruption they must stay."""
+    from tgsuite.pipeline.stages import fresh_or_resumed, running_input_hash
+
+    d = tmp_path / "eval"
+
+    def work(mark: str) -> dict[str, object]:
+        fresh_or_resumed(d, echo=lambda s: None)
+        (d / mark).write_text("episode")
+        return {"files": sorted(p.name for p in d.iterdir() if not p.name.startswith("."))}
+
+    assert running_input_hash() is None
+    fresh_or_resumed(d)  # outside a stage: nothing happens
+    assert not d.exists()
+    r = _runner(tmp_path)
+    assert r.run("ev", {"ckpt": 1}, lambda: work("a"))["files"] == ["a"]
+    assert r.run("ev", {"ckpt": 1}, lambda: work("b"))["files"] == ["a"]  # unchanged: skipped, nothing touched
+    (d / "interrupted").write_text("partial")  # a run that died before its record: same inputs, resumed
+    (tmp_path / "stages" / "ev.json").unlink()
+    assert r.run("ev", {"ckpt": 1}, lambda: work("c"))["files"] == ["a", "c", "interrupted"]
+    assert r.run("ev", {"ckpt": 2}, lambda: work("d"))["files"] == ["d"]  # other inputs: afresh
+    assert running_input_hash() is None

@@ -9,10 +9,12 @@ outputs) re-runs the stage and, through the hashes, every stage that consumes it
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import json
 import logging
 import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,6 +56,30 @@ class StageRecord:
             "started_at": self.started_at,
             "wall_s": self.wall_s,
         }
+
+
+_RUNNING: contextvars.ContextVar[str | None] = contextvars.ContextVar("stage_input_hash", default=None)
+
+
+def running_input_hash() -> str | None:
+    """The input hash of the stage whose function is running now (None outside ``StageRunner.run``): a stage that
+    resumes work in a directory of its own (the evaluations) compares it with the hash it left there, and starts
+    afresh when the inputs changed instead of keeping results made from other inputs."""
+    return _RUNNING.get()
+
+
+def fresh_or_resumed(run_dir: Path, echo: Callable[[str], None] = log.info) -> None:
+    """Empty ``run_dir`` when it holds work made from other stage inputs (its ``.stage_inputs`` stamp differs from
+    :func:`running_input_hash`), then stamp it; outside a stage nothing happens (resume as the caller's tool does)."""
+    key = running_input_hash()
+    if key is None:
+        return
+    stamp = run_dir / ".stage_inputs"
+    if run_dir.exists() and (not stamp.is_file() or stamp.read_text().strip() != key):
+        echo(f"{run_dir}: made from other inputs; starting it afresh")
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(key + "\n")
 
 
 class StageRunner:
@@ -98,7 +124,11 @@ class StageRunner:
         self.echo(f"[stage] {name}: running ...")
         started = utc_now()
         t0 = time.perf_counter()
-        outputs = fn()
+        token = _RUNNING.set(input_hash)
+        try:
+            outputs = fn()
+        finally:
+            _RUNNING.reset(token)
         wall = time.perf_counter() - t0
         rec = StageRecord(name, input_hash, outputs, started, wall)
         atomic_write_json(self._record_path(name), rec.to_json())

@@ -160,7 +160,9 @@ def stage_eval(run_dir: Path, heldout: Path, arms: dict[str, str], preset: Prese
     from harness.runner import run_eval
     from harness.runner_sandbox import TaskSandboxFactory
     from harness.tasks import load_task_set
+    from tgsuite.pipeline.stages import fresh_or_resumed
 
+    fresh_or_resumed(run_dir)  # resume an interrupted evaluation; never keep episodes of other checkpoints
     ts = load_task_set(heldout)
     policies = {name: eval_policy(d, name, preset) for name, d in arms.items()}
     limits = EpisodeLimits(max_turns=preset.eval.max_turns, finish_notice_turns=preset.eval.finish_notice_turns)
