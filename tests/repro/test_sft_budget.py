@@ -19,6 +19,7 @@ def budgeted(tmp_path_factory: pytest.TempPathFactory) -> list:
                                        budget_share=1.0, finish_notice_turns=2)
 
 
+@pytest.mark.slow  # ~8 s: ten real expert episodes in LocalSandboxes
 def test_every_budget_episode_ends_with_the_experts_finish_right_after_the_notice(budgeted: list) -> None:
     assert len(budgeted) == 10
     reports = 0
