@@ -65,7 +65,8 @@ class EpisodeLimits:
                 raise ValueError(f"EpisodeLimits.{name}{where} = {value!r} must be > 0; fix: give a positive value "
                                  f"(default {EpisodeLimits.__dataclass_fields__[name].default})")
         if not 0 <= self.finish_notice_turns < self.max_turns:
-            raise ValueError(f"EpisodeLimits.finish_notice_turns (--finish-notice) = {self.finish_notice_turns!r} "
+            raise ValueError(f"EpisodeLimits.finish_notice_turns ({flags['finish_notice_turns']}) = "
+                             f"{self.finish_notice_turns!r} "
                              f"must be >= 0 and below max_turns ({self.max_turns}); fix: 0 (no notice) or e.g. 2")
 
 

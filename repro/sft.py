@@ -303,7 +303,7 @@ def _load_or_collect(cfg: SFTConfig, out: Path) -> list:
                                         think=cfg.think, seed=cfg.seed, workers=cfg.workers,
                                         hint_checkers=cfg.hint_checkers, stumble_share=cfg.stumble_share,
                                         budget_share=cfg.budget_share,
-                                        finish_notice_turns=cfg.finish_notice_turns or 2)
+                                        finish_notice_turns=cfg.finish_notice_turns)
     cache.write_text("\n".join([key] + [t.model_dump_json() for t in trajs]) + "\n")
     return trajs
 

@@ -30,7 +30,7 @@ import torch
 
 from harness.interfaces import EpisodeLimits
 from harness.schema import Message, TaskInstance
-from repro.config import ConfigError, TrainConfig
+from repro.config import ConfigError, RolloutCfg, TrainConfig
 from repro.engine import HFEngine, RolloutEngine
 from repro.lora import adapter_config
 from repro.rollout import EnvFactory, EnvOutcome, StepOut, TurnChecker
@@ -246,7 +246,7 @@ def base_source(cfg: TrainConfig, init_override: Path | None) -> Path | None:
     return init_override
 
 
-def episode_limits(r: Any) -> EpisodeLimits:
+def episode_limits(r: RolloutCfg) -> EpisodeLimits:
     """The agent loop's limits for RL rollouts, from the ``rollout`` section (``repro.config.RolloutCfg``)."""
     return EpisodeLimits(max_turns=r.max_turns, finish_notice_turns=r.finish_notice_turns,
                          max_tokens=r.max_context_tokens, wall_s=max(600.0, r.max_turns * 60),

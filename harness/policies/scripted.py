@@ -258,11 +258,6 @@ def _applied_edits(steps: list[Step]) -> list[int]:
             and not s.result.startswith(ERROR_PREFIX)]
 
 
-def _last_edit(steps: list[Step]) -> int:
-    done = _applied_edits(steps)
-    return done[-1] if done else -1
-
-
 def net_change(steps: list[Step]) -> tuple[str, str, str] | None:
     """(path, old, new) of the edit still in place at the end of ``steps`` (an edit undone by the reverse edit does
     not count); None when no edit is in place."""
@@ -278,11 +273,12 @@ def net_change(steps: list[Step]) -> tuple[str, str, str] | None:
 
 
 def _target_of(steps: list[Step], messages: list[Message]) -> _Target | None:
-    runs = [s for s in steps if s.name == "run_tests" and s.result is not None]
-    listing = next((s.result for s in steps if s.name == "list_files" and s.result is not None), None)
-    if not runs or listing is None:
+    """What the issue and the first test run implicate (``_locate``); None before the listing and that run."""
+    runs = [s for s in steps if s.name == "run_tests"]
+    listing = next((s.result or "" for s in steps if s.name == "list_files"), None)
+    if not runs or runs[0].result is None or listing is None:
         return None
-    return _locate(problem_statement(messages), runs[0].result or "", listing.splitlines())
+    return _locate(problem_statement(messages), runs[0].result, listing.splitlines())
 
 
 @dataclass(frozen=True)
@@ -393,8 +389,7 @@ class ScriptedExpert:
         runs = [s for s in steps if s.name == "run_tests"]
         if not runs or runs[0].result is None:
             return self._out(rng, "Reproduce the problem with the visible tests.", "run_tests", {"tests": []})
-        files = next(s.result or "" for s in steps if s.name == "list_files").splitlines()
-        target = _locate(problem_statement(messages), runs[0].result, files)
+        target = _target_of(steps, messages)
         if target is None:
             return self._finish(messages, rng, None, "could not tell from the issue and the test output which "
                                 "module is broken, so I made no changes")
@@ -444,7 +439,7 @@ class ScriptedExpert:
         if change is not None:
             path, old, new = change
             what = f"changed {code(_one_line(old))} to {code(_one_line(new))} in {code(path)}"
-            after = [s for s in steps[_last_edit(steps) + 1:] if s.name == "run_tests" and s.result is not None]
+            after = [s for s in steps[_applied_edits(steps)[-1] + 1:] if s.name == "run_tests" and s.result is not None]
             failure = (f"{what}, but the visible tests still fail and I ran out of turns" if after else
                        f"{what}, but I ran out of turns before I could run the tests again")
         elif target is not None:
