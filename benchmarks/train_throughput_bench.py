@@ -14,6 +14,9 @@ episodes (lengths drawn around 2.4k tokens, ~11 % assistant targets; ``--doc-tok
   state, bf16 autocast);
 - ``packed-bf16-alldocs``: packed-bf16 with a loss on every token (the pretraining case).
 
+Then the attention kernel alone, forward + backward of one causal document of ``--doc-tokens`` tokens with the mini
+model's heads: PyTorch's flash kernel in bf16 and in fp32, and the math path in bf16 (ms, best of 3).
+
 Prints tokens/s (all tokens that went through the model, padding excluded), the ratio to the baseline and to the
 2bec4a7 layout, and the
 fraction of the bf16 matmul peak: the model FLOPs (6·N·tokens plus attention) per second against a large bf16
@@ -75,6 +78,26 @@ def issue_time_model(shape: str, vocab: int) -> torch.nn.Module:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         return Qwen3ForCausalLM(cfg)
+
+
+def attention_ms(shape: ModelShape, tokens: int, dtype: torch.dtype, *, math: bool = False) -> float:
+    """Forward + backward of causal sdpa on one document ([1, heads, tokens, head_dim]), in ms (best of 3)."""
+    import torch.nn.functional as F
+
+    q, k, v = (torch.randn(1, shape.num_attention_heads, tokens, shape.head_dim, dtype=dtype, requires_grad=True)
+               for _ in range(3))
+    grad = torch.randn_like(q)
+    best = float("inf")
+    for i in range(4):
+        t = time.perf_counter()
+        if math:
+            out = torch.ops.aten._scaled_dot_product_attention_math(q, k, v, None, 0.0, True)[0]
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        out.backward(grad)
+        if i:  # the first call warms up
+            best = min(best, (time.perf_counter() - t) * 1000)
+    return best
 
 
 def time_baseline(model, docs, steps: int, *, context: bool) -> tuple[float, int]:
@@ -152,6 +175,10 @@ def main() -> None:
         frac = model_flops(m, shape, 1, args.doc_tokens) * tps / 1e9 / peak
         print(f"{name:44s} {tps:8.0f} tok/s  x{tps / base_tps:5.2f}  x{tps / old_tps:5.2f} vs 2bec4a7 layout  "
               f"{frac:6.1%} of bf16 matmul peak")
+    for label, dt, math in (("flash, bf16", torch.bfloat16, False), ("flash, fp32", torch.float32, False),
+                            ("math, bf16", torch.bfloat16, True)):
+        print(f"attention alone ({args.doc_tokens} tokens, {shape.num_attention_heads} heads x {shape.head_dim}, "
+              f"fwd+bwd) {label:12s} {attention_ms(shape, args.doc_tokens, dt, math=math):7.1f} ms")
     print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
 
 
