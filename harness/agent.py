@@ -25,6 +25,13 @@ a ``user`` message saying so (``harness.interfaces.finish_notice``: call finish 
 still fails), so that an agent that has not fixed the issue still ends with a report instead of at the turn limit.
 It is part of the observations of that turn (the trainer renders it like a nudge) and is not a hint.
 
+With ``EpisodeLimits.format_retries = k > 0``, ``run_episode`` samples a turn again when the loop could not act on
+it as written — no tool call, or a call that does not parse (``format_error``) — at most ``k`` times per turn, from
+the same context: the draft is not shown to the agent (SWE-agent's requery after a format error; here without the
+error message, so a broken draft does not become context). Drafts are kept in ``Trajectory.discarded_drafts``
+(``discarded_for = "format"``), their tokens count toward ``max_tokens``, and their calls count in
+``tool_call_validity``; the last draft is kept as the turn when all ``k`` retries fail too.
+
 A turn without any tool call is answered by a fixed nudge (a ``user`` message, ``NUDGE_TEXT``); it is not a
 protocol violation. Protocol violations = malformed calls + calls written after ``finish`` in the same turn
 (those are not executed).
@@ -38,7 +45,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from harness.interfaces import EpisodeLimits, FeedbackProvider, Hint, Policy, PolicyOutput, finish_notice
 from harness.sandbox import Sandbox
@@ -169,9 +176,11 @@ class AgentEnv:
         """The assistant message ``text`` would become at this turn, without executing or recording it."""
         return Message(role="assistant", content=text, turn=self.turn, tool_calls=parse_tool_calls(text))
 
-    def discard_draft(self, draft: Message, *, n_tokens: int | None = None) -> None:
-        """Record a sampled-then-rejected draft (feedback placement); its tokens still count toward the limit."""
-        self.discarded_drafts.append(draft)
+    def discard_draft(self, draft: Message, *, n_tokens: int | None = None,
+                      reason: Literal["feedback", "format"] = "feedback") -> None:
+        """Record a sampled-then-rejected draft (a feedback provider's review, or a format retry); its tokens still
+        count toward the limit."""
+        self.discarded_drafts.append(draft.model_copy(update={"discarded_for": reason}))
         self.n_tokens += n_tokens if n_tokens is not None else estimate_tokens(draft.content)
 
     # -- one turn ------------------------------------------------------------------------------------------------
@@ -312,6 +321,36 @@ def _n_tokens(out: PolicyOutput) -> int | None:
     return len(out.token_ids) if out.token_ids is not None else None
 
 
+def format_error(text: str) -> bool:
+    """True when the agent loop cannot act on the turn ``text`` as written: no tool call, or a call that does not
+    parse (``ToolCall.valid`` false). A well-formed call whose tool then fails is not a format error."""
+    calls = parse_tool_calls(text)
+    return not calls or any(not c.valid for c in calls)
+
+
+def _draft(env: AgentEnv, out: PolicyOutput) -> Message:
+    return env.preview(out.text).model_copy(update={"token_ids": out.token_ids, "logprobs": out.logprobs,
+                                                    "finish_reason": out.finish_reason,
+                                                    "policy_version": out.policy_version})
+
+
+def _retry_format(policy: Policy, env: AgentEnv, tools: list[dict[str, Any]], rng: random.Random,
+                  out: PolicyOutput, dt: float) -> tuple[PolicyOutput, float]:
+    """Sample the turn again while it is a format error, at most ``limits.format_retries`` times (module
+    docstring); stops early when the token or wall-time budget is spent (the last draft is then the turn)."""
+    lim = env.limits
+    for _ in range(lim.format_retries):
+        if out.finish_reason == "context" or not format_error(out.text):
+            break
+        spent = env.n_tokens + (_n_tokens(out) or estimate_tokens(out.text))
+        if spent >= lim.max_tokens or env.elapsed() >= lim.wall_s:
+            break
+        env.discard_draft(_draft(env, out), n_tokens=_n_tokens(out), reason="format")
+        out, more = _act(policy, env, tools, rng)
+        dt += more
+    return out, dt
+
+
 def run_episode(
     instance: TaskInstance,
     policy: Policy,
@@ -329,7 +368,8 @@ def run_episode(
     hint. Feedback: before each turn ``feedback.hint_for(...)`` may return a hint, which is inserted as a user
     message. Providers that also define ``review_draft(instance, messages, draft, turn, rng)`` see the sampled
     turn first; when it returns a hint, the draft is discarded (kept in ``Trajectory.discarded_drafts``), the hint is
-    inserted and the turn is sampled again (at most once per turn). Providers with ``bind(instance, rng)`` are
+    inserted and the turn is sampled again (at most once per turn). Then, with ``limits.format_retries``, a turn the
+    loop cannot act on is sampled again (module docstring). Providers with ``bind(instance, rng)`` are
     bound once per episode (e.g. a mixture drawing its kind per episode).
 
     ``SandboxUnavailable`` (and a policy's endpoint errors, a subclass) propagate: they are infrastructure
@@ -350,15 +390,14 @@ def run_episode(
                 env.add_hint(hint)
         out, dt = _act(policy, env, tools, rng)
         if fb is not None and hasattr(fb, "review_draft") and out.finish_reason != "context":
-            draft = env.preview(out.text).model_copy(update={"token_ids": out.token_ids, "logprobs": out.logprobs,
-                                                             "finish_reason": out.finish_reason,
-                                                             "policy_version": out.policy_version})
+            draft = _draft(env, out)
             hint = fb.review_draft(instance, list(env.messages), draft, env.turn, fb_rng)
             if hint is not None:
                 env.discard_draft(draft, n_tokens=_n_tokens(out))
                 env.add_hint(hint)
                 out, dt2 = _act(policy, env, tools, rng)
                 dt += dt2
+        out, dt = _retry_format(policy, env, tools, rng, out, dt)
         env.step(
             out.text,
             token_ids=out.token_ids,

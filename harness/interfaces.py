@@ -55,9 +55,14 @@ class EpisodeLimits:
     # when > 0: once only this many assistant turns are left, the agent loop tells the agent so
     # (``finish_notice``), so that an agent that has not fixed the issue can still report what it found
     finish_notice_turns: int = 0
+    # when > 0: a sampled turn the loop cannot act on (no tool call, or a call that does not parse) is sampled again
+    # from the same context, at most this many times per turn (SWE-agent's requery on a format error); the drafts
+    # are kept in ``Trajectory.discarded_drafts`` and their tokens count toward ``max_tokens``
+    format_retries: int = 0
 
     def __post_init__(self) -> None:
-        flags = {"max_turns": "--max-turns", "wall_s": "--wall-s", "finish_notice_turns": "--finish-notice"}
+        flags = {"max_turns": "--max-turns", "wall_s": "--wall-s", "finish_notice_turns": "--finish-notice",
+                 "format_retries": "--format-retries"}
         for name in ("max_turns", "max_tokens", "wall_s", "per_exec_timeout_s", "observation_cap_chars"):
             value = getattr(self, name)
             if not value > 0:
@@ -68,7 +73,12 @@ class EpisodeLimits:
             raise ValueError(f"EpisodeLimits.finish_notice_turns ({flags['finish_notice_turns']}) = "
                              f"{self.finish_notice_turns!r} "
                              f"must be >= 0 and below max_turns ({self.max_turns}); fix: 0 (no notice) or e.g. 2")
+        if not 0 <= self.format_retries <= MAX_FORMAT_RETRIES:
+            raise ValueError(f"EpisodeLimits.format_retries ({flags['format_retries']}) = {self.format_retries!r} must "
+                             f"be between 0 and {MAX_FORMAT_RETRIES}; fix: 0 (every turn as sampled) or e.g. 3")
 
+
+MAX_FORMAT_RETRIES = 8
 
 _NOTICE = re.compile(r"\A(\d+) turns? left\. Call finish now")
 

@@ -7,6 +7,10 @@ Definitions (``compute_metrics``):
 - ``steps``: assistant turns.
 - ``tool_calls``: tool calls written (valid or not, including calls after ``finish``).
 - ``tool_call_validity``: valid calls / calls (schema-valid, ``harness.tools.parse_tool_calls``); None if no call.
+  The calls of drafts the agent loop sampled again (format retries) count too, in ``tool_calls`` as well, so
+  resampling never hides a malformed call.
+- ``format_retries``: turns the agent loop sampled again because it could not act on them (``discarded_for =
+  "format"``; ``EpisodeLimits.format_retries``).
 - ``edits``: ``edit_file`` calls that succeeded (their observation does not start with ``ERROR_PREFIX``).
 - ``test_runs``: ``run_tests`` calls executed; ``rework``: test re-runs, ``max(0, test_runs - 1)``.
 - ``hallucinations``: references to files or functions that do not exist in the repository, where "the
@@ -186,11 +190,20 @@ def count_hallucinations(trajectory: Trajectory, index: RepoIndex) -> tuple[int,
     return len(found), found
 
 
+def format_drafts(trajectory: Trajectory) -> list[Message]:
+    """The drafts the agent loop sampled again because it could not act on them (``harness.agent.format_error``)."""
+    return [d for d in trajectory.discarded_drafts if d.discarded_for == "format"]
+
+
+def format_draft_calls(trajectory: Trajectory) -> list[ToolCall]:
+    return [c for d in format_drafts(trajectory) for c in d.tool_calls]
+
+
 def compute_metrics(trajectory: Trajectory, index: RepoIndex) -> EpisodeMetrics:
     """Per-episode metrics (module docstring); ``index`` is the base snapshot's ``RepoIndex``
     (``RepoIndex.from_dir(task_set_dir / "snapshots" / instance_id)`` or ``RepoIndex.from_tar(...)``)."""
     pairs = calls_with_results(trajectory.messages)
-    calls = [c for c, _ in pairs]
+    calls = [c for c, _ in pairs] + format_draft_calls(trajectory)
     valid = sum(1 for c in calls if c.valid)
     edits = sum(1 for c, o in pairs if c.valid and c.name == "edit_file" and not _failed(o))
     test_runs = sum(1 for c, o in pairs if c.valid and c.name == "run_tests" and o is not None)
@@ -204,6 +217,7 @@ def compute_metrics(trajectory: Trajectory, index: RepoIndex) -> EpisodeMetrics:
         hallucinations=count_hallucinations(trajectory, index)[0],
         tokens=trajectory.n_tokens,
         wall_s=float(trajectory.timings.get("wall_s", 0.0)),
+        format_retries=len(format_drafts(trajectory)),
     )
 
 

@@ -30,6 +30,7 @@ from harness.episode_grading import candidate_patch, gold_control, grade_candida
 from harness.grading import GRADER_VERSION, InfraPolicy
 from harness.infra import ControlCache, Outcome, agent_outcome, atomic_write_text, classify_exception, settle_ambiguous
 from harness.interfaces import EpisodeLimits, FeedbackProvider, Policy
+from harness.metrics import format_draft_calls, format_drafts
 from harness.rundir import RESULT_FILE, read_result  # noqa: F401  (re-exported: the runner reads results)
 from harness.sandbox import Sandbox
 from harness.schema import EpisodeMetrics, EpisodeResult, Grade, Message, TaskInstance, Trajectory
@@ -270,9 +271,9 @@ def episode_result(job: EpisodeJob, ctx: EpisodeContext, traj: Trajectory | None
 
 
 def _basic_metrics(traj: Trajectory) -> EpisodeMetrics:
-    calls = [c for m in traj.messages for c in m.tool_calls]
+    calls = [c for m in traj.messages for c in m.tool_calls] + format_draft_calls(traj)
     return EpisodeMetrics(
         steps=sum(m.role == "assistant" for m in traj.messages), tool_calls=len(calls),
         tool_call_validity=(sum(c.valid for c in calls) / len(calls)) if calls else None,
-        tokens=traj.n_tokens, wall_s=float(traj.timings.get("wall_s", 0.0)),
+        tokens=traj.n_tokens, wall_s=float(traj.timings.get("wall_s", 0.0)), format_retries=len(format_drafts(traj)),
     )

@@ -108,6 +108,9 @@ class Message(_Frozen):
     # (None: not reported, e.g. trajectories recorded before these fields existed or a policy without versions)
     finish_reason: TurnFinishReason | None = None
     policy_version: int | None = None
+    # a draft in ``Trajectory.discarded_drafts``: why it was not kept — a feedback provider rejected it
+    # (``review_draft``) or the agent loop sampled the turn again because it could not act on it (format retry)
+    discarded_for: Literal["feedback", "format"] | None = None
 
 
 LimitKind = Literal["turns", "tokens", "wall_time", "context"]
@@ -131,7 +134,8 @@ class Trajectory(_Frozen):
     feedback_kind: str | None = None
     timings: dict[str, float] = Field(default_factory=dict)
     n_tokens: int = 0
-    # assistant turns sampled and then rejected by a feedback provider's draft review (see harness.agent)
+    # assistant turns sampled and then not kept: rejected by a feedback provider's draft review, or sampled again by
+    # the agent loop's format retry (``Message.discarded_for`` says which; see harness.agent)
     discarded_drafts: list[Message] = Field(default_factory=list)
 
 
@@ -202,6 +206,7 @@ class EpisodeMetrics(_Frozen):
     hallucinations: int = 0
     tokens: int = 0
     wall_s: float = 0.0
+    format_retries: int = 0
 
 
 class EpisodeResult(_Frozen):

@@ -22,8 +22,8 @@ Definitions (``EpisodeSignals``):
   written after ``finish`` in the same turn (never executed) -- the agent loop's protocol violations.
 - ``feedback`` (:func:`user_feedback`): what the user said, in [-1, 1]: an explicit rating when the log carries
   one; otherwise, from the feedback provider (``harness.feedback``), each draft turn the user rejected
-  (``Trajectory.discarded_drafts``, a ``review_draft`` placement) is a correction and
-  ``feedback = -(1 - 0.5 ** corrections)`` (one correction -0.5, two -0.75, ...). ``None`` when no user feedback
+  (``Trajectory.discarded_drafts``, a ``review_draft`` placement; not the agent loop's format retries) is a
+  correction and ``feedback = -(1 - 0.5 ** corrections)`` (one correction -0.5, two -0.75, ...). ``None`` when no user feedback
   is recorded (no rating, no rejected draft; hints inserted before a turn is sampled are prompts, not feedback).
 """
 

@@ -53,7 +53,7 @@ def record_reward(record: TrajectoryRecord, weights: Any) -> float | None:
         return None
     traj = record.trajectory
     sig = episode_signals(traj.messages, resolved=record.outcome.resolved, code_runs=record.outcome.code_runs,
-                          rating=record.outcome.feedback_rating, corrections=len(traj.discarded_drafts))
+                          rating=record.outcome.feedback_rating, corrections=sum(d.discarded_for != "format" for d in traj.discarded_drafts))
     verdicts = turn_verdicts(get_checker(weights.checker), traj.messages)
     return total_reward(reward_components(sig, verdicts, weights), weights)
 

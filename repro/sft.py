@@ -104,6 +104,9 @@ class SFTConfig(BaseModel):
     eval_temperature: float = 1.0
     eval_max_new_tokens: int = 320
     eval_max_turns: int = 16
+    eval_format_retries: int = Field(0, ge=0, le=8, description="held-out evaluation: a turn without a tool call, or "
+                                     "with one that does not parse, is sampled again at most this many times "
+                                     "(harness EpisodeLimits.format_retries)")
     eval_concurrency: int = Field(8, ge=1, description="held-out episodes run at once, their turns sampled as one "
                                   "batch (repro.batching)")
     torch_threads: int = 2
@@ -402,7 +405,8 @@ def evaluate_sft(model, tok, cfg: SFTConfig, out_dir: Path) -> list[EvalSummary]
 
     ts = load_task_set(cfg.heldout_tasks)
     ts = ts.model_copy(update={"instances": ts.instances[: cfg.eval_instances]})
-    limits = EpisodeLimits(max_turns=cfg.eval_max_turns, finish_notice_turns=cfg.finish_notice_turns)
+    limits = EpisodeLimits(max_turns=cfg.eval_max_turns, finish_notice_turns=cfg.finish_notice_turns,
+                           format_retries=cfg.eval_format_retries)
     out = []
     for cond, spec in (("unprompted", "none"), ("hinted", "correct@before_finish")):
         with TaskSandboxFactory(ts, kind="local", run_id=f"sft-{cond}") as fac, BatchingEngine(

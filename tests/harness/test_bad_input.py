@@ -139,6 +139,9 @@ def test_cli_out_paths_and_garbage_validation(tmp_path: Path, capsys: pytest.Cap
     assert main(["eval", "--tasks", str(tmp_path / "tasks"), "--policy", "null", "--out", str(tmp_path / "r4"),
                  "--sandbox", "local", "--max-turns", "4", "--finish-notice", "4"]) == 2
     assert "finish_notice_turns (--finish-notice) = 4 must be >= 0 and below max_turns (4)" in capsys.readouterr().err
+    assert main(["eval", "--tasks", str(tmp_path / "tasks"), "--policy", "null", "--out", str(tmp_path / "r5"),
+                 "--sandbox", "local", "--format-retries", "9"]) == 2
+    assert "format_retries (--format-retries) = 9 must be between 0 and 8" in capsys.readouterr().err
     assert main(["eval", "--tasks", str(tmp_path / "tasks"), "--policy", "null", "--out", str(tmp_path / "r3"),
                  "--sandbox", "local", "--disk-mib", "0"]) == 2
     assert "--disk-mib must be >= 1" in capsys.readouterr().err

@@ -76,6 +76,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--finish-notice", type=int, default=0, metavar="N",
                    help="tell the agent when only N turns are left (a user message: call finish now with what you "
                         "changed and what still fails); default 0 = never")
+    p.add_argument("--format-retries", type=int, default=0, metavar="K",
+                   help="sample a turn again, at most K times, when it has no tool call or a call that does not parse "
+                        "(SWE-agent's requery after a format error; the draft is not shown to the agent, is kept in "
+                        "the trajectory and counts in tool-call validity); default 0 = every turn as sampled")
     p.add_argument("--wall-s", type=float, default=600.0, help="agent wall-clock seconds per episode (default 600)")
     p.add_argument("--grade-timeout", type=float, default=900.0, help="seconds for the hidden tests (default 900)")
     p.add_argument("--disk-mib", type=int, default=2048, metavar="MIB",
@@ -267,7 +271,8 @@ def run(args: argparse.Namespace) -> int:
         factory.preflight()
         results = run_eval(
             ts, policies, seeds, out, sandbox_factory=factory, workers=args.workers,
-            limits=EpisodeLimits(max_turns=args.max_turns, wall_s=args.wall_s, finish_notice_turns=args.finish_notice),
+            limits=EpisodeLimits(max_turns=args.max_turns, wall_s=args.wall_s, finish_notice_turns=args.finish_notice,
+                                format_retries=args.format_retries),
             retry=RetryPolicy(max_attempts=args.max_attempts), run_seed=args.run_seed, excluded_tests=excluded,
             grade_timeout_s=args.grade_timeout, protocol_hash=_protocol_hash(args.protocol),
             argv=["tgsuite", *sys.argv[1:]], progress=not args.no_progress,

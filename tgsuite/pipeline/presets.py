@@ -25,17 +25,21 @@ class EvalSettings(BaseModel):
     max_turns: int = Field(8, ge=1)
     finish_notice_turns: int = Field(0, ge=0, description="the agent loop tells the agent when only this many turns "
                                      "are left (harness EpisodeLimits.finish_notice_turns); 0 = never")
+    format_retries: int = Field(0, ge=0, le=8, description="a turn without a tool call, or with one that does not "
+                                "parse, is sampled again at most this many times (harness "
+                                "EpisodeLimits.format_retries); 0 = every turn as sampled")
     max_new_tokens: int = Field(192, ge=1)
     temperature: float = Field(1.0, ge=0.0)
     concurrency: int = Field(8, ge=1, description="episodes evaluated at once; their turns are sampled as one "
                              "batch (repro.batching)")
 
     def stage_inputs(self) -> dict[str, Any]:
-        """The settings as the eval stages hash them (``eval_<field>`` keys; the finish notice only when on, so
-        run directories made before it existed keep their stage hashes)."""
+        """The settings as the eval stages hash them (``eval_<field>`` keys; the finish notice and format retries
+        only when on, so run directories made before they existed keep their stage hashes)."""
         d = self.model_dump(mode="json")
-        if not d["finish_notice_turns"]:
-            del d["finish_notice_turns"]
+        for late in ("finish_notice_turns", "format_retries"):
+            if not d[late]:
+                del d[late]
         return {f"eval_{k}": v for k, v in d.items()}
 
 

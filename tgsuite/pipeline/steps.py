@@ -165,7 +165,8 @@ def stage_eval(run_dir: Path, heldout: Path, arms: dict[str, str], preset: Prese
     fresh_or_resumed(run_dir)  # resume an interrupted evaluation; never keep episodes of other checkpoints
     ts = load_task_set(heldout)
     policies = {name: eval_policy(d, name, preset) for name, d in arms.items()}
-    limits = EpisodeLimits(max_turns=preset.eval.max_turns, finish_notice_turns=preset.eval.finish_notice_turns)
+    limits = EpisodeLimits(max_turns=preset.eval.max_turns, finish_notice_turns=preset.eval.finish_notice_turns,
+                           format_retries=preset.eval.format_retries)
     with contextlib.ExitStack() as stack, TaskSandboxFactory(ts, kind=preset.eval.sandbox,
                                                              run_id=sandbox_run_id(run_dir)) as fac:
         for pol in policies.values():  # our sampling policies own a batching engine thread; stop it after
