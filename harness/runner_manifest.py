@@ -93,7 +93,7 @@ def _same_checkpoints_and_limits(path: Path, old: RunManifest, new: RunManifest)
                    if old.limits.get(k, defaults.get(k)) != v]
         if changed:
             raise ValueError(f"{path}: this run's episodes ran under other limits ({', '.join(changed)}); fix: the "
-                             "same limits (--max-turns, --finish-notice, --wall-s), or a new --out")
+                             "same limits (--max-turns, --finish-notice, --format-retries, --wall-s), or a new --out")
 
 
 def write_manifest(out_dir: Path, new: RunManifest) -> RunManifest:

@@ -188,6 +188,9 @@ def test_resume_refuses_other_weights_and_other_limits(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"other limits \(finish_notice_turns 0.0 -> 2.0\).*--finish-notice"):
         run_eval(ts, {"m": Weighted("a" * 64)}, [0], out, sandbox_factory=FakeFactory(repos),
                  limits=EpisodeLimits(max_turns=4, finish_notice_turns=2))
+    with pytest.raises(ValueError, match=r"other limits \(format_retries 0.0 -> 3.0\).*--format-retries"):
+        run_eval(ts, {"m": Weighted("a" * 64)}, [0], out, sandbox_factory=FakeFactory(repos),
+                 limits=EpisodeLimits(max_turns=4, format_retries=3))
     # a manifest written before a limit existed: the missing limit counts as its default
     man = json.loads((out / "manifest.json").read_text())
     del man["limits"]["finish_notice_turns"]
