@@ -98,6 +98,10 @@ class SFTConfig(BaseModel):
     rename_modules: float = Field(0.0, ge=0.0, le=1.0, description="with rename_repos: the share of episodes (drawn "
                                   "per episode and epoch) whose modules also get made-up names, so module paths are "
                                   "copied from the listing and test output, not memorised (repro.sft_augment)")
+    rename_identifiers: float = Field(0.0, ge=0.0, le=1.0, description="with rename_repos: the share of episodes "
+                                      "whose code's own names (functions, parameters, variables) also get made-up "
+                                      "words everywhere in the episode, so code lines are copied, not recalled "
+                                      "(repro.sft_identifiers)")
     seed: int = 0
     workers: int = 2
     eval_instances: int = 16
@@ -122,8 +126,9 @@ class SFTConfig(BaseModel):
             raise ValueError("rename_repos needs train_tasks (the repositories to rename)")
         if self.budget_share > 0 and self.finish_notice_turns == 0:
             raise ValueError("budget_share needs the finish notice: set finish_notice_turns (e.g. 2)")
-        if self.rename_modules > 0 and not self.rename_repos:
-            raise ValueError("rename_modules renames inside renamed episodes: set rename_repos=true as well")
+        if (self.rename_modules > 0 or self.rename_identifiers > 0) and not self.rename_repos:
+            raise ValueError("rename_modules and rename_identifiers rename inside renamed episodes: set "
+                             "rename_repos=true as well")
         return self
 
 
@@ -370,7 +375,8 @@ def run_sft(cfg: SFTConfig, out_dir: str | Path) -> SFTReport:
 
         def epoch_examples(epoch: int) -> list[tuple[list[int], list[int]]]:
             return [_encoded(enc, msgs, tools) for msgs in renamed_episodes(keep, repos, seed=cfg.seed, epoch=epoch,
-                                                                                module_share=cfg.rename_modules)]
+                                                                                module_share=cfg.rename_modules,
+                                                                                identifier_share=cfg.rename_identifiers)]
     wall["tokenize"] = time.perf_counter() - t
     t = time.perf_counter()
     stats = sft_train(model, examples, cfg, out / "metrics.jsonl", epoch_examples)

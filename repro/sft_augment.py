@@ -107,10 +107,14 @@ def fresh_module_names(messages: Sequence[Message], modules: Sequence[str], rng:
 
 
 def renamed_episodes(trajs: Sequence[Trajectory], repos: dict[str, str], *, seed: int, epoch: int,
-                     module_share: float = 0.0) -> list[list[Message]]:
+                     module_share: float = 0.0, identifier_share: float = 0.0) -> list[list[Message]]:
     """One renamed message list per trajectory for ``epoch``: trajectory i gets a fresh train-split name drawn from
     ``random.Random(f"sft-rename:{seed}:{epoch}:{i}")``. ``repos`` maps instance_id → ``TaskInstance.repo``. With
-    probability ``module_share`` (same generator) its modules get made-up names too (``fresh_module_names``)."""
+    probability ``module_share`` (same generator) its modules get made-up names too (``fresh_module_names``); with
+    probability ``identifier_share`` (a generator of its own, ``sft-idents:{seed}:{epoch}:{i}``, so no earlier draw
+    changes) the names its code defines too (``repro.sft_identifiers``)."""
+    from repro.sft_identifiers import code_identifiers, fresh_names, rename_identifiers
+
     out = []
     for i, tr in enumerate(trajs):
         if tr.instance_id not in repos:
@@ -127,5 +131,12 @@ def renamed_episodes(trajs: Sequence[Trajectory], repos: dict[str, str], *, seed
         modules = None
         if module_share > 0 and rng.random() < module_share:
             modules = fresh_module_names(tr.messages, package_modules(tr.messages, pkg), rng)
-        out.append(rename_messages(tr.messages, old, new, modules))
+        msgs = rename_messages(tr.messages, old, new, modules)
+        ident = random.Random(f"sft-idents:{seed}:{epoch}:{i}")
+        if identifier_share > 0 and ident.random() < identifier_share:
+            new_pkg = new.replace("-", "_")
+            mods = package_modules(msgs, new_pkg)
+            names = code_identifiers(msgs, new_pkg, mods)
+            msgs = rename_identifiers(msgs, fresh_names(msgs, names, ident, taken=mods))
+        out.append(msgs)
     return out
