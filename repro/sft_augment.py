@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from harness.minirepos import render
 from harness.schema import Message, Trajectory
@@ -58,6 +58,12 @@ def rename_messages(messages: Sequence[Message], old_slug: str, new_slug: str,
             text = pat.sub(new, text)
         return text
 
+    return rewrite_messages(messages, sub)
+
+
+def rewrite_messages(messages: Sequence[Message], sub: Callable[[str], str]) -> list[Message]:
+    """``messages`` with ``sub`` applied to every text: contents, raw tool calls, string arguments (nested too);
+    sampled token ids and log-probs are dropped (they encode the old text)."""
     out = []
     for m in messages:
         d = m.model_dump()

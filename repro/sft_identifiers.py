@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 from harness.schema import Message
 from repro.pretrain.words import make_word
-from repro.sft_augment import _sub_json
+from repro.sft_augment import rewrite_messages
 
 _KEEP = frozenset(dir(builtins)) | frozenset(keyword.kwlist) | {"self", "cls"}
 
@@ -102,14 +102,4 @@ def rename_identifiers(messages: Sequence[Message], mapping: dict[str, str]) -> 
         text = test_id.sub(lambda m: f"test_{mapping[m.group(1)]}", text)
         return whole.sub(lambda m: mapping[m.group(1)], text)
 
-    out = []
-    for m in messages:
-        d = m.model_dump()
-        d["content"] = sub(d["content"])
-        for call in d["tool_calls"]:
-            call["raw"] = sub(call["raw"]) if call.get("raw") else call.get("raw")
-            call["arguments"] = _sub_json(call["arguments"], sub)
-        d["token_ids"] = None
-        d["logprobs"] = None
-        out.append(Message.model_validate(d))
-    return out
+    return rewrite_messages(messages, sub)
