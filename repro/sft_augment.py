@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from harness.minirepos import render
 from harness.schema import Message, Trajectory
 from repro.pretrain.words import make_word
+from repro.sft_identifiers import code_identifiers, fresh_names, rename_identifiers
+from repro.sft_rewrite import rewrite_messages
 
 
 class RenameError(ValueError):
@@ -59,32 +61,6 @@ def rename_messages(messages: Sequence[Message], old_slug: str, new_slug: str,
         return text
 
     return rewrite_messages(messages, sub)
-
-
-def rewrite_messages(messages: Sequence[Message], sub: Callable[[str], str]) -> list[Message]:
-    """``messages`` with ``sub`` applied to every text: contents, raw tool calls, string arguments (nested too);
-    sampled token ids and log-probs are dropped (they encode the old text)."""
-    out = []
-    for m in messages:
-        d = m.model_dump()
-        d["content"] = sub(d["content"])
-        for call in d["tool_calls"]:
-            call["raw"] = sub(call["raw"]) if call.get("raw") else call.get("raw")
-            call["arguments"] = _sub_json(call["arguments"], sub)
-        d["token_ids"] = None
-        d["logprobs"] = None
-        out.append(Message.model_validate(d))
-    return out
-
-
-def _sub_json(value, sub):
-    if isinstance(value, str):
-        return sub(value)
-    if isinstance(value, list):
-        return [_sub_json(v, sub) for v in value]
-    if isinstance(value, dict):
-        return {k: _sub_json(v, sub) for k, v in value.items()}
-    return value
 
 
 def repo_slug(repo: str) -> str:
@@ -119,8 +95,6 @@ def renamed_episodes(trajs: Sequence[Trajectory], repos: dict[str, str], *, seed
     probability ``module_share`` (same generator) its modules get made-up names too (``fresh_module_names``); with
     probability ``identifier_share`` (a generator of its own, ``sft-idents:{seed}:{epoch}:{i}``, so no earlier draw
     changes) the names its code defines too (``repro.sft_identifiers``)."""
-    from repro.sft_identifiers import code_identifiers, fresh_names, rename_identifiers
-
     out = []
     for i, tr in enumerate(trajs):
         if tr.instance_id not in repos:

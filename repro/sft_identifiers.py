@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 from harness.schema import Message
 from repro.pretrain.words import make_word
-from repro.sft_augment import rewrite_messages
+from repro.sft_rewrite import rewrite_messages
 
 _KEEP = frozenset(dir(builtins)) | frozenset(keyword.kwlist) | {"self", "cls"}
 
