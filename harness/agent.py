@@ -324,7 +324,10 @@ def _n_tokens(out: PolicyOutput) -> int | None:
 def format_error(text: str) -> bool:
     """True when the agent loop cannot act on the turn ``text`` as written: no tool call, or a call that does not
     parse (``ToolCall.valid`` false). A well-formed call whose tool then fails is not a format error."""
-    calls = parse_tool_calls(text)
+    return _unusable(parse_tool_calls(text))
+
+
+def _unusable(calls: list[ToolCall]) -> bool:
     return not calls or any(not c.valid for c in calls)
 
 
@@ -340,12 +343,14 @@ def _retry_format(policy: Policy, env: AgentEnv, tools: list[dict[str, Any]], rn
     docstring); stops early when the token or wall-time budget is spent (the last draft is then the turn)."""
     lim = env.limits
     for _ in range(lim.format_retries):
-        if out.finish_reason == "context" or not format_error(out.text):
+        if out.finish_reason == "context":
             break
-        spent = env.n_tokens + (_n_tokens(out) or estimate_tokens(out.text))
-        if spent >= lim.max_tokens or env.elapsed() >= lim.wall_s:
+        draft = _draft(env, out)
+        cost = _n_tokens(out)
+        cost = estimate_tokens(out.text) if cost is None else cost
+        if not _unusable(draft.tool_calls) or env.n_tokens + cost >= lim.max_tokens or env.elapsed() >= lim.wall_s:
             break
-        env.discard_draft(_draft(env, out), n_tokens=_n_tokens(out), reason="format")
+        env.discard_draft(draft, n_tokens=cost, reason="format")
         out, more = _act(policy, env, tools, rng)
         dt += more
     return out, dt

@@ -37,6 +37,7 @@ from typing import Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from harness.interfaces import MAX_FORMAT_RETRIES
 from repro.config import LoraCfg
 from repro.lora import apply_lora, save_pretrained, trainable_parameters
 from repro.models import build_model, count_params
@@ -108,7 +109,7 @@ class SFTConfig(BaseModel):
     eval_temperature: float = 1.0
     eval_max_new_tokens: int = 320
     eval_max_turns: int = 16
-    eval_format_retries: int = Field(0, ge=0, le=8, description="held-out evaluation: a turn without a tool call, or "
+    eval_format_retries: int = Field(0, ge=0, le=MAX_FORMAT_RETRIES, description="held-out evaluation: a turn without a tool call, or "
                                      "with one that does not parse, is sampled again at most this many times "
                                      "(harness EpisodeLimits.format_retries)")
     eval_concurrency: int = Field(8, ge=1, description="held-out episodes run at once, their turns sampled as one "

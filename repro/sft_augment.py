@@ -30,7 +30,6 @@ from collections.abc import Sequence
 
 from harness.minirepos import render
 from harness.schema import Message, Trajectory
-from repro.pretrain.words import make_word
 from repro.sft_identifiers import code_identifiers, fresh_names, rename_identifiers
 from repro.sft_rewrite import rewrite_messages
 
@@ -77,15 +76,7 @@ def package_modules(messages: Sequence[Message], package: str) -> list[str]:
 
 def fresh_module_names(messages: Sequence[Message], modules: Sequence[str], rng: random.Random) -> dict[str, str]:
     """A made-up training-pool word per module, none occurring in the conversation nor drawn twice."""
-    text = "\n".join(m.content for m in messages)
-    out: dict[str, str] = {}
-    for mod in modules:
-        while True:
-            w = make_word(rng, "train")
-            if w not in out.values() and not _pattern(w).search(text):
-                out[mod] = w
-                break
-    return out
+    return fresh_names(messages, modules, rng)
 
 
 def renamed_episodes(trajs: Sequence[Trajectory], repos: dict[str, str], *, seed: int, epoch: int,

@@ -28,7 +28,9 @@ import random
 import re
 from collections.abc import Sequence
 
+from harness.metrics import calls_with_results
 from harness.schema import Message
+from harness.tools import ERROR_PREFIX
 from repro.pretrain.words import make_word
 from repro.sft_rewrite import rewrite_messages
 
@@ -38,13 +40,11 @@ _KEEP = frozenset(dir(builtins)) | frozenset(keyword.kwlist) | {"self", "cls"}
 def _sources(messages: Sequence[Message], package: str) -> list[str]:
     """The package's module sources as ``read_file`` returned them (``<package>/<name>.py``)."""
     out = []
-    for i, m in enumerate(messages):
-        for call in m.tool_calls:
-            path = str(call.arguments.get("path", "")) if call.valid and call.name == "read_file" else ""
-            if path.startswith(f"{package}/") and path.endswith(".py") and i + 1 < len(messages):
-                obs = messages[i + 1]
-                if obs.role == "tool" and not obs.content.startswith("ERROR"):
-                    out.append(obs.content)
+    for call, obs in calls_with_results(list(messages)):
+        path = str(call.arguments.get("path", "")) if call.valid and call.name == "read_file" else ""
+        if path.startswith(f"{package}/") and path.endswith(".py") and obs is not None \
+                and not obs.content.startswith(ERROR_PREFIX):
+            out.append(obs.content)
     return out
 
 

@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from harness.interfaces import MAX_FORMAT_RETRIES
+
 # dotted TrainConfig key -> value, e.g. {"guidance.lam": 0.3}: the `--set` layer of repro.config.load_config
 RLOverrides = dict[str, bool | int | float | str]
 
@@ -25,7 +27,7 @@ class EvalSettings(BaseModel):
     max_turns: int = Field(8, ge=1)
     finish_notice_turns: int = Field(0, ge=0, description="the agent loop tells the agent when only this many turns "
                                      "are left (harness EpisodeLimits.finish_notice_turns); 0 = never")
-    format_retries: int = Field(0, ge=0, le=8, description="a turn without a tool call, or with one that does not "
+    format_retries: int = Field(0, ge=0, le=MAX_FORMAT_RETRIES, description="a turn without a tool call, or with one that does not "
                                 "parse, is sampled again at most this many times (harness "
                                 "EpisodeLimits.format_retries); 0 = every turn as sampled")
     max_new_tokens: int = Field(192, ge=1)
