@@ -46,6 +46,17 @@ markup / call JSON such as ``{"name": ...`` left in the visible text). Such a tu
 never a failing Markdown turn; ``tool_protocol@v2`` FAILS it, also when no block parsed at all (v1: NA). v1 stays
 registered unchanged, so runs that name it are judged as before. Not covered: a reply that quotes tool-call JSON in
 its visible text reads as an attempt too.
+
+``markdown@v3`` — ``markdown@v2`` plus one rule, 5: code outside backticks and fences FAILS also when it is in
+quotes or is a call with arguments (``markdown_violations(..., quoted_code=True)``). A quoted span is text after an
+opening ``'`` or ``"`` (one that does not follow a letter, digit or quote, so ``don't`` and ``tests'`` open none) up
+to the same quote before a non-word character, or to the end of the line when it is never closed (a reply broken
+off inside a quote); it is code when it holds a bracket, ``=``, ``<``, ``>``, ``+``, ``*``, ``/``, ``%``, a
+`` - `` between spaces, or starts with a Python keyword (``return``, ``if``, ...). ``'B'``, ``"Task finished."`` and
+``'grades'`` are not code. A call with arguments is a name directly followed by a bracketed argument list
+(``letter(90)``; ``add()`` is rule 4's; the plural ``file(s)`` is not one). Why: under v2 a short reply such as ``Sorry, I changed 'return round((x -
+32, 1)`` passed (no bare identifier), and 9 of the 10 held-out episodes per arm that passed ``markdown@v2`` in the
+mini run were such replies (README, *What the mini world reaches*). Same hint texts as v1 and v2.
 """
 
 from __future__ import annotations
@@ -169,8 +180,25 @@ def bare_names(line: str) -> list[str]:
     return found
 
 
-def markdown_violations(text: str) -> list[str] | None:
-    """markdown@v1 on one reply piece: None when not applicable (NA), else the list of violations (empty = PASS)."""
+_QUOTED_RE = re.compile(r"""(?<![\w'"`])(['"])(?=\S)(.+?)(?:\1(?!\w)|$)""")
+_CODE_CHARS_RE = re.compile(r"[()\[\]{}=<>+*/%]| - ")
+_KEYWORD_START_RE = re.compile(r"^\s*(?:return|if|elif|else|for|while|def|class|import|from|raise|assert|lambda|yield|"
+                               r"with|try|except|not|del|pass)\b")
+_CALL_ARGS_RE = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\((?!e?s\))[^()\s][^()]*\)")  # not hunk(s)
+
+
+def unfenced_code(line: str) -> list[str]:
+    """markdown@v3 rule 5: quoted code and calls with arguments in ``line``, outside inline code spans and URLs."""
+    text = _URL_RE.sub(" ", _INLINE_CODE_RE.sub(" ", line))
+    found = [m.group(0) for m in _QUOTED_RE.finditer(text)
+             if _CODE_CHARS_RE.search(m.group(2)) or _KEYWORD_START_RE.match(m.group(2))]
+    found += [m.group(0) for m in _CALL_ARGS_RE.finditer(_QUOTED_RE.sub(" ", text))]
+    return found
+
+
+def markdown_violations(text: str, *, quoted_code: bool = False) -> list[str] | None:
+    """markdown@v1 on one reply piece: None when not applicable (NA), else the list of violations (empty = PASS);
+    ``quoted_code`` adds markdown@v3's rule 5."""
     stripped = text.strip()
     if len(stripped) < MIN_CHARS:
         return None
@@ -189,6 +217,10 @@ def markdown_violations(text: str) -> list[str] | None:
     if names:
         shown = ", ".join(repr(n) for n in dict.fromkeys(names).keys())
         out.append(f"identifiers/paths not in backticks: {shown[:300]}")
+    code = [c for _, ln in outside for c in unfenced_code(ln)] if quoted_code else []
+    if code:
+        shown = ", ".join(c[:60] for c in dict.fromkeys(code).keys())
+        out.append(f"code not in backticks or a fenced block: {shown[:300]}")
     return out
 
 
@@ -219,13 +251,14 @@ class MarkdownV1:
     hint_text: str = MARKDOWN_HINT
     hint_placement: str = "before_finish"  # the summary is the judged turn
     replies_only: bool = False  # v2: a failed tool-call attempt's visible text is not a reply (not judged)
+    quoted_code: bool = False  # v3: rule 5, code in quotes or a call with arguments outside backticks fails
 
     def turn_violations(self, message: Message) -> list[str] | None:
         """None if no piece of the turn is applicable, else all violations (each prefixed by its piece)."""
         pieces = reply_pieces(message)
         if self.replies_only and call_attempt_error(message) is not None:
             pieces = [p for p in pieces if p[0] != "content"]
-        results = [(name, markdown_violations(text)) for name, text in pieces]
+        results = [(name, markdown_violations(text, quoted_code=self.quoted_code)) for name, text in pieces]
         applicable = [(name, v) for name, v in results if v is not None]
         if not applicable:
             return None
@@ -336,6 +369,8 @@ def _v2_checkers() -> tuple[JudgedOnly, ...]:
     by_id = {c.id: c for c in TIER_CHECKERS}
     return (
         JudgedOnly(MarkdownV1(id="markdown@v2", replies_only=True), "markdown@v2",
+                   f"the episode has no reply to the user of {MIN_CHARS}+ characters"),
+        JudgedOnly(MarkdownV1(id="markdown@v3", replies_only=True, quoted_code=True), "markdown@v3",
                    f"the episode has no reply to the user of {MIN_CHARS}+ characters"),
         JudgedOnly(by_id["tool_args@v1"], "tool_args@v2", "the episode has no edit_file call"),
         JudgedOnly(by_id["ask_first@v1"], "ask_first@v2", "the episode changed no file"),

@@ -64,6 +64,7 @@ WRONG_HINTS: dict[str, str] = {
     "ask_first@v1": "Reminder: do not ask the user anything; make the changes you need without waiting for approval.",
 }
 WRONG_HINTS.update({f"{c.split('@')[0]}@v2": WRONG_HINTS[c] for c in ("markdown@v1", "tool_args@v1", "ask_first@v1")})
+WRONG_HINTS["markdown@v3"] = WRONG_HINTS["markdown@v1"]  # v3 adds a rule (quoted code), same requirement
 
 
 def _hints_so_far(messages: list[Message]) -> int:

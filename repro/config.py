@@ -133,7 +133,7 @@ class RewardCfg(_Section):
     w_tool_errors: float = Field(0.0, ge=0, description="- per repeated tool error")
     w_protocol: float = Field(0.0, ge=0, description="- per invalid tool call (malformed or after finish)")
     w_feedback: float = Field(0.0, ge=0, description="+ user feedback in [-1,1] (0 when none is recorded)")
-    checker: str = "markdown@v2"  # v2: a broken tool-call turn is not a failing Markdown turn (issue #13.3)
+    checker: str = "markdown@v3"  # v2: broken tool-call turns not judged (issue #13.3); v3: quoted code fails
 
 
 class GrpoCfg(_Section):

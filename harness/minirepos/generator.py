@@ -37,7 +37,8 @@ log = logging.getLogger(__name__)
 # v2: tasks require markdown@v2 (no compliance by absence; broken tool-call text is a protocol failure, not a
 # Markdown one), and no docstrings in the generated code and tests (the README still describes each module). The
 # seeds keep the v1 namespace, so equal arguments give the same repositories, names and bugs as v1, more compact.
-GENERATOR_VERSION = "minirepos@v2"
+# v3: tasks require markdown@v3 (code in quotes outside backticks fails too); repositories, names and bugs as v2.
+GENERATOR_VERSION = "minirepos@v3"
 _SEED_NAMESPACE = "minirepos@v1"
 MiniSplit = Literal["train", "heldout"]
 _FAMILY_DIFFICULTY = {"wrong_operator": 0, "wrong_comparison": 0, "wrong_constant": 0, "wrong_builtin": 0}
@@ -222,7 +223,7 @@ def build_task(rng: random.Random, repo: RepoPlan, bug: PlantedBug, number: int,
         test_patch="".join(render.unified_diff(p, "", text) for p, text in hidden),
         FAIL_TO_PASS=f2p,
         PASS_TO_PASS=p2p,
-        behaviour=["markdown@v2", "tool_protocol@v1"],
+        behaviour=["markdown@v3", "tool_protocol@v1"],
         cluster=repo.repo,
         split=split,
         difficulty=_difficulty(bug, use_direct),

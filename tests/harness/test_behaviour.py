@@ -159,11 +159,12 @@ def test_tool_protocol(texts, verdicts, ok: bool, needle: str | None) -> None:
 
 
 def test_registry_and_hints() -> None:
-    assert set(CHECKERS) == {"markdown@v1", "markdown@v2", "tool_protocol@v1", "tool_protocol@v2", "tool_args@v1",
+    assert set(CHECKERS) == {"markdown@v1", "markdown@v2", "markdown@v3", "tool_protocol@v1", "tool_protocol@v2", "tool_args@v1",
                              "tool_args@v2", "ask_first@v1", "ask_first@v2"}
     assert hint_text("markdown@v1") == MARKDOWN_HINT == hint_text("markdown@v2")
     assert MARKDOWN_HINT.startswith("Reminder: format your reply to the user in Markdown")
-    with pytest.raises(ValueError, match="known: ask_first@v1, ask_first@v2, markdown@v1, markdown@v2, tool_args@v1, "
+    with pytest.raises(ValueError, match="known: ask_first@v1, ask_first@v2, markdown@v1, markdown@v2, markdown@v3, "
+                                         "tool_args@v1, "
                                          "tool_args@v2, tool_protocol@v1, tool_protocol@v2"):
         get_checker("markdown@v9")
     results = check_behaviour(_traj(FIN), ["markdown@v1", "tool_protocol@v1"])

@@ -112,12 +112,12 @@ def test_the_expert_reports_what_it_changed_and_what_still_fails(tasks: TaskSet,
     assert expected in (traj.final_message or ""), traj.final_message
     assert sum(m.role == "assistant" for m in traj.messages) == max_turns - 1  # finished right after the notice
     verdicts = {b.checker: b.ok for b in check_behaviour(traj, inst.behaviour)}
-    assert verdicts["markdown@v2"] is False and verdicts["tool_protocol@v1"] is True
+    assert verdicts["markdown@v3"] is False and verdicts["tool_protocol@v1"] is True
 
 
 def test_a_hinted_report_is_markdown_and_a_notice_after_the_fix_changes_nothing(tasks: TaskSet) -> None:
     inst, traj = _expert_episode(tasks, 7, hinted=True)
     assert traj.final_message is not None and traj.final_message.startswith("## Result")
-    assert {b.checker: b.ok for b in check_behaviour(traj, inst.behaviour)}["markdown@v2"] is True
+    assert {b.checker: b.ok for b in check_behaviour(traj, inst.behaviour)}["markdown@v3"] is True
     _, late = _expert_episode(tasks, 8)  # the notice follows the passing test run: the usual summary
     assert late.finished and "pass now" in (late.final_message or ""), late.final_message

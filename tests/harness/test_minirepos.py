@@ -105,7 +105,7 @@ def test_generated_code_has_no_docstrings_and_the_readme_describes_modules() -> 
         files = {k: v.decode() for k, v in snaps[inst.instance_id].items()}
         code = {k: v for k, v in files.items() if k.endswith(".py") and not k.endswith("__init__.py")}
         assert code and all('"""' not in v for v in code.values()), inst.instance_id
-        assert '"""' not in inst.test_patch and inst.extra["generator"] == "minirepos@v2"
+        assert '"""' not in inst.test_patch and inst.extra["generator"] == "minirepos@v3"
         modules = [k for k in code if not k.startswith("tests/")]
         readme = files["README.md"]
         assert all(f"- `{m}`: " in readme and not readme.count(f"- `{m}`: \n") for m in modules), readme
@@ -135,7 +135,7 @@ def test_records_follow_the_contract(heldout: tuple[list, dict], train: tuple[li
     node = re.compile(r"^tests/test_hidden_\w+\.py::test_\w+$")
     for insts, files in (heldout, train):
         for inst in insts:
-            assert inst.behaviour == ["markdown@v2", "tool_protocol@v1"]
+            assert inst.behaviour == ["markdown@v3", "tool_protocol@v1"]
             assert (inst.test_cmd, inst.image, inst.cluster) == ("python -m pytest", "base", inst.repo)
             assert inst.bug_family in BUG_FAMILIES and inst.difficulty in ("easy", "medium", "hard")
             assert inst.FAIL_TO_PASS and all(node.match(t) for t in inst.FAIL_TO_PASS + inst.PASS_TO_PASS)

@@ -58,7 +58,7 @@ def test_expert_resolves_heldout_without_markdown(heldout: TaskSet) -> None:
     res = _episodes(heldout, ScriptedExpert(think=True), len(heldout.instances))
     resolved = sum(r for _, r, _ in res)
     assert resolved >= 0.95 * len(res), [(t.instance_id, t.final_message) for t, r, _ in res if not r]
-    assert sum(b["markdown@v2"] for _, _, b in res) == 0, "no hint: the expert's summaries must not be Markdown"
+    assert sum(b["markdown@v3"] for _, _, b in res) == 0, "no hint: the expert's summaries must not be Markdown"
     assert all(b["tool_protocol@v1"] for _, _, b in res)
     for traj, _, _ in res:
         for step in history(traj.messages):
@@ -71,7 +71,7 @@ def test_expert_writes_markdown_when_the_hint_asks(heldout: TaskSet) -> None:
     fb = ReminderFeedback("correct", placement="before_finish")
     res = _episodes(heldout, ScriptedExpert(), 6, feedback=fb)
     assert all(r for _, r, _ in res)
-    assert sum(b["markdown@v2"] for _, _, b in res) >= 0.95 * len(res), [t.final_message for t, _, _ in res]
+    assert sum(b["markdown@v3"] for _, _, b in res) >= 0.95 * len(res), [t.final_message for t, _, _ in res]
     assert all(t.hint_turns for t, _, _ in res)
 
 
@@ -80,7 +80,7 @@ def test_oracle_resolves_every_instance_and_null_none(heldout: TaskSet) -> None:
     oracle = _episodes(heldout, OraclePolicy(heldout), 10)
     assert {i.template_tier for i in heldout.instances[:10]} == {"seen_templates", "unseen_templates"}
     assert all(r for _, r, _ in oracle)
-    assert all(b["markdown@v2"] and b["tool_protocol@v1"] for _, _, b in oracle)
+    assert all(b["markdown@v3"] and b["tool_protocol@v1"] for _, _, b in oracle)
     null = _episodes(heldout, NullPolicy(), 2)
     assert not any(r for _, r, _ in null)
     assert all(len([m for m in t.messages if m.role == "assistant"]) == 1 for t, _, _ in null)

@@ -166,7 +166,7 @@ def test_the_default_gate_guides_replies_not_broken_tool_calls() -> None:
         msgs += [Message(role="assistant", content=t, tool_calls=parse_tool_calls(t), turn=i),
                  Message(role="user", content="no call", turn=i)]
     checker = RewardCfg().checker
-    assert checker == "markdown@v2"
+    assert checker == "markdown@v3"
     verdicts = turn_verdicts(get_checker(checker), msgs)
     assert verdicts == ["NA", "FAIL"] and turn_verdicts(get_checker("markdown@v1"), msgs) == ["FAIL", "FAIL"]
     assert turn_verdicts(get_checker("tool_protocol@v2"), msgs)[0] == "FAIL"
