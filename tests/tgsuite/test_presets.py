@@ -40,7 +40,7 @@ def test_eval_stage_inputs_keep_the_flat_keys() -> None:
     assert SMOKE.eval.stage_inputs() == {"eval_sandbox": "docker", "eval_episodes": 1, "eval_max_turns": 3,
                                          "eval_max_new_tokens": 48, "eval_temperature": 1.0, "eval_concurrency": 8}
     assert MINI.eval.stage_inputs()["eval_finish_notice_turns"] == 2
-    assert "eval_format_retries" not in MINI.eval.stage_inputs()  # hashed only when on
-    assert MINI.eval.model_copy(update={"format_retries": 3}).stage_inputs()["eval_format_retries"] == 3
+    assert "eval_format_retries" not in MINI.eval.model_copy(update={"format_retries": 0}).stage_inputs()  # only when on
+    assert MINI.eval.stage_inputs()["eval_format_retries"] == 3
     tier = MINI.with_sft(hint_share=0.6)
     assert tier.sft["hint_share"] == 0.6 and MINI.sft.get("hint_share") is None and tier.eval == MINI.eval

@@ -134,8 +134,10 @@ MINI = Preset(
     rl={"run.steps": 6, "rollout.groups": 1, "rollout.group_size": 4, "rollout.max_turns": 8,
         "rollout.max_new_tokens": 128, "rollout.max_context_tokens": 4096, "rollout.observation_max_tokens": 1024,
         "rollout.finish_notice_turns": 2, "optim.lr": 1e-4, "run.progress": False},
-    # the finish notice 2 turns before the limit (harness EpisodeLimits.finish_notice_turns), in RL and evaluation
-    eval=EvalSettings(max_turns=8, max_new_tokens=128, finish_notice_turns=2),
+    # the finish notice 2 turns before the limit (harness EpisodeLimits.finish_notice_turns), in RL and evaluation;
+    # in evaluation a turn without a parsable tool call is sampled again up to 3 times (EpisodeLimits.format_retries;
+    # the drafts are kept and counted; RL rollouts never resample), measured in README ("Format retries")
+    eval=EvalSettings(max_turns=8, max_new_tokens=128, finish_notice_turns=2, format_retries=3),
 )
 
 
