@@ -44,7 +44,7 @@ def reach_section(eps: Sequence[EpisodeResult]) -> Section:
             vs = [v for e in es for b in e.behaviour if b.checker == c for v in b.turn_verdicts]
             judged, passed = sum(v != "NA" for v in vs), sum(v == "PASS" for v in vs)
             per_checker.append(Cell(text=f"{passed:,} / {judged:,} (of {len(vs):,} turns)"))
-            if c.startswith("markdown@"):  # v1 and v2 judge the same turns
+            if c.startswith("markdown@"):  # v2 and v3 judge the same turns; v3 passes fewer
                 md_id = c
                 tot["md_judged"] += judged
                 tot["md_turns"] += len(vs)
