@@ -44,3 +44,30 @@ def test_eval_stage_inputs_keep_the_flat_keys() -> None:
     assert MINI.eval.stage_inputs()["eval_format_retries"] == 3
     tier = MINI.with_sft(hint_share=0.6)
     assert tier.sft["hint_share"] == 0.6 and MINI.sft.get("hint_share") is None and tier.eval == MINI.eval
+
+
+def test_the_mini_plan_names_what_the_mini_preset_runs() -> None:
+    """The preregistered plan's grader, checkers and decoding are what the preset really uses (plan v1 named
+    grade@v1 and 10 turns x 160 tokens long after the preset had moved on)."""
+    import tempfile
+    from pathlib import Path
+
+    from harness.grading import GRADER_VERSION
+    from harness.minirepos import make_mini
+    from harness.tasks import load_task_set
+    from protocols.load import bundled_plans, load_plan
+    from repro.config import RewardCfg
+
+    plan = load_plan(bundled_plans()[MINI.plan.removesuffix(".toml")])
+    assert {e.grader_version for e in plan.endpoints if e.grader_version} == {GRADER_VERSION}
+    ev = MINI.eval
+    decoding = plan.design.decoding
+    for said in (f"temperature {ev.temperature}", f"at most {ev.max_turns} turns", f"{ev.max_new_tokens} new tokens",
+                 f"{ev.finish_notice_turns} turns before the limit", f"up to {ev.format_retries} times"):
+        assert said in decoding, (said, decoding)
+    assert MINI.rl.get("reward.checker", RewardCfg().checker) == "markdown@v3"
+    behaviour = next(e for e in plan.endpoints if e.id == "behaviour_ok").definition
+    with tempfile.TemporaryDirectory() as tmp:
+        make_mini(Path(tmp), split="heldout", repos=1, tasks_per_repo=1, seed=0)
+        (inst,) = load_task_set(Path(tmp)).instances
+    assert all(c in behaviour for c in inst.behaviour), (inst.behaviour, behaviour)
