@@ -63,7 +63,7 @@ def criterion_verdict(est: EffectEstimate, c: CriterionSpec) -> CriterionOutcome
     ok = low > bar
     txt = f"{c.endpoint} ({c.kind}): L = {low:+.4f} {'>' if ok else '<='} {bar:+.4f}"
     if c.kind == "dual":
-        ok_est = est.estimate >= c.threshold
+        ok_est = c.estimate_passes(est.estimate)
         txt += f"; estimate {est.estimate:+.4f} {'>=' if ok_est else '<'} X = {c.threshold:+.4f}"
         ok = ok and ok_est
     p = est.p_value(_pvalue_null(c))

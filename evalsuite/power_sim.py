@@ -51,7 +51,7 @@ def _draw(rng: np.random.Generator, *, m: int, n_repos: int, per_repo: int, sigm
 def _passes(yt: np.ndarray, yc: np.ndarray, repo: np.ndarray, c: CriterionSpec, df_rule: str) -> bool:
     e = crossed_effect(yt, yc, repo, alpha_one_sided=c.alpha_one_sided, df_rule=df_rule)  # type: ignore[arg-type]
     ok = (not e.degenerate) and e.lower_one_sided > c.bar
-    return bool(ok and (c.kind != "dual" or e.estimate >= c.threshold))
+    return bool(ok and c.estimate_passes(e.estimate))
 
 
 def simulate_plan_power(proto: Protocol, *, n_sims: int, rng: np.random.Generator) -> PlanPowerSim:

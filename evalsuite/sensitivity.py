@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 def verdict_of(lower: float | None, estimate: float | None, c: CriterionSpec) -> CriterionVerdict:
     if lower is None or estimate is None or not (math.isfinite(lower) and math.isfinite(estimate)):
         return "not_evaluated"
-    ok = lower > c.bar and (c.kind != "dual" or estimate >= c.threshold)
+    ok = lower > c.bar and c.estimate_passes(estimate)
     return "pass" if ok else "fail"
 
 

@@ -99,6 +99,9 @@ class Endpoint(_Frozen):
     grader_version: str | None = None
 
 
+EST_TOL = 1e-12  # far below the smallest step of a difference of rates (1 / episodes per arm) in any real plan
+
+
 class CriterionSpec(_Frozen):
     """One ship criterion, tested on the one-sided lower bound L at ``alpha_one_sided``.
 
@@ -149,6 +152,12 @@ class CriterionSpec(_Frozen):
     def null_value(self) -> float:
         """Δ0 of H0: Δ <= Δ0 (used for p-values)."""
         return self.bar
+
+    def estimate_passes(self, estimate: float) -> bool:
+        """The ``dual`` criterion's second condition, estimate >= X (True for other kinds). Equal counts pass: a
+        difference of rates that is X in exact arithmetic (12/120 = 0.1) may come out of floating point a few ulps
+        below it (0.09999999999999999), so values within ``EST_TOL`` of X count as X."""
+        return self.kind != "dual" or estimate >= self.threshold - EST_TOL
 
 
 class DecisionRule(_Frozen):
