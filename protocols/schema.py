@@ -102,6 +102,13 @@ class Endpoint(_Frozen):
 EST_TOL = 1e-12  # far below the smallest step of a difference of rates (1 / episodes per arm) in any real plan
 
 
+def at_least(estimate: float, threshold: float) -> bool:
+    """estimate >= threshold, where equal counts pass: a difference of rates that is X in exact arithmetic
+    (14/120 - 2/120 = 0.1) may come out of floating point a few ulps below it (0.09999999999999999), so values
+    within ``EST_TOL`` of X count as X. The one comparison of an estimate with a preregistered minimum."""
+    return estimate >= threshold - EST_TOL
+
+
 class CriterionSpec(_Frozen):
     """One ship criterion, tested on the one-sided lower bound L at ``alpha_one_sided``.
 
@@ -154,10 +161,8 @@ class CriterionSpec(_Frozen):
         return self.bar
 
     def estimate_passes(self, estimate: float) -> bool:
-        """The ``dual`` criterion's second condition, estimate >= X (True for other kinds). Equal counts pass: a
-        difference of rates that is X in exact arithmetic (12/120 = 0.1) may come out of floating point a few ulps
-        below it (0.09999999999999999), so values within ``EST_TOL`` of X count as X."""
-        return self.kind != "dual" or estimate >= self.threshold - EST_TOL
+        """The ``dual`` criterion's second condition, estimate >= X (:func:`at_least`); True for other kinds."""
+        return self.kind != "dual" or at_least(estimate, self.threshold)
 
 
 class DecisionRule(_Frozen):

@@ -9,6 +9,7 @@ table's counts into row percentages for reading.
 from __future__ import annotations
 
 from evalsuite.schema import AnalysisResult, ArmSummary, CriterionResult, JointTable, RateCI
+from protocols.schema import at_least
 from reports import figures
 from reports import format as fmt
 from reports.model import Cell, Figure, Section, Table, Tone, VerdictView
@@ -51,7 +52,7 @@ def criterion_reason(c: CriterionResult) -> Cell:
     cmp = ">" if c.lower_one_sided > c.bar else "≤"
     text = f"{head}: one-sided {level} lower bound {fmt.pp(c.lower_one_sided)} {cmp} {fmt.pp(c.bar)}"
     if c.kind == "dual" and c.estimate is not None:
-        cmp2 = "≥" if c.estimate >= c.threshold else "<"
+        cmp2 = "≥" if at_least(c.estimate, c.threshold) else "<"
         text += f", estimate {fmt.pp(c.estimate)} {cmp2} {fmt.pp(c.threshold)}"
     return Cell(text=f"{text} → {c.verdict.upper()}", tone=VERDICT_TONE[c.verdict])
 

@@ -34,3 +34,13 @@ def test_an_estimate_equal_to_x_passes_and_one_below_fails(estimate: float, pass
 def test_the_lower_bound_still_decides() -> None:
     assert criterion_verdict(_est(0.09999999999999999, lower=-0.5), DUAL).verdict == "fail"
     assert CriterionSpec(endpoint="code_ok", kind="noninferiority", margin=0.1).estimate_passes(-0.5)
+
+
+def test_the_report_says_what_the_verdict_used() -> None:
+    from evalsuite.schema import CriterionResult
+    from reports.sections import criterion_reason
+
+    c = CriterionResult(endpoint="behaviour_ok", kind="dual", estimand="method", method="test",
+                        estimate=0.09999999999999999, alpha_one_sided=0.025, lower_one_sided=0.02, threshold=0.1,
+                        bar=0.0, verdict="pass")
+    assert "estimate +10.0 pp ≥ +10.0 pp → PASS" in criterion_reason(c).text
