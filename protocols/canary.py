@@ -1,4 +1,4 @@
-"""Load, freeze and check canary plans (:class:`protocols.schema.CanaryPlan`) the way offline plans are frozen.
+"""Load, freeze and check canary plans (:class:`protocols.canary_schema.CanaryPlan`) the way offline plans are frozen.
 
 The hash is the same canonical-JSON sha256 as ``protocols.freeze`` (``protocol_hash``: ``model_dump(mode="json")``,
 sorted keys, no whitespace, UTF-8), so comments and key order in the TOML do not change it and any value does. The
@@ -16,9 +16,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from protocols.canary_schema import CanaryPlan, FrozenCanaryPlan
 from protocols.freeze import git_state, protocol_hash, utc_now
 from protocols.load import ProtocolError, format_validation_error, read_toml
-from protocols.schema import CanaryPlan, FrozenCanaryPlan
 
 
 def _format(exc: ValidationError, source: str) -> str:

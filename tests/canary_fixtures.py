@@ -9,7 +9,7 @@ import numpy as np
 
 from harness.schema import ArmSpec, EpisodeMetrics, EpisodeResult, RunManifest
 from protocols.canary import canary_plan_from_dict
-from protocols.schema import CanaryPlan
+from protocols.canary_schema import CanaryPlan
 
 PLAN_TOML = Path(__file__).resolve().parents[1] / "protocols" / "plans" / "canary" / "gray_release.toml"
 

@@ -18,7 +18,7 @@ from datetime import datetime
 import numpy as np
 
 from evalsuite.canary.schema import CanaryAssignment, CanaryEpisode
-from protocols.schema import CanaryMetric, CanaryPlan
+from protocols.canary_schema import CanaryMetric, CanaryPlan
 
 COLUMNS = ("task_completed", "code_produced", "code_ran", "n_edits", "rework", "feedback_up", "feedback_down",
            "tool_calls", "tool_errors", "hallucination_reports", "episodes")  # fmt: skip

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from evalsuite.canary.schema import Decision, Gate, MetricLook
-from protocols.schema import CanaryPlan
+from protocols.canary_schema import CanaryPlan
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from evalsuite.canary import exact, gsd, mixture
 from evalsuite.canary.aggregate import UnitAggregates
 from evalsuite.canary.delta import Estimate, effect, ratio_and_var, with_variance_floor
 from evalsuite.canary.schema import MetricLook, MetricStatus
-from protocols.schema import CanaryMetric, CanaryPlan
+from protocols.canary_schema import CanaryMetric, CanaryPlan
 
 
 @dataclass(frozen=True)

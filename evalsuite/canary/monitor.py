@@ -24,7 +24,7 @@ from evalsuite.canary.guardrails import MetricDesign, MetricState, alpha_allocat
 from evalsuite.canary.logs import read_assignments, read_episodes
 from evalsuite.canary.schema import CanaryResult, Gate, GateLevel, LookResult, SRMLook
 from protocols.canary import check_before
-from protocols.schema import CanaryPlan, FrozenCanaryPlan
+from protocols.canary_schema import CanaryPlan, FrozenCanaryPlan
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from evalsuite.canary import aggregate, mixture
 from evalsuite.canary.guardrails import design_metric, fast_path_upper
 from evalsuite.canary.monitor import monitor
 from evalsuite.canary.replay import ReplayConfig, replay
-from protocols.schema import CanaryMetric
+from protocols.canary_schema import CanaryMetric
 
 START = datetime(2026, 3, 2, tzinfo=UTC)
 
