@@ -66,15 +66,24 @@ class Setup:
 
 
 def lr_at(cfg: PretrainConfig, step: int) -> float:
-    """Linear warm-up, constant, then a linear decay over the last ``decay_frac`` of all steps."""
-    total = cfg.total_steps
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    decay_start = total - int(cfg.decay_frac * total)
-    if step < decay_start:
-        return cfg.lr
-    frac = (step - decay_start + 1) / max(1, total - decay_start)
-    return cfg.lr * (1 - (1 - cfg.min_lr_ratio) * min(1.0, frac))
+    """Within the phase of ``step`` (``PretrainConfig.phases``): linear warm-up, constant, then a linear decay over
+    the phase's last ``decay_frac`` (the first phase uses the config's lr and schedule, a restart phase its own)."""
+    start, end, r = next(ph for ph in cfg.phases() if ph[0] <= step < ph[1] or ph[1] == cfg.total_steps)
+    peak, warm, decay, floor = (cfg.lr, cfg.warmup_steps, cfg.decay_frac, cfg.min_lr_ratio) if r is None else \
+        (r.lr, r.warmup_steps, r.decay_frac, r.min_lr_ratio)
+    i, total = step - start, end - start
+    if i < warm:
+        return peak * (i + 1) / warm
+    decay_start = total - int(decay * total)
+    if i < decay_start:
+        return peak
+    frac = (i - decay_start + 1) / max(1, total - decay_start)
+    return peak * (1 - (1 - floor) * min(1.0, frac))
+
+
+def restarts_at(cfg: PretrainConfig, step: int) -> bool:
+    """Whether step ``step`` opens a restart phase (weights rounded to bf16, a fresh AdamW; ``schema.Restart``)."""
+    return any(r is not None and a == step for a, _, r in cfg.phases())
 
 
 def _tokenizer(cfg: PretrainConfig, out: Path) -> Any:
@@ -104,8 +113,9 @@ def _optimizer(cfg: PretrainConfig, model: torch.nn.Module) -> torch.optim.Optim
                               {"params": rest, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8)
 
 
-def setup(cfg: PretrainConfig, out_dir: str | Path) -> Setup:
-    """Everything the loop needs, built once: fresh, or restored from ``OUT/checkpoints``' latest step."""
+def setup(cfg: PretrainConfig, out_dir: str | Path, *, model: torch.nn.Module | None = None) -> Setup:
+    """Everything the loop needs, built once: fresh, or restored from ``OUT/checkpoints``' latest step
+    (``model``: the float32 weights to start a directory without checkpoints from, e.g. a shipped base's)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cfg_path = out / "config.json"
@@ -120,10 +130,12 @@ def setup(cfg: PretrainConfig, out_dir: str | Path) -> Setup:
     tok = _tokenizer(cfg, out)
     enc = ChatEncoder(tok)
     ckpt = latest_checkpoint(out)
-    if ckpt is None:
+    if ckpt is not None and model is not None:
+        raise PretrainError(f"{out} already has checkpoints; it resumes from them, not from other weights.")
+    if ckpt is None and model is None:
         model = build_model(cfg.model, len(tok), seed=cfg.seed, pad_token_id=tok.pad_token_id,
                             eos_token_id=tok.eos_token_id)
-    else:
+    elif ckpt is not None:
         from transformers import Qwen3ForCausalLM
 
         model = Qwen3ForCausalLM.from_pretrained(ckpt, torch_dtype=torch.float32)
@@ -160,6 +172,8 @@ def train_step(s: Setup) -> dict[str, float]:
         from repro.pretrain.world import world_sampler
 
         s.world = world_sampler(cfg.world, s.out / "world", s.enc)
+    if restarts_at(cfg, s.step):
+        _restart(s)
     sb = step_batch(cfg, s.step, s.enc, s.world)
     batch = pack([(d.ids, d.act) for d in sb.docs])
     lr = lr_at(cfg, s.step)
@@ -178,7 +192,17 @@ def train_step(s: Setup) -> dict[str, float]:
     return m
 
 
-def _save(s: Setup) -> None:
+def _restart(s: Setup) -> None:
+    """Open a restart phase: the weights as a bf16 export holds them, back in float32, and a fresh AdamW (the
+    step's own batch follows; a resume from the checkpoint at this step does the same again)."""
+    with torch.no_grad():
+        for p in s.model.parameters():
+            p.copy_(p.to(torch.bfloat16).to(p.dtype))
+    s.opt = _optimizer(s.cfg, s.model)
+    log.info("step %d opens stage %s: weights rounded to bf16, fresh AdamW", s.step, s.cfg.stage_at(s.step).name)
+
+
+def save_state(s: Setup) -> None:
     state = {"optimizer": s.opt.state_dict(), "step": s.step, "tokens_seen": s.tokens_seen, "wall_s": s.wall_s,
              "probes": [p.model_dump() for p in s.history]}
     save_checkpoint(s.out, s.step, model=s.model, tokenizer=s.tok, trainer_state=state,
@@ -238,12 +262,12 @@ def train(s: Setup, *, max_steps: int | None = None, stop_after_s: float | None 
                     _probe(s)
                 timed_out = stop_after_s is not None and time.perf_counter() - t_start >= stop_after_s
                 if stage_end or time.perf_counter() - last_ckpt >= cfg.checkpoint_every_s or timed_out:
-                    _save(s)
+                    save_state(s)
                     last_ckpt = time.perf_counter()
                 if timed_out:
                     break
         if latest_checkpoint(s.out) is None or _ckpt_step(s) != s.step:
-            _save(s)
+            save_state(s)
     finally:
         for sig, h in old.items():
             signal.signal(sig, h)

@@ -13,6 +13,19 @@ from repro.precision import Precision
 DocKind = Literal["repeat", "kv", "line", "episode", "episode_known", "world"]
 
 
+class Restart(BaseModel):
+    """A stage that opens a new phase: it starts from the previous phase's weights rounded to bfloat16 (what
+    ``export_base`` ships), with a fresh AdamW and a learning-rate schedule of its own (linear warm-up to ``lr``,
+    constant, linear decay over the phase's last ``decay_frac`` to ``min_lr_ratio``·lr). So a run that goes through
+    the phase boundary and a run continued from the shipped base of the phase before are the same run."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    lr: float = Field(gt=0)
+    warmup_steps: int = Field(ge=0)
+    decay_frac: float = Field(ge=0, le=1)
+    min_lr_ratio: float = Field(0.1, ge=0, le=1)
+
+
 class Stage(BaseModel):
     """One curriculum stage: ``steps`` optimizer steps, each batch a mixture of document kinds by ``mix`` weight."""
 
@@ -20,6 +33,7 @@ class Stage(BaseModel):
     name: str = Field(pattern=r"^[A-Za-z0-9_]+$")
     steps: int = Field(ge=1)
     mix: dict[DocKind, float] = Field(min_length=1, description="document kind -> weight (normalised)")
+    restart: Restart | None = Field(None, description="this stage opens a new phase (see Restart)")
 
     @model_validator(mode="after")
     def _weights(self) -> Stage:
@@ -72,7 +86,35 @@ class PretrainConfig(BaseModel):
         names = [s.name for s in self.stages]
         if len(set(names)) != len(names):
             raise ValueError(f"stage names must be unique, got {names}.")
+        if self.stages[0].restart is not None:
+            raise ValueError(f"stage {names[0]}: the first stage cannot restart (there is no phase before it).")
         return self
+
+    def phases(self) -> list[tuple[int, int, Restart | None]]:
+        """[(first step, end step, the Restart that opened it, None for the first phase)] in order."""
+        out: list[tuple[int, int, Restart | None]] = []
+        step = 0
+        for st in self.stages:
+            if not out or st.restart is not None:
+                out.append((step, step, st.restart))
+            a, _, r = out[-1]
+            step += st.steps
+            out[-1] = (a, step, r)
+        return out
+
+    def phase_prefix(self, end_step: int) -> PretrainConfig | None:
+        """The recipe made of the stages before the phase that starts at ``end_step`` (None if no phase starts
+        there): a shipped base whose recipe is this prefix's, at ``end_step``, is where that phase begins."""
+        for a, _, r in self.phases():
+            if r is not None and a == end_step:
+                kept, step = [], 0
+                for st in self.stages:
+                    if step >= a:
+                        break
+                    kept.append(st)
+                    step += st.steps
+                return self.model_copy(update={"stages": tuple(kept)})
+        return None
 
     @property
     def total_steps(self) -> int:
@@ -89,6 +131,8 @@ class PretrainConfig(BaseModel):
     def recipe_sha256(self) -> str:
         """sha256 of everything that decides the data and the optimisation (not threads or checkpoint timing)."""
         d = self.model_dump(mode="json", exclude={"torch_threads", "checkpoint_every_s"})
+        # a stage without a restart hashes as before the field existed (the shipped base's recipe stays valid)
+        d["stages"] = [st.model_dump(mode="json", exclude_defaults=True) for st in self.stages]
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
 
 

@@ -16,6 +16,7 @@ Worked example:
   tgsuite train pretrain --out runs/pretrain --export-resume state/    # carry the run to another machine ...
   tgsuite train pretrain --preset mini --out runs/p2 --resume-from state/   # ... and continue it there
   tgsuite train pretrain --out runs/pretrain --export-base bases/mini      # ship it: bf16 + manifest + sha256s
+  tgsuite train pretrain --preset mini --out runs/pc --from-base base:mini  # a later phase, from a shipped base
 
 Re-running the same command resumes from the newest checkpoint in --out (written every few minutes, at every
 stage end and on Ctrl-C / SIGTERM) and sees exactly the batches an uninterrupted run would. Progress:
@@ -33,6 +34,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--threads", type=int, help="torch intra-op threads (default: the recipe's)")
     p.add_argument("--resume-from", type=Path, help="start --out from a resume state (a folder written by "
                    "--export-resume), e.g. the one committed in the repository")
+    p.add_argument("--from-base", metavar="BASE", help="start a new --out where a restart phase of the recipe begins, "
+                   "from a shipped base of the phase before (base:mini = the one in this checkout, or a folder); "
+                   "refused unless the base's recipe and step are that phase's start")
     p.add_argument("--export-resume", type=Path, metavar="DIR", help="copy --out's resume state (config, tokenizer, "
                    "newest checkpoint) to DIR, replacing it, and exit without training")
     p.add_argument("--export-base", type=Path, metavar="DIR", help="write --out's newest checkpoint to DIR as a "
@@ -69,6 +73,15 @@ def _pretrain(args: argparse.Namespace) -> int:
         if args.threads < 1:
             raise CLIError(f"--threads {args.threads}: give at least 1.")
         cfg = cfg.model_copy(update={"torch_threads": args.threads})
+    if args.from_base is not None:
+        from repro.pretrain.from_base import seed_from_base
+        from repro.pretrain.ship import resolve_init
+
+        try:
+            at = seed_from_base(resolve_init(args.from_base), cfg, args.out)
+        except (PretrainError, BaseIntegrityError) as exc:
+            raise CLIError(str(exc)) from exc
+        print(f"seeded {args.out} from base {args.from_base} at step {at}")
     for flag, value in (("--max-steps", args.max_steps), ("--stop-after-min", args.stop_after_min)):
         if value is not None and value <= 0:
             raise CLIError(f"{flag} {value}: give a positive number (or leave it out to run to the end).")
