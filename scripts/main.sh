@@ -3,7 +3,7 @@
 # It ends with the verdict and the path of the HTML report. Re-running resumes where it stopped.
 #
 #   bash scripts/main.sh                  # PRESET=mini (default): arms grpo and tg, 3 seeds each, 40 held-out
-#                                         # tasks in Docker; ~36 min on a quiet 2-core machine (see README)
+#                                         # tasks in Docker; about 40 min on a quiet 2-core machine (README)
 #   PRESET=smoke bash scripts/main.sh     # every stage at tiny sizes, ~2-3 min
 set -euo pipefail
 cd "$(dirname "$0")/.."

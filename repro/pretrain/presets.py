@@ -3,12 +3,15 @@
 The ``mini`` curriculum follows what was measured on this machine before it was written (issue #20): the same
 copy-weighted mix from scratch learnt nothing in 2.6M tokens, while structured episodes first (names from a small
 known pool) and copy-heavy data second reached exact copy of unseen-word paths. Stage sizes: A1 ≈ 2.5M tokens,
-A2 ≈ 16M, B ≈ 16M (batches of 16,384 tokens).
+A2 ≈ 16M, B ≈ 16M, B2 ≈ 8M (batches of 16,384 tokens). B2 opens a restart phase (``schema.Restart``): it was added
+after A1–B had been trained and shipped (their exact-``old``-line probe ended at 0.844), and continues from that
+bf16 export with a fresh AdamW, a lower peak lr and a long decay, on a mix with more synthetic episodes — the same
+run as going through the phase boundary from nothing (``repro.pretrain.from_base``).
 """
 
 from __future__ import annotations
 
-from repro.pretrain.schema import PretrainConfig, Stage, WorldCorpus
+from repro.pretrain.schema import PretrainConfig, Restart, Stage, WorldCorpus
 
 PRESETS: dict[str, PretrainConfig] = {
     "mini": PretrainConfig(
@@ -16,6 +19,8 @@ PRESETS: dict[str, PretrainConfig] = {
             Stage(name="A1", steps=150, mix={"episode_known": 1.0}),
             Stage(name="A2", steps=1000, mix={"repeat": 0.45, "kv": 0.2, "line": 0.1, "episode": 0.25}),
             Stage(name="B", steps=1000, mix={"world": 0.6, "repeat": 0.15, "kv": 0.05, "line": 0.05, "episode": 0.15}),
+            Stage(name="B2", steps=480, mix={"world": 0.35, "episode": 0.45, "line": 0.05, "repeat": 0.1, "kv": 0.05},
+                  restart=Restart(lr=6e-4, warmup_steps=20, decay_frac=0.6)),
         )),
     "nano": PretrainConfig(
         model="nano", vocab_size=600, tokenizer_docs=40, batch_tokens=1024, max_doc_len=1024, warmup_steps=2,
