@@ -47,7 +47,7 @@ from harness.runner_episode import (
     read_result,
     run_attempt,
 )
-from harness.runner_manifest import build_manifest, check_resume_compatible, write_manifest
+from harness.runner_manifest import build_manifest, check_resume_compatible, describe_feedback, write_manifest
 from harness.schema import EpisodeMetrics, EpisodeResult, TaskInstance, TaskSet, Trajectory
 
 log = logging.getLogger(__name__)
@@ -157,7 +157,8 @@ def run_eval(
         check_resume_compatible(out, task_set, specs)
         manifest = build_manifest(run_id=run_id, task_set=task_set, arm_specs=specs, seeds=list(seeds),
                                   factory=sandbox_factory, limits=limits, protocol_hash=protocol_hash,
-                                  argv=list(argv), policies=policies)
+                                  argv=list(argv), policies=policies,
+                                  feedback=describe_feedback(feedback, list(specs)))
         write_manifest(out, manifest)
         ctx = EpisodeContext(run_id=run_id, out_dir=out, factory=sandbox_factory, limits=limits,
                              controls=ControlCache(out / "controls"), grade_timeout_s=grade_timeout_s,

@@ -5,7 +5,7 @@ name/hash/instance ids, image digests, arm policy specs (with checkpoint hashes 
 ``checkpoint_sha256``), seeds, sandbox kind and isolation, limits, grader version, behaviour checkers, the frozen
 protocol's sha256 when one is given, and host facts. On resume the manifest is rewritten with the union of arms
 and seeds, keeping ``created_at``; a different task set, a different policy behind an arm name, other weights behind
-an arm (its checkpoint hash) or other episode limits are refused.
+an arm (its checkpoint hash), other episode limits or other hints (``feedback``) behind an arm are refused.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +53,20 @@ def check_resume_compatible(out_dir: Path, task_set: TaskSet, arm_specs: dict[st
                              f"{arm_specs[arm.name]!r}; fix: give the new policy another arm name or a new --out")
 
 
+def describe_feedback(feedback: Any, arms: list[str]) -> dict[str, str]:
+    """``{arm: the provider's repr}`` for the arms that get hints (``feedback``: one provider for every arm, or
+    ``{arm: provider}`` as ``run_eval`` takes it). The shipped providers are frozen dataclasses, whose repr names
+    every setting (kind, placement, checkers, mixture weights); any other provider is named by its class."""
+    if feedback is None:
+        return {}
+    per_arm = dict(feedback) if isinstance(feedback, Mapping) else {a: feedback for a in arms}
+    return {a: repr(fb) if dataclasses.is_dataclass(fb) else f"{type(fb).__module__}.{type(fb).__qualname__}"
+            for a, fb in sorted(per_arm.items()) if fb is not None and a in arms}
+
+
 def build_manifest(*, run_id: str, task_set: TaskSet, arm_specs: dict[str, str], seeds: list[int], factory: Any,
                    limits: EpisodeLimits, protocol_hash: str | None, argv: list[str],
-                   policies: dict[str, Any]) -> RunManifest:
+                   policies: dict[str, Any], feedback: dict[str, str] | None = None) -> RunManifest:
     """A manifest for this invocation, merged with the one already in the run directory (if any)."""
     arms = [ArmSpec(name=n, policy=s, checkpoint_sha256=getattr(_inner(policies.get(n)), "checkpoint_sha256", None),
                     train_seed=getattr(_inner(policies.get(n)), "train_seed", None)) for n, s in arm_specs.items()]
@@ -67,7 +79,7 @@ def build_manifest(*, run_id: str, task_set: TaskSet, arm_specs: dict[str, str],
         seeds=seeds, sandbox=factory.kind, isolated=factory.isolated,
         disk_limit=factory.disk_limit() if hasattr(factory, "disk_limit") else {},
         limits={k: float(v) for k, v in dataclasses.asdict(limits).items()}, grader_version=GRADER_VERSION,
-        behaviour_checkers=checkers, protocol_hash=protocol_hash,
+        behaviour_checkers=checkers, feedback=dict(feedback or {}), protocol_hash=protocol_hash,
         host={"platform": platform.platform(), "cpus": os.cpu_count(), "python": sys.executable},
     )
 
@@ -78,8 +90,9 @@ def _inner(policy: Any) -> Any:
 
 def _same_checkpoints_and_limits(path: Path, old: RunManifest, new: RunManifest) -> None:
     """Refuse a resume whose finished episodes would come from other weights or under other limits: an arm whose
-    checkpoint hash changed (same name and spec, e.g. a model directory trained again), or a changed episode limit
-    (a limit the older manifest does not record is taken at its default)."""
+    checkpoint hash changed (same name and spec, e.g. a model directory trained again), a changed episode limit
+    (a limit the older manifest does not record is taken at its default), or other hints behind an arm (a manifest
+    without ``feedback`` ran without hints)."""
     before = {a.name: a.checkpoint_sha256 for a in old.arms}
     for arm in new.arms:
         was = before.get(arm.name)
@@ -94,6 +107,11 @@ def _same_checkpoints_and_limits(path: Path, old: RunManifest, new: RunManifest)
         if changed:
             raise ValueError(f"{path}: this run's episodes ran under other limits ({', '.join(changed)}); fix: the "
                              "same limits (--max-turns, --finish-notice, --format-retries, --wall-s), or a new --out")
+    for arm in {a.name for a in new.arms} & {a.name for a in old.arms}:  # a manifest without the field: no hints
+        was, now = old.feedback.get(arm), new.feedback.get(arm)
+        if was != now:
+            raise ValueError(f"{path}: arm {arm!r} ran with feedback {was or 'none'}, now {now or 'none'}; fix: the "
+                             "same --feedback, or a new --out")
 
 
 def write_manifest(out_dir: Path, new: RunManifest) -> RunManifest:

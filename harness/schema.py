@@ -282,6 +282,8 @@ class RunManifest(_Frozen):
     disk_limit: dict[str, Any] = Field(default_factory=dict)
     grader_version: str = "grade@v1"
     behaviour_checkers: list[str] = Field(default_factory=list)
+    # the hints the episodes ran with (harness.runner_manifest.describe_feedback): {arm: provider}, {} = none
+    feedback: dict[str, str] = Field(default_factory=dict)
     protocol_hash: str | None = None
     host: dict[str, Any] = Field(default_factory=dict)
 

@@ -80,6 +80,11 @@ def register(subparsers: Any) -> None:
                    help="sample a turn again, at most K times, when it has no tool call or a call that does not parse "
                         "(SWE-agent's requery after a format error; the draft is not shown to the agent, is kept in "
                         "the trajectory and counts in tool-call validity); default 0 = every turn as sampled")
+    p.add_argument("--feedback", default="none", metavar="SPEC",
+                   help="hints for every arm (harness.feedback_spec): none (default); correct = the Markdown reminder "
+                        "before the finish turn, as the paper's hinted teacher sees it; wrong, irrelevant; "
+                        "mix:correct=0.5,none=0.5 (drawn per episode); KIND@PLACEMENT, e.g. correct@turn=0. Recorded "
+                        "in manifest.json; a resume with other hints is refused")
     p.add_argument("--wall-s", type=float, default=600.0, help="agent wall-clock seconds per episode (default 600)")
     p.add_argument("--grade-timeout", type=float, default=900.0, help="seconds for the hidden tests (default 900)")
     p.add_argument("--disk-mib", type=int, default=2048, metavar="MIB",
@@ -237,6 +242,15 @@ def _load(args: argparse.Namespace) -> tuple[Any, dict[str, list[str]]]:
     return ts.model_copy(update={"instances": insts}), excluded
 
 
+def _feedback(spec: str) -> Any:
+    from harness.feedback_spec import parse_feedback
+
+    try:
+        return parse_feedback(spec)
+    except (ValueError, TypeError) as exc:
+        raise CLIError(f"--feedback {spec!r}: {exc}; fix: e.g. --feedback correct, or --feedback none") from None
+
+
 def run(args: argparse.Namespace) -> int:
     from harness.infra import RetryPolicy
     from harness.interfaces import EpisodeLimits
@@ -260,6 +274,7 @@ def run(args: argparse.Namespace) -> int:
     if args.ray_address and args.executor != "ray":
         raise CLIError("--ray-address is for --executor ray; fix: add --executor ray or drop --ray-address")
     ts, excluded = _load(args)
+    feedback = _feedback(args.feedback)
     policies, config = build_arms(args, arms, ts)
     if args.executor == "ray":
         policies = ray_arms(policies, arms)
@@ -276,7 +291,7 @@ def run(args: argparse.Namespace) -> int:
             retry=RetryPolicy(max_attempts=args.max_attempts), run_seed=args.run_seed, excluded_tests=excluded,
             grade_timeout_s=args.grade_timeout, protocol_hash=_protocol_hash(args.protocol),
             argv=["tgsuite", *sys.argv[1:]], progress=not args.no_progress,
-            executor=args.executor, ray_address=args.ray_address,
+            executor=args.executor, ray_address=args.ray_address, feedback=feedback,
         )
     except SandboxUnavailable as exc:
         raise CLIError(f"sandbox preflight failed ({exc.kind}): {exc}") from None
