@@ -107,7 +107,7 @@ def _same_checkpoints_and_limits(path: Path, old: RunManifest, new: RunManifest)
         if changed:
             raise ValueError(f"{path}: this run's episodes ran under other limits ({', '.join(changed)}); fix: the "
                              "same limits (--max-turns, --finish-notice, --format-retries, --wall-s), or a new --out")
-    for arm in {a.name for a in new.arms} & {a.name for a in old.arms}:  # a manifest without the field: no hints
+    for arm in sorted({a.name for a in new.arms} & {a.name for a in old.arms}):  # no field: ran without hints
         was, now = old.feedback.get(arm), new.feedback.get(arm)
         if was != now:
             raise ValueError(f"{path}: arm {arm!r} ran with feedback {was or 'none'}, now {now or 'none'}; fix: the "

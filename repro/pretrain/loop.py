@@ -68,7 +68,7 @@ class Setup:
 def lr_at(cfg: PretrainConfig, step: int) -> float:
     """Within the phase of ``step`` (``PretrainConfig.phases``): linear warm-up, constant, then a linear decay over
     the phase's last ``decay_frac`` (the first phase uses the config's lr and schedule, a restart phase its own)."""
-    start, end, r = next(ph for ph in cfg.phases() if ph[0] <= step < ph[1] or ph[1] == cfg.total_steps)
+    start, end, r = [ph for ph in cfg.phases() if ph[0] <= step][-1]
     peak, warm, decay, floor = (cfg.lr, cfg.warmup_steps, cfg.decay_frac, cfg.min_lr_ratio) if r is None else \
         (r.lr, r.warmup_steps, r.decay_frac, r.min_lr_ratio)
     i, total = step - start, end - start

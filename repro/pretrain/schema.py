@@ -105,15 +105,11 @@ class PretrainConfig(BaseModel):
     def phase_prefix(self, end_step: int) -> PretrainConfig | None:
         """The recipe made of the stages before the phase that starts at ``end_step`` (None if no phase starts
         there): a shipped base whose recipe is this prefix's, at ``end_step``, is where that phase begins."""
-        for a, _, r in self.phases():
-            if r is not None and a == end_step:
-                kept, step = [], 0
-                for st in self.stages:
-                    if step >= a:
-                        break
-                    kept.append(st)
-                    step += st.steps
-                return self.model_copy(update={"stages": tuple(kept)})
+        step = 0
+        for i, st in enumerate(self.stages):
+            if st.restart is not None and step == end_step:
+                return self.model_copy(update={"stages": self.stages[:i]})
+            step += st.steps
         return None
 
     @property

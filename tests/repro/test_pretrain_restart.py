@@ -96,3 +96,14 @@ def test_cli_from_base_names_a_missing_base(tmp_path: Path, capsys: pytest.Captu
     assert main(["train", "pretrain", "--preset", "nano", "--out", str(tmp_path / "o"), "--from-base",
                  str(tmp_path / "nothing")]) == 2
     assert "not a shipped base" in capsys.readouterr().err
+
+
+def test_cli_checks_its_flags_before_seeding(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A bad --max-steps is refused before --from-base writes anything (a retry is not then refused)."""
+    from tgsuite.cli import main
+
+    out = tmp_path / "o"
+    assert main(["train", "pretrain", "--preset", "nano", "--out", str(out), "--from-base", str(tmp_path / "b"),
+                 "--max-steps", "0"]) == 2
+    assert "--max-steps 0: give a positive number" in capsys.readouterr().err
+    assert not out.exists()

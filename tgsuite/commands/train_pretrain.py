@@ -73,6 +73,9 @@ def _pretrain(args: argparse.Namespace) -> int:
         if args.threads < 1:
             raise CLIError(f"--threads {args.threads}: give at least 1.")
         cfg = cfg.model_copy(update={"torch_threads": args.threads})
+    for flag, value in (("--max-steps", args.max_steps), ("--stop-after-min", args.stop_after_min)):
+        if value is not None and value <= 0:
+            raise CLIError(f"{flag} {value}: give a positive number (or leave it out to run to the end).")
     if args.from_base is not None:
         from repro.pretrain.from_base import seed_from_base
         from repro.pretrain.ship import resolve_init
@@ -82,9 +85,6 @@ def _pretrain(args: argparse.Namespace) -> int:
         except (PretrainError, BaseIntegrityError) as exc:
             raise CLIError(str(exc)) from exc
         print(f"seeded {args.out} from base {args.from_base} at step {at}")
-    for flag, value in (("--max-steps", args.max_steps), ("--stop-after-min", args.stop_after_min)):
-        if value is not None and value <= 0:
-            raise CLIError(f"{flag} {value}: give a positive number (or leave it out to run to the end).")
     try:
         st = run_pretrain(cfg, args.out, max_steps=args.max_steps,
                           stop_after_s=None if args.stop_after_min is None else args.stop_after_min * 60)
