@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 
-@pytest.mark.slow  # ~25 s: 24 real expert episodes in LocalSandboxes
+@pytest.mark.slow  # ~20 s: 24 real expert episodes in LocalSandboxes
 def test_the_experts_longest_turn_fits_the_mini_presets_cap(tmp_path) -> None:
     from transformers import AutoTokenizer
 
@@ -27,10 +27,10 @@ def test_the_experts_longest_turn_fits_the_mini_presets_cap(tmp_path) -> None:
                                         stumble_share=sft["stumble_share"], budget_share=sft["budget_share"],
                                         finish_notice_turns=sft["finish_notice_turns"])
     tok = AutoTokenizer.from_pretrained(resolve_init(sft["init"]))
-    lengths = {(t.instance_id, k): len(tok(m.content)["input_ids"]) + 1  # + the end-of-turn token
-               for t in trajs for k, m in enumerate(t.messages) if m.role == "assistant"}
+    lengths = [len(tok(m.content)["input_ids"]) + 1  # + the end-of-turn token
+               for t in trajs for m in t.messages if m.role == "assistant"]
     assert len(trajs) >= 20 and lengths
-    longest = max(lengths.values())
+    longest = max(lengths)
     cap = min(MINI.eval.max_new_tokens, MINI.rl["rollout.max_new_tokens"])
     assert longest <= cap, f"an SFT turn of {longest} tokens is cut at the preset's {cap}; raise the cap"
     assert longest > 128, "the hinted summaries these episodes end with are longer than the cap before (128)"

@@ -111,6 +111,11 @@ SMOKE = Preset(
     eval=EvalSettings(max_turns=3, max_new_tokens=48),
 )
 
+# most tokens per assistant turn in the mini preset's RL rollouts and evaluation (128 before): the longest turn SFT
+# teaches (a finish summary, ~160 tokens) must fit, or the turn is cut before its call closes (README, "Tokens per
+# turn"; tests/repro/test_sft_turn_lengths.py)
+_MINI_TURN_TOKENS = 192
+
 MINI = Preset(
     name="mini",
     plan="mini.toml",
@@ -132,14 +137,12 @@ MINI = Preset(
     seeds=(0, 1, 2),
     # sized to the 45-minute budget on 2 CPU cores: ~20 s per step (1 group of 4 rollouts, prefix-cached sampling)
     rl={"run.steps": 6, "rollout.groups": 1, "rollout.group_size": 4, "rollout.max_turns": 8,
-        "rollout.max_new_tokens": 192, "rollout.max_context_tokens": 4096, "rollout.observation_max_tokens": 1024,
+        "rollout.max_new_tokens": _MINI_TURN_TOKENS, "rollout.max_context_tokens": 4096, "rollout.observation_max_tokens": 1024,
         "rollout.finish_notice_turns": 2, "optim.lr": 1e-4, "run.progress": False},
     # the finish notice 2 turns before the limit (harness EpisodeLimits.finish_notice_turns), in RL and evaluation;
     # in evaluation a turn without a parsable tool call is sampled again up to 3 times (EpisodeLimits.format_retries;
-    # the drafts are kept and counted; RL rollouts never resample), measured in README ("Format retries").
-    # 192 tokens per turn (128 before): the longest turn SFT teaches (a finish summary, ~160 tokens) must fit, or
-    # the turn is cut before its call closes (README, "Tokens per turn"; tests/repro/test_sft_turn_lengths.py)
-    eval=EvalSettings(max_turns=8, max_new_tokens=192, finish_notice_turns=2, format_retries=3),
+    # the drafts are kept and counted; RL rollouts never resample), measured in README ("Format retries")
+    eval=EvalSettings(max_turns=8, max_new_tokens=_MINI_TURN_TOKENS, finish_notice_turns=2, format_retries=3),
 )
 
 
