@@ -20,7 +20,10 @@ It measures the code it runs; to compare two commits run it on each. Measured on
 defaults (128 train episodes, 20 held-out), main at 2bec4a7 -> after issue #20's compact episodes:
 system block 951 -> 448 tokens (tool schemas 695 -> 333, system prompt 161 -> 36); train median 2,403 -> 1,542
 (p90 2,708 -> 1,695), 7 assistant turns in both, assistant share 11.1 % -> 15.8 %; run_tests output per episode
-(median) 286 -> 122; held-out median 2,532 -> 1,724, expert resolve rate 1.0 -> 1.0 (20 of 20).
+(median) 286 -> 122; held-out median 2,532 -> 1,724, expert resolve rate 1.0 -> 1.0 (20 of 20). Counted with the shipped base's
+tokenizer (``--tokenizer assets/base/mini``), 32 train episodes and 8 held-out, ``--test-view read`` -> ``search``:
+train median 1,710 -> 1,427 (read_file 563 -> 212 tokens per episode, search 56), held-out 1,816 -> 1,527,
+7 assistant turns in both, expert resolve rate 8 of 8 in both.
 Usage:  python benchmarks/episode_tokens_bench.py [--episodes 128] [--heldout-repos 10] [--seed 0] [--tokenizer DIR]
 """
 
@@ -56,7 +59,7 @@ def _p90(xs: list[int]) -> float:
     return statistics.quantiles(xs, n=10, method="inclusive")[-1] if len(xs) > 1 else float(xs[0])
 
 
-def _heldout_episodes(task_dir: Path, seed: int) -> tuple[list, list[bool]]:
+def _heldout_episodes(task_dir: Path, seed: int, test_view: str) -> tuple[list, list[bool]]:
     """The expert on every held-out task without hints, graded by the real grader (hidden tests)."""
     ts = load_task_set(task_dir)
     trajs, resolved = [], []
@@ -64,7 +67,7 @@ def _heldout_episodes(task_dir: Path, seed: int) -> tuple[list, list[bool]]:
         for k, inst in enumerate(ts.instances):
             sb, head = fac.open(inst, role="agent", attempt=0)
             with sb:
-                traj = run_episode(inst, ScriptedExpert(think=False), sb, EpisodeLimits(per_exec_timeout_s=120),
+                traj = run_episode(inst, ScriptedExpert(think=False, test_view=test_view), sb, EpisodeLimits(per_exec_timeout_s=120),
                                    seed=seed * 100_003 + k)
                 patch = extract_patch(sb, head)
             gsb, _ = fac.open(inst, role="grade", attempt=0)
@@ -122,6 +125,9 @@ def main() -> None:
     ap.add_argument("--hint-share", type=float, default=0.3, help="as SFTConfig.hint_share")
     ap.add_argument("--vocab-size", type=int, default=4096, help="the mini preset's SFT vocabulary")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--test-view", choices=("read", "search"), default="search",
+                    help="how the expert looks at the visible tests (harness.policies.test_lookup): grep the test "
+                         "file for the function's calls (default) or read all of it (the mini SFT preset's view)")
     ap.add_argument("--tokenizer", default=None, metavar="DIR",
                     help="count with this tokenizer (an HF tokenizer folder, e.g. a base's, assets/base/mini) "
                          "instead of one trained on the episodes")
@@ -134,8 +140,8 @@ def main() -> None:
         make_mini(held_dir, split="heldout", repos=args.heldout_repos, tasks_per_repo=args.heldout_tasks_per_repo,
                   seed=args.seed)
         train = collect_expert_trajectories(train_dir, episodes=args.episodes, hint_share=args.hint_share,
-                                            think=False, seed=args.seed, workers=1)
-        held, resolved = _heldout_episodes(held_dir, args.seed)
+                                            think=False, seed=args.seed, workers=1, test_view=args.test_view)
+        held, resolved = _heldout_episodes(held_dir, args.seed, args.test_view)
     tools = tool_schemas()
     probe = train_tokenizer([json.dumps(tools)], vocab_size=300, min_frequency=1)  # as repro.sft does
     corpus = [probe.apply_chat_template([m.model_dump() for m in tr.messages], tools=tools, tokenize=False)
@@ -149,6 +155,7 @@ def main() -> None:
     system = train[0].messages[0].content
     schema_ids = enc.text_ids("".join("\n" + tool_json(t) for t in tools))
     print(json.dumps({
+        "test_view": args.test_view,
         "vocab_size_reached": len(enc.tok),
         "system_block_tokens": len(enc.system_ids(system, tools)),
         "system_prompt_tokens": len(enc.text_ids(system)),

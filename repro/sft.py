@@ -77,6 +77,9 @@ class SFTConfig(BaseModel):
                                            "a hinted episode carries (one drawn uniformly per hinted episode), each "
                                            "at its checker's hint_placement")
     think: bool = True
+    test_view: Literal["read", "search"] = Field("read", description="how the expert looks at the visible tests: "
+                                                 "grep the test file for the function's calls, or read all of it "
+                                                 "(harness.policies.test_lookup)")
     epochs: int = 2
     lr: float = 2e-3
     weight_decay: float = 0.01
@@ -301,6 +304,7 @@ def _load_or_collect(cfg: SFTConfig, out: Path) -> list:
         {k: getattr(cfg, k) for k in ("train_tasks", "episodes", "hint_share", "think", "seed")}
         | ({"hint_checkers": list(cfg.hint_checkers)} if cfg.hint_checkers != ("markdown@v1",) else {})
         | ({"stumble_share": cfg.stumble_share} if cfg.stumble_share else {})
+        | ({"test_view": cfg.test_view} if cfg.test_view != "read" else {})
         | ({"budget_share": cfg.budget_share, "finish_notice_turns": cfg.finish_notice_turns}
            if cfg.budget_share else {}),
         sort_keys=True)
@@ -311,7 +315,7 @@ def _load_or_collect(cfg: SFTConfig, out: Path) -> list:
     trajs = collect_expert_trajectories(cfg.train_tasks, episodes=cfg.episodes, hint_share=cfg.hint_share,
                                         think=cfg.think, seed=cfg.seed, workers=cfg.workers,
                                         hint_checkers=cfg.hint_checkers, stumble_share=cfg.stumble_share,
-                                        budget_share=cfg.budget_share,
+                                        budget_share=cfg.budget_share, test_view=cfg.test_view,
                                         finish_notice_turns=cfg.finish_notice_turns)
     cache.write_text("\n".join([key] + [t.model_dump_json() for t in trajs]) + "\n")
     return trajs

@@ -19,14 +19,15 @@ log = logging.getLogger(__name__)
 def collect_expert_trajectories(task_dir: str | Path, *, episodes: int, hint_share: float, think: bool, seed: int,
                                 workers: int = 2, hint_checkers: tuple[str, ...] = ("markdown@v1",),
                                 stumble_share: float = 0.0, budget_share: float = 0.0,
-                                finish_notice_turns: int = 2) -> list:
+                                finish_notice_turns: int = 2, test_view: str = "read") -> list:
     """Run ``ScriptedExpert`` on the train split; episode i uses instance i mod n and gets a hint with
     probability ``hint_share`` (its own seeded draw): the reminder of one of ``hint_checkers`` (drawn uniformly), at
     that checker's placement; with probability ``stumble_share`` (another draw) one mistake and its recovery
     (``repro.sft_stumble``, kind drawn uniformly); with probability ``budget_share`` (a third draw) a turn limit of
     4-9 (uniform) with the agent loop's notice ``finish_notice_turns`` turns before it
     (``EpisodeLimits.finish_notice_turns``), so the notice often comes before the fix and the expert reports what it
-    changed and what still fails. Returns finished trajectories only (others are logged)."""
+    changed and what still fails. ``test_view``: how the expert looks at the visible tests
+    (``harness.policies.test_lookup``). Returns finished trajectories only (others are logged)."""
     from harness.agent import run_episode
     from harness.feedback import corrective_feedback
     from harness.interfaces import EpisodeLimits
@@ -39,7 +40,7 @@ def collect_expert_trajectories(task_dir: str | Path, *, episodes: int, hint_sha
     if not ts.instances:
         raise ValueError(f"{task_dir}/tasks.jsonl has no instances; generate them with `tgsuite tasks make-mini`.")
     fbs = [corrective_feedback(c) for c in hint_checkers]
-    expert = ScriptedExpert(think=think)
+    expert = ScriptedExpert(think=think, test_view=test_view)
     fac = TaskSandboxFactory(ts, kind="local", run_id="sft-expert")
 
     def one(i: int):

@@ -26,13 +26,15 @@ import json
 import random
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from harness.behaviour_tiers import MAX_REASON_CHARS
 from harness.interfaces import PolicyOutput, is_finish_notice
 from harness.minirepos import repair
+from harness.policies.patches import parse_patch
+from harness.policies.test_lookup import TEST_VIEWS, TestView, call_pattern, view_from_search
 from harness.schema import Message, TaskInstance, TaskSet
 from harness.tools import ERROR_PREFIX, parse_tool_calls
 
@@ -113,51 +115,6 @@ class NullPolicy:
 # ----------------------------------------------------------------------------------------------------------------
 # OraclePolicy
 # ----------------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Hunk:
-    path: str
-    old: str
-    new: str
-
-
-def parse_patch(patch: str) -> list[_Hunk]:
-    """Hunks of a unified diff as (path, old text, new text); a created file has ``old == ""``.
-
-    Hunk bodies are consumed by the line counts of their ``@@ -a,b +c,d @@`` headers, so removed lines that
-    start with ``--`` are not mistaken for file headers.
-    """
-    hunks: list[_Hunk] = []
-    path, created = "", False
-    lines = patch.splitlines(keepends=True)
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        i += 1
-        if line.startswith("--- "):
-            created = line.strip() == "--- /dev/null"
-        elif line.startswith("+++ "):
-            path = line[4:].strip().split("\t")[0].removeprefix("b/")
-        elif line.startswith("@@"):
-            m = re.match(r"@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@", line)
-            if m is None:
-                raise ValueError(f"malformed hunk header: {line.strip()!r}")
-            n_old = int(m.group(1) if m.group(1) is not None else 1)
-            n_new = int(m.group(2) if m.group(2) is not None else 1)
-            old: list[str] = []
-            new: list[str] = []
-            while (len(old) < n_old or len(new) < n_new) and i < len(lines):
-                body = lines[i]
-                i += 1
-                if body.startswith("\\"):
-                    continue
-                if body[:1] in (" ", "-"):
-                    old.append(body[1:])
-                if body[:1] in (" ", "+"):
-                    new.append(body[1:])
-            hunks.append(_Hunk(path, "" if created else "".join(old), "".join(new)))
-    return hunks
 
 
 class OraclePolicy:
@@ -353,8 +310,9 @@ def _ranked_fixes_cached(module_src: str, test_src: str, target: _Target,
 
 class ScriptedExpert:
     """Solves mini tasks from observations only: lists files, runs the visible tests, reads the implicated module
-    and test file, screens inverse bug-family repairs against the visible tests, applies the best one with
-    ``edit_file``, re-runs the tests (reverting and trying the next candidate on failure) and finishes.
+    and test file (``test_view="read"``; ``"search"``: greps the test file for the function's calls instead,
+    ``harness.policies.test_lookup``), screens inverse bug-family repairs against those tests, applies the best
+    one with ``edit_file``, re-runs the tests (reverting and trying the next candidate on failure), finishes.
 
     It never reads the gold patch or hidden tests (it has no access to the task record). ``think=True`` adds a
     short ``<think>`` plan to each turn. The code it reads is executed only in sandboxes from ``screen_sandbox``
@@ -366,8 +324,11 @@ class ScriptedExpert:
     spec = "expert"
 
     def __init__(self, think: bool = False, max_candidates: int = 6,
-                 screen_sandbox: repair.SandboxOpener | None = None) -> None:
+                 screen_sandbox: repair.SandboxOpener | None = None, test_view: TestView = "read") -> None:
+        if test_view not in TEST_VIEWS:
+            raise ValueError(f"ScriptedExpert(test_view={test_view!r}): expected one of {TEST_VIEWS}.")
         self.think = think
+        self.test_view = test_view
         self.max_candidates = max_candidates
         self.screen_sandbox = screen_sandbox or repair.local_screen_sandbox
 
@@ -395,6 +356,19 @@ class ScriptedExpert:
                                 "module is broken, so I made no changes")
         reads = {s.arguments.get("path"): s.result for s in steps if s.name == "read_file"
                  and s.result is not None and not s.result.startswith(ERROR_PREFIX)}
+        if self.test_view == "search" and target.function:  # grep the test file for the function's calls
+            hits = [s.result for s in steps if s.name == "search" and s.arguments.get("path") == target.test_file
+                    and s.result is not None and not s.result.startswith(ERROR_PREFIX)]
+            todo = [("read_file", {"path": target.module_path}, f"Read {target.module_path} to understand the "
+                     "failure.")] if target.module_path not in reads else []
+            todo += [] if hits else [("search", {"pattern": call_pattern(target.function), "path": target.test_file},
+                                      f"Find where {target.test_file} calls {target.function}.")]
+            if todo:
+                name, args, plan = todo[0] if len(todo) == 1 else rng.choice(todo)
+                return self._out(rng, plan, name, args)
+            if (view := view_from_search(target.module_name, hits[-1], runs[0].result or "")) is not None:
+                return self._repair(messages, steps, replace(target, failing=view[1]),
+                                    reads[target.module_path] or "", view[0], rng)
         unread = [p for p in (target.module_path, target.test_file) if p not in reads]
         if unread:
             path = unread[0] if len(unread) == 1 else rng.choice(unread)

@@ -51,6 +51,8 @@ class WorldCorpus(BaseModel):
     episodes: int = Field(192, ge=1, description="expert episodes collected once (renamed afresh at every use)")
     hint_share: float = Field(0.3, ge=0, le=1)
     seed: int = 1
+    test_view: Literal["read", "search"] = Field("read", description="how the expert looks at the visible tests "
+                                                 "(harness.policies.test_lookup); the shipped base saw `read`")
 
 
 class PretrainConfig(BaseModel):
@@ -129,6 +131,8 @@ class PretrainConfig(BaseModel):
         d = self.model_dump(mode="json", exclude={"torch_threads", "checkpoint_every_s"})
         # a stage without a restart hashes as before the field existed (the shipped base's recipe stays valid)
         d["stages"] = [st.model_dump(mode="json", exclude_defaults=True) for st in self.stages]
+        if d["world"]["test_view"] == "read":  # the view before the field existed: the shipped recipe hashes as then
+            del d["world"]["test_view"]
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
 
 

@@ -13,6 +13,10 @@ the tool schemas, so a change of the agent's format rebuilds the corpus. Each dr
   the train half; renaming to words the world never uses keeps every held-out package out of this corpus; or
 - a module of a TRAIN template rendered with fresh constants (plain text, loss on every token).
 
+The expert reads whole test files here (``WorldCorpus.test_view="read"``, the view the shipped base was pretrained
+on); ``"search"`` (grep the test file for the function's calls, ``harness.policies.test_lookup``) is the shorter
+view that SFT can also use (``SFTConfig.test_view``).
+
 Nothing here reads the held-out split or the unseen templates; ``tests`` check that no held-out repository name,
 unseen-template module or function name reaches this corpus.
 """
@@ -35,7 +39,8 @@ CODE_SHARE = 0.2
 
 
 def _key(cfg: WorldCorpus, tools: list) -> str:
-    blob = json.dumps({"world": cfg.model_dump(mode="json"), "tools": tools}, sort_keys=True)
+    world = cfg.model_dump(mode="json", exclude={"test_view"} if cfg.test_view == "read" else None)
+    blob = json.dumps({"world": world, "tools": tools}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -62,7 +67,8 @@ def world_episodes(cfg: WorldCorpus, root: Path) -> tuple[list, dict[str, str]]:
     trajs = []
     for think, n, s in ((False, cfg.episodes - half, cfg.seed), (True, half, cfg.seed + 1)):
         if n:
-            trajs += collect_expert_trajectories(tasks, episodes=n, hint_share=cfg.hint_share, think=think, seed=s)
+            trajs += collect_expert_trajectories(tasks, episodes=n, hint_share=cfg.hint_share, think=think, seed=s,
+                                                 test_view=cfg.test_view)
     cache.write_text("\n".join([key] + [t.model_dump_json() for t in trajs]) + "\n")
     log.info("world corpus: %d expert episodes on %d train repositories", len(trajs), len(set(repos.values())))
     return trajs, repos

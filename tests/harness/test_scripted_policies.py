@@ -18,7 +18,8 @@ from harness.feedback import ReminderFeedback
 from harness.grading import extract_patch, grade_patch
 from harness.interfaces import EpisodeLimits
 from harness.minirepos import make_mini
-from harness.policies.scripted import NullPolicy, OraclePolicy, ScriptedExpert, history, parse_patch, wants_markdown
+from harness.policies.patches import parse_patch
+from harness.policies.scripted import NullPolicy, OraclePolicy, ScriptedExpert, history, wants_markdown
 from harness.runner_sandbox import TaskSandboxFactory
 from harness.sandbox import SandboxSpec
 from harness.schema import Message, TaskSet, Trajectory
