@@ -38,6 +38,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from harness.interfaces import MAX_FORMAT_RETRIES
+from harness.policies.test_lookup import TestView
 from repro.config import LoraCfg
 from repro.lora import apply_lora, save_pretrained, trainable_parameters
 from repro.models import build_model, count_params
@@ -77,7 +78,7 @@ class SFTConfig(BaseModel):
                                            "a hinted episode carries (one drawn uniformly per hinted episode), each "
                                            "at its checker's hint_placement")
     think: bool = True
-    test_view: Literal["read", "search"] = Field("read", description="how the expert looks at the visible tests: "
+    test_view: TestView = Field("read", description="how the expert looks at the visible tests: "
                                                  "grep the test file for the function's calls, or read all of it "
                                                  "(harness.policies.test_lookup)")
     epochs: int = 2

@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from harness.policies.test_lookup import TestView
 from repro.precision import Precision
 
 DocKind = Literal["repeat", "kv", "line", "episode", "episode_known", "world"]
@@ -51,7 +52,7 @@ class WorldCorpus(BaseModel):
     episodes: int = Field(192, ge=1, description="expert episodes collected once (renamed afresh at every use)")
     hint_share: float = Field(0.3, ge=0, le=1)
     seed: int = 1
-    test_view: Literal["read", "search"] = Field("read", description="how the expert looks at the visible tests "
+    test_view: TestView = Field("read", description="how the expert looks at the visible tests "
                                                  "(harness.policies.test_lookup); the shipped base saw `read`")
 
 
