@@ -55,6 +55,11 @@ class WorldCorpus(BaseModel):
     test_view: TestView = Field("read", description="how the expert looks at the visible tests "
                                                  "(harness.policies.test_lookup); the shipped base saw `read`")
 
+    def recipe_dump(self) -> dict:
+        """The fields that decide the corpus, as JSON; a ``read`` view is left out, so that a world written before
+        ``test_view`` existed (the shipped base's) hashes as it did then."""
+        return self.model_dump(mode="json", exclude={"test_view"} if self.test_view == "read" else None)
+
 
 class PretrainConfig(BaseModel):
     """Everything that decides a pretraining run's result; its hash (``recipe_sha256``) is the data recipe."""
@@ -132,8 +137,7 @@ class PretrainConfig(BaseModel):
         d = self.model_dump(mode="json", exclude={"torch_threads", "checkpoint_every_s"})
         # a stage without a restart hashes as before the field existed (the shipped base's recipe stays valid)
         d["stages"] = [st.model_dump(mode="json", exclude_defaults=True) for st in self.stages]
-        if d["world"]["test_view"] == "read":  # the view before the field existed: the shipped recipe hashes as then
-            del d["world"]["test_view"]
+        d["world"] = self.world.recipe_dump()
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
 
 

@@ -39,8 +39,7 @@ CODE_SHARE = 0.2
 
 
 def _key(cfg: WorldCorpus, tools: list) -> str:
-    world = cfg.model_dump(mode="json", exclude={"test_view"} if cfg.test_view == "read" else None)
-    blob = json.dumps({"world": world, "tools": tools}, sort_keys=True)
+    blob = json.dumps({"world": cfg.recipe_dump(), "tools": tools}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
