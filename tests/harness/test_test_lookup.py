@@ -89,3 +89,11 @@ def test_world_corpus_keeps_the_read_view_and_the_shipped_recipe_hash() -> None:
     assert cfg.world.test_view == "read"
     searched = cfg.model_copy(update={"world": WorldCorpus(**{**cfg.world.model_dump(), "test_view": "search"})})
     assert searched.recipe_sha256() != cfg.recipe_sha256()
+
+
+def test_mini_preset_sft_uses_the_search_view() -> None:
+    from repro.sft import SFTConfig
+    from tgsuite.pipeline.presets import MINI
+
+    assert MINI.sft["test_view"] == "search"
+    assert SFTConfig.model_validate({**MINI.sft, "train_tasks": "T"}).test_view == "search"

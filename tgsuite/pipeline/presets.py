@@ -129,11 +129,12 @@ MINI = Preset(
     # epoch and made-up module names in 3 of 4 (names must be copied, not memorised), one mistake and its recovery
     # in half of them (repro.sft_stumble; the mistaken turn is not trained on), loss on the assistant tokens only,
     # 5 epochs; a quarter of them under a short turn limit with the finish notice 2 turns before it (the expert then
-    # reports what it changed and what still fails). Measured on 40 held-out episodes and compared with other
-    # settings in README ("SFT from the base")
+    # reports what it changed and what still fails); the expert greps the failing test file for the function's calls
+    # instead of reading it whole (test_view="search", harness.policies.test_lookup). Measured on 40 held-out
+    # episodes and compared with other settings in README ("SFT from the base")
     sft={"preset": "mini", "init": "base:mini", "episodes": 400, "epochs": 5, "think": True, "context_weight": 0.0,
          "lr": 5e-4, "rename_repos": True, "rename_modules": 0.75, "stumble_share": 0.5, "warmup_steps": 10,
-         "finish_notice_turns": 2, "budget_share": 0.25},
+         "finish_notice_turns": 2, "budget_share": 0.25, "test_view": "search"},
     seeds=(0, 1, 2),
     # sized to the 45-minute budget on 2 CPU cores: ~20 s per step (1 group of 4 rollouts, prefix-cached sampling)
     rl={"run.steps": 6, "rollout.groups": 1, "rollout.group_size": 4, "rollout.max_turns": 8,
