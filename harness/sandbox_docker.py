@@ -24,9 +24,9 @@ it, else a sized tmpfs volume as the work dir and sized tmpfs ``/tmp``, ``/var/t
 ``RLIMIT_FSIZE`` in both). Under the tmpfs mode the image's own content at the work dir is hidden (it starts empty;
 the repository is copied in).
 
-What it does NOT guarantee: protection from kernel exploits (containers share the host kernel), one total across
-the tmpfs mounts under the tmpfs mode (each is capped at ``disk_bytes``, so the writable total is up to six times
-that, in host memory), or fairness between sandboxes beyond the CPU quota.
+What it does NOT guarantee: protection from kernel exploits (containers share the host kernel), one total across the
+tmpfs mounts under the tmpfs mode (each capped at ``disk_bytes``: up to six times that in all, in host memory), or
+fairness between sandboxes beyond the CPU quota.
 Harness-side file calls (``write_file`` etc.) may write anywhere inside the container: the container is the
 boundary, not the work directory. A process killed with SIGKILL cannot clean up; ``cleanup_orphans()`` at the next
 start removes its containers (owner process no longer alive on this host).
@@ -89,6 +89,7 @@ from harness.sandbox_docker_io import (  # noqa: F401  (re-exported: the public 
     as_agent,
     cleanup_orphans,
     cleanup_run,
+    hijacked,
     install_cleanup_handlers,
     make_dirs,
     owner_label,
@@ -133,15 +134,8 @@ class DockerSandbox(Sandbox):
         return [f"{k}={v}" for k, v in merged.items()]
 
     # exec --------------------------------------------------------------------------------------------------
-    def exec(
-        self,
-        cmd: list[str] | str,
-        *,
-        timeout: float,
-        cwd: str | None = None,
-        env: dict[str, str] | None = None,
-        input: bytes | None = None,
-    ) -> ExecResult:
+    def exec(self, cmd: list[str] | str, *, timeout: float, cwd: str | None = None, env: dict[str, str] | None = None,
+             input: bytes | None = None) -> ExecResult:
         """Run ``cmd`` as uid 1000. ``timed_out`` => returncode 124 (TERM), 137 (KILL) or -9 (killed from outside)."""
         if timeout <= 0:
             raise ValueError(f"exec timeout must be > 0 seconds, got {timeout}. Fix: pass timeout=<seconds>.")
@@ -157,11 +151,11 @@ class DockerSandbox(Sandbox):
                 environment=self._env(env), user=f"{AGENT_UID}:{AGENT_UID}",
             )["Id"]
             sock = self._api.exec_start(exec_id, socket=True)
-            raw = getattr(sock, "_sock", sock)
+            raw, early = hijacked(sock)
             try:
                 deadline = start + timeout + KILL_GRACE_S + OUTER_SLACK_S
                 running = lambda: bool(self._api.exec_inspect(exec_id).get("Running"))  # noqa: E731
-                finished = pump(raw, input, Demux(out, err), deadline, running)
+                finished = pump(raw, input, Demux(out, err), deadline, running, early)
             finally:
                 with contextlib.suppress(Exception):
                     sock.close()

@@ -332,19 +332,39 @@ class Demux:
             view = view[len(take) :]
 
 
+def hijacked(sock: Any) -> tuple[socket.socket, bytes]:
+    """The socket under ``exec_start(socket=True)``'s stream, and the stream bytes already read past the headers.
+
+    docker-py returns the raw socket object under http.client's buffered reader, which read the engine's ``101
+    UPGRADED`` headers in chunks. When the command's first output arrived before the client read those headers (a
+    loaded host: it did in CI, and ``tests/harness/test_sandbox_docker.py`` delays the read on purpose), the reader
+    holds that output; read from the socket alone, the exec returned exit code 0 with no output. Those bytes are taken
+    from the reader here (``read1`` on the non-blocking socket: the buffer, or one read that may find nothing).
+    """
+    raw = getattr(sock, "_sock", sock)
+    response = getattr(getattr(sock, "_response", None), "raw", None)
+    reader = getattr(getattr(response, "_fp", None), "fp", None)
+    raw.setblocking(False)
+    early = reader.read1(1 << 16) if reader is not None and hasattr(reader, "read1") else b""
+    return raw, early or b""
+
+
 def pump(
     raw: socket.socket,
     data: bytes | None,
     demux: Demux,
     deadline: float,
     still_running: Callable[[], bool] | None = None,
+    early: bytes = b"",
 ) -> bool:
     """Write stdin and read the exec stream until EOF; returns False when the host-side deadline passed.
 
+    ``early``: stream bytes the HTTP client read before the socket was handed over (``hijacked``), parsed first.
     A detached child (``cmd &``, ``setsid``) can hold the stream open after the command itself exited, so when
     the stream is idle for ``_IDLE_CHECK_S`` we ask ``still_running()`` and stop after a short drain if not.
     """
     raw.setblocking(False)
+    demux.feed(early)
     pending = memoryview(data) if data else None
     if data is not None and not data:
         raw.shutdown(socket.SHUT_WR)
