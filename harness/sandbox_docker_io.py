@@ -337,7 +337,7 @@ def hijacked(sock: Any) -> tuple[socket.socket, bytes]:
 
     docker-py returns the raw socket object under http.client's buffered reader, which read the engine's ``101
     UPGRADED`` headers in chunks. When the command's first output arrived before the client read those headers (a
-    loaded host: it did in CI, and ``tests/harness/test_sandbox_docker.py`` delays the read on purpose), the reader
+    loaded host: it did in CI, and ``tests/harness/test_sandbox_docker_stream.py`` delays the read on purpose), the reader
     holds that output; read from the socket alone, the exec returned exit code 0 with no output. Those bytes are taken
     from the reader here (``read1`` on the non-blocking socket: the buffer, or one read that may find nothing).
     """
@@ -345,8 +345,8 @@ def hijacked(sock: Any) -> tuple[socket.socket, bytes]:
     response = getattr(getattr(sock, "_response", None), "raw", None)
     reader = getattr(getattr(response, "_fp", None), "fp", None)
     raw.setblocking(False)
-    early = reader.read1(1 << 16) if reader is not None and hasattr(reader, "read1") else b""
-    return raw, early or b""
+    early = reader.read1(1 << 16) if reader is not None else b""
+    return raw, early or b""  # read1 on a non-blocking socket with nothing buffered may give None
 
 
 def pump(
