@@ -15,7 +15,10 @@ episodes (lengths drawn around 2.4k tokens, ~11 % assistant targets; ``--doc-tok
 - ``packed-bf16-alldocs``: packed-bf16 with a loss on every token (the pretraining case).
 
 Then the attention kernel alone, forward + backward of one causal document of ``--doc-tokens`` tokens with the mini
-model's heads: PyTorch's flash kernel in bf16 and in fp32, and the math path in bf16 (ms, best of 3).
+model's heads: PyTorch's flash kernel in bf16 and in fp32, and the math path in bf16 (ms, best of 3); and, from the
+bf16 flash time, two ceilings and their ratios to the baseline: the tokens/s of a step that did nothing but the model's
+attention, and of one that also ran the model's matmuls at the measured bf16 peak (everything else free); no path that
+keeps PyTorch's CPU attention kernel can pass them.
 
 Prints tokens/s (all tokens that went through the model, padding excluded), the ratio to the baseline and to the
 2bec4a7 layout, and the
@@ -100,6 +103,19 @@ def attention_ms(shape: ModelShape, tokens: int, dtype: torch.dtype, *, math: bo
     return best
 
 
+def ceiling_tps(doc_tokens: int, layers: int, attn_ms: float, matmul_flops_per_token: float = 0.0,
+                peak_gflops: float = float("inf")) -> float:
+    """Tokens/s of a step that costs only ``layers`` attention forward + backward passes of ``attn_ms`` each per
+    ``doc_tokens``-token document, plus (if given) ``matmul_flops_per_token`` at ``peak_gflops``. Norms, RoPE,
+    activations, residual adds, casts and the optimizer count as free, so no path that keeps this attention kernel
+    and these matmuls can pass it."""
+    if attn_ms <= 0 or layers < 1 or doc_tokens < 1 or peak_gflops <= 0:
+        raise ValueError(f"ceiling of {doc_tokens} tokens, {layers} layers x {attn_ms} ms, peak {peak_gflops}: "
+                         "every one must be positive")
+    per_token_s = layers * attn_ms / 1000 / doc_tokens + matmul_flops_per_token / (peak_gflops * 1e9)
+    return 1 / per_token_s
+
+
 def time_baseline(model, docs, steps: int, *, context: bool) -> tuple[float, int]:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     tok, t0 = 0, None
@@ -175,10 +191,19 @@ def main() -> None:
         frac = model_flops(m, shape, 1, args.doc_tokens) * tps / 1e9 / peak
         print(f"{name:44s} {tps:8.0f} tok/s  x{tps / base_tps:5.2f}  x{tps / old_tps:5.2f} vs 2bec4a7 layout  "
               f"{frac:6.1%} of bf16 matmul peak")
+    attn = {}
     for label, dt, math in (("flash, bf16", torch.bfloat16, False), ("flash, fp32", torch.float32, False),
                             ("math, bf16", torch.bfloat16, True)):
+        attn[label] = attention_ms(shape, args.doc_tokens, dt, math=math)
         print(f"attention alone ({args.doc_tokens} tokens, {shape.num_attention_heads} heads x {shape.head_dim}, "
-              f"fwd+bwd) {label:12s} {attention_ms(shape, args.doc_tokens, dt, math=math):7.1f} ms")
+              f"fwd+bwd) {label:12s} {attn[label]:7.1f} ms")
+    layers, a_ms = shape.num_hidden_layers, attn["flash, bf16"]
+    only_attn = ceiling_tps(args.doc_tokens, layers, a_ms)
+    with_mm = ceiling_tps(args.doc_tokens, layers, a_ms, 6 * count_params(m), peak)
+    print(f"ceiling, bf16 attention alone ({layers} layers x {a_ms:.1f} ms per {args.doc_tokens}-token document, "
+          f"everything else free): {only_attn:.0f} tok/s = x{only_attn / base_tps:.2f} the baseline")
+    print(f"ceiling, bf16 attention + the model's matmuls (6 x {count_params(m) / 1e6:.2f}M FLOPs per token) at the "
+          f"{peak:.0f} GFLOP/s peak, everything else free: {with_mm:.0f} tok/s = x{with_mm / base_tps:.2f} the baseline")
     print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
 
 
