@@ -8,18 +8,24 @@ Pure parts (no sandbox, unit-tested alone):
   semantics: an F2P test that is missing, skipped or errored fails; a skipped P2P test is maintained, a missing
   one fails; exit code 0 with failures, or non-zero exit with no failure, is an *invalid* grade.
 - ``touched_paths`` / ``is_test_path`` / ``is_test_infra_path``: what a unified diff touches.
-- ``build_eval_script`` / ``parse_eval_markers``: the bash script run in the grading sandbox and its markers.
+- ``build_test_script`` / ``parse_eval_markers``: step 2 of the scripts run in the grading sandbox and the markers.
 
 Thin sandbox wrappers: ``extract_patch`` (``git add -A && git diff --binary --cached <base>`` in the agent's
-sandbox) and ``grade_patch`` (runs the script in a *fresh* sandbox, reads the JUnit file, decides).
+sandbox) and ``grade_patch`` (two scripts in a *fresh* sandbox: ``harness.grading_apply`` applies the patch and
+reports what it really changed, ``harness.grading_script`` restores and runs the tests; it reads the JUnit file
+and decides).
 
 Anti-spoofing, what is covered: the result comes from a JUnit file written by pytest into a directory outside the
 repository created after the patch is applied; text output is never trusted for resolution (a conftest that prints
-``PASSED`` lines, or exits 0 before pytest writes its report, cannot resolve); every file of the hidden test patch
-and every file holding an F2P/P2P test is restored to base before the hidden test patch is applied (a patch that
-deletes or edits the tests is undone); test-infrastructure files the patch touches (``conftest.py``,
-``pytest.ini``, ``tox.ini``, ``setup.cfg``, ``pyproject.toml`` when its ``[tool.pytest*]`` table changed) are reset
-to base with ``infra_policy="reset"`` (default) and always flagged as ``tests_touched``. What is NOT covered: code
+``PASSED`` lines, or exits 0 before pytest writes its report, cannot resolve). What is restored is decided from the
+repository's STATE after the patch (git's view of the work tree, every file type, ignored files included), never
+from the patch text, so quoted names, odd prefixes, context diffs or ``patch --fuzz`` quirks change nothing: every
+file of the hidden test patch and every file holding an F2P/P2P test is restored to base before the hidden test
+patch is applied; every changed path that is not agent source (``harness.grading_paths``: tests, pytest
+configuration, start-up hooks, package metadata, bytecode) is reset with ``infra_policy="reset"`` (default) and
+always flagged as ``tests_touched``; a new top-level entry on a ``sys.path`` root that would shadow any module the
+interpreter imports from outside the repository is deleted. The patch is applied with ``.git`` moved out of the
+work tree and git runs without hooks, so no hook or configuration the patch wrote runs. What is NOT covered: code
 that runs inside the pytest process (e.g. the library under test, imported by the tests) can forge the JUnit file
 on purpose; that needs a process boundary we do not have. A task with a ``test_log_parser`` (non-pytest runners:
 Django, sympy) is graded from its test command's output instead, which that process can print at will.
@@ -42,8 +48,17 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
-from harness.grading_paths import foreign_paths, is_test_path, pythonpath_roots, shadow_candidate_in, shadow_candidates
-from harness.grading_script import build_eval_script, parse_eval_markers
+from harness.grading_apply import (
+    STATE_FILE,
+    AppliedState,
+    RestorePlan,
+    build_apply_script,
+    interpreter_of,
+    parse_state,
+    plan_restore,
+)
+from harness.grading_paths import is_test_path, shadow_candidate_in
+from harness.grading_script import build_test_script, parse_eval_markers
 from harness.sandbox import Sandbox
 from harness.schema import Grade, TaskInstance, TestStatus
 
@@ -350,39 +365,65 @@ def grade_patch(
     f2p = [t for t in instance.FAIL_TO_PASS if t not in skip]
     p2p = [t for t in instance.PASS_TO_PASS if t not in skip]
     restore = sorted(set(touched_paths(instance.test_patch)) | set(test_files_of(f2p + p2p)))
-    touched = touched_paths(patch)
-    foreign = foreign_paths(touched)
-    infra = foreign if infra_policy == "reset" else []
     grader_dir = f"/tmp/tgsuite-grade-{uuid.uuid4().hex[:12]}"
-    script = build_eval_script(
+    apply_script = build_apply_script(
         base_commit=instance.base_commit, candidate_patch=patch, test_patch=instance.test_patch,
-        restore_files=restore, infra_files=infra, test_cmd=instance.test_cmd, test_ids=f2p + p2p,
-        grader_dir=grader_dir, timeout_s=timeout_s, reset_pyproject=infra_policy == "reset",
-        shadow=shadow_candidates(touched, pythonpath_roots(instance.test_cmd)), log_parser=instance.test_log_parser,
-    )
-    res = sandbox.exec(["bash", "-s"], input=script.encode(), timeout=timeout_s + 120)
-    markers = parse_eval_markers(res.stdout)
+        grader_dir=grader_dir, python=interpreter_of(instance.test_cmd), sys_path_files=restore)
+    res1 = sandbox.exec(["bash", "-s"], input=apply_script.encode(), timeout=600)
+    stdout, stderr, script = res1.stdout, res1.stderr, apply_script
+    markers = parse_eval_markers(stdout)
+    plan: RestorePlan | None = None
+    res = res1
+    if markers.reset_failed or (not markers.apply_failed and ">>>>> State Written" not in stdout):
+        _cleanup(sandbox, grader_dir)
+        if artifacts is not None:
+            artifacts.update({"eval.sh": script, "test_output.txt": stdout + STDERR_SEPARATOR + stderr})
+        raise GraderError(f"grading sandbox could not reset the repository to {instance.base_commit} or apply the "
+                          f"patch (exit {res1.returncode}): {stderr.strip()[-300:]}")
+    if not markers.apply_failed:
+        plan = plan_restore(_read_state(sandbox, grader_dir), test_cmd=instance.test_cmd)
+        test_script = build_test_script(
+            base_commit=instance.base_commit, restore_files=restore,
+            infra_files=plan.foreign if infra_policy == "reset" else [],
+            test_cmd=instance.test_cmd, test_ids=f2p + p2p, grader_dir=grader_dir, timeout_s=timeout_s,
+            reset_pyproject=infra_policy == "reset", shadow=plan.shadow, log_parser=instance.test_log_parser)
+        res = sandbox.exec(["bash", "-s"], input=test_script.encode(), timeout=timeout_s + 120)
+        stdout, stderr = stdout + res.stdout, stderr + res.stderr
+        script = f"{apply_script}\n# ---- step 2 (harness.grading_script) ----\n{test_script}"
+        markers = parse_eval_markers(stdout)
     is_junit = instance.test_log_parser == "junit"
     report = f"{grader_dir}/out/{'junit.xml' if is_junit else 'test.log'}"
     report_text = _read_report(sandbox, report) if markers.exit_code is not None else None
     _cleanup(sandbox, grader_dir)
     if artifacts is not None:
-        artifacts.update({"eval.sh": script, "test_output.txt": res.stdout + STDERR_SEPARATOR + res.stderr})
+        artifacts.update({"eval.sh": script, "test_output.txt": stdout + STDERR_SEPARATOR + stderr})
         if report_text is not None:
             artifacts["junit.xml" if is_junit else TEST_LOG_ARTIFACT] = report_text
     if markers.reset_failed:
         raise GraderError(f"grading sandbox could not reset the repository to {instance.base_commit}")
-    touched_tests = bool(foreign) or any(p in restore for p in touched)
+    changed = plan.changed if plan is not None else []
+    touched_tests = bool(plan and plan.foreign) or markers.git_dir_written or any(p in restore for p in changed)
     junit_text, log_text = (report_text, None) if is_junit else (None, report_text)
-    grade = grade_from_output(f2p=f2p, p2p=p2p, stdout=res.stdout, junit_text=junit_text,
+    grade = grade_from_output(f2p=f2p, p2p=p2p, stdout=stdout, junit_text=junit_text,
                               touched_tests=touched_tests, duration_s=time.monotonic() - t0,
                               sandbox_timed_out=res.timed_out, instance_id=instance.instance_id,
                               oom_killed=bool(getattr(res, "oom_killed", False)),
                               log_parser=instance.test_log_parser, log_text=log_text)
     if grade is None:
         raise GraderError(f"eval script ended without an exit-code marker (rc {res.returncode}): "
-                          f"{res.stderr.strip()[-300:]}")
+                          f"{stderr.strip()[-300:]}")
     return grade
+
+
+def _read_state(sandbox: Sandbox, grader_dir: str) -> AppliedState:
+    """Step 1's state file (what the apply really changed). GraderError (infra) when it cannot be read."""
+    text = _read_report(sandbox, f"{grader_dir}/{STATE_FILE}")
+    try:
+        if text is None:
+            raise ValueError("cat failed")
+        return parse_state(text.encode())
+    except ValueError as exc:
+        raise GraderError(f"the grader's state file could not be read back: {exc}") from exc
 
 
 STDERR_SEPARATOR = "\n--- stderr ---\n"

@@ -13,11 +13,16 @@ flagged ``tests_touched``:
 - interpreter start-up hooks: ``sitecustomize.py``, ``usercustomize.py``, ``*.pth`` files;
 - package metadata that can register pytest plugins through entry points: anything under a ``*.dist-info`` or
   ``*.egg-info`` directory, ``*.egg-link`` files;
-- git metadata files (``.gitattributes``, ``.gitmodules``, ``.gitignore`` is kept: it only affects the diff).
+- git metadata files (``.gitattributes``, ``.gitmodules``, ``.gitignore`` is kept: it only affects the diff);
+- bytecode: ``*.pyc``, ``*.pyo`` and anything under ``__pycache__/`` (a sourceless or unchecked-hash ``.pyc`` is
+  imported instead of, or without, the source the agent shows).
 
-Independently, a NEW top-level entry (at the repository root or at the root of a ``PYTHONPATH`` directory the
-test command sets) named like the test runner or a standard-library module is removed (``shadow_candidates``):
-it would be imported instead of the real module.
+Independently, a NEW top-level entry on a ``sys.path`` root (the repository root, a ``PYTHONPATH`` directory the
+test command sets, a directory pytest inserts for a test file) that provides a module named like the test runner,
+a standard-library module or anything the test interpreter imports from outside the repository (its
+site-packages: ``attr/``, ``argparse.so``, ...) is removed (``shadowing_entries``): it would be imported instead
+of the real module. The paths come from the repository's state after the patch (``harness.grading_apply``), never
+from the patch text.
 
 Not covered: code in the source the agent may change runs inside the pytest process when the tests import it and
 can still tamper with that process; that needs a process boundary between the library under test and pytest.
@@ -52,7 +57,9 @@ def is_agent_source(path: str) -> bool:
     """True when grading keeps the agent's version of ``path`` (module docstring: the classes it restores)."""
     name = path.rsplit("/", 1)[-1]
     parts = path.split("/")
-    if is_test_path(path) or name in _FOREIGN_NAMES or name.endswith((".pth", ".egg-link")):
+    if is_test_path(path) or name in _FOREIGN_NAMES or name.endswith((".pth", ".egg-link", ".pyc", ".pyo")):
+        return False
+    if "__pycache__" in parts[:-1]:
         return False
     return not any(p.endswith((".dist-info", ".egg-info")) for p in parts[:-1])
 
@@ -100,22 +107,44 @@ def pythonpath_roots(test_cmd: str) -> list[str]:
     return roots
 
 
-def shadow_candidate_in(path: str, roots: Iterable[str] = ()) -> str | None:
-    """The entry (a path) that could shadow the test runner or a standard-library module, or None: the first
-    component of ``path`` at the repository root or under one of ``roots`` (``PYTHONPATH`` directories)."""
+_MODULE_SUFFIXES = (".py", ".pyc", ".pyo", ".pyw", ".so", ".pyd")
+
+
+def module_name_of(entry: str, is_dir: bool) -> str | None:
+    """The top-level module name an entry on ``sys.path`` provides: a directory's name (package or namespace), or
+    a file's name up to its first dot when it ends like something Python imports (``x.py``, ``x.pyc``,
+    ``x.cpython-311-x86_64-linux-gnu.so``, ...); None otherwise."""
+    if is_dir or "." not in entry:  # a suffix-less file may be a symbolic link to a package directory
+        return entry if entry.isidentifier() else None
+    stem = entry.split(".", 1)[0]
+    return stem if entry.endswith(_MODULE_SUFFIXES) and stem.isidentifier() else None
+
+
+def shadow_candidate_in(path: str, roots: Iterable[str] = (), modules: Iterable[str] = ()) -> str | None:
+    """The entry (a path) through which ``path`` could shadow a module the tests or the test runner import, or
+    None: the first component of ``path`` at the repository root or under one of ``roots`` (``sys.path``
+    directories), when it provides a module named like the test runner, a standard-library module or one of
+    ``modules`` (the interpreter's own importable names)."""
+    known = set(modules)
     for root in ("", *roots):
         prefix = f"{root}/" if root else ""
         if not path.startswith(prefix):
             continue
-        rest = path[len(prefix):]
-        top, sep, _ = rest.partition("/")
-        name = top if sep else (top[:-3] if top.endswith(".py") else "")
-        if name and (name in _RUNNER_MODULES or name in sys.stdlib_module_names):
+        top, sep, _ = path[len(prefix):].partition("/")
+        name = module_name_of(top, bool(sep))
+        if name and (name in _RUNNER_MODULES or name in sys.stdlib_module_names or name in known):
             return prefix + top
     return None
 
 
 def shadow_candidates(touched: Iterable[str], roots: Iterable[str] = ()) -> list[str]:
-    """Sorted distinct ``shadow_candidate_in`` entries of the touched paths."""
-    roots = list(roots)
-    return sorted({s for s in (shadow_candidate_in(p, roots) for p in touched) if s})
+    """Sorted distinct ``shadow_candidate_in`` entries of the touched paths (runner and standard-library names)."""
+    return shadowing_entries(touched, roots, ())
+
+
+def shadowing_entries(new_paths: Iterable[str], roots: Iterable[str], modules: Iterable[str]) -> list[str]:
+    """Sorted distinct entries through which the NEW paths could shadow an importable module (``modules``: what
+    the test interpreter imports from outside the repository; the runner's and the standard library's names
+    always count). The grader deletes such an entry unless it exists at base."""
+    roots, known = list(roots), frozenset(modules)
+    return sorted({s for s in (shadow_candidate_in(p, roots, known) for p in new_paths) if s})

@@ -1,9 +1,11 @@
-"""The bash script that grades a patch in a fresh sandbox, and the markers it prints (pure; see harness.grading).
+"""Step 2 of grading a patch, the bash script that tests the applied tree, and the markers both steps print (pure;
+see harness.grading; step 1, ``harness.grading_apply``, set up the grader directory outside the repository, a
+``python`` shim when the image has only ``python3``, reset to base and applied the candidate with the repository's
+``.git`` moved out of the work tree).
 
-Order inside the sandbox: set up the grader directory (outside the repository) and a ``python`` shim when the image
-has only ``python3``; reset to base; apply the candidate (``git apply`` → ``--3way`` → ``patch --fuzz``); remove
-new top-level entries that would shadow the test runner or the standard library; reset touched test
-infrastructure (policy ``reset``); restore every hidden-test file to base and apply the hidden test patch; run
+Order inside the sandbox: remove new top-level entries that would shadow an importable module; restore every
+changed path that is not agent source (policy ``reset``); restore every hidden-test file to base and apply the
+hidden test patch; move ``.git`` back; run
 the tests with JUnit XML written into the grader directory (or, for a task with a ``test_log_parser``, its test
 command as given with its output kept there for the log parser); print the exit code. Markers printed before
 ``>>>>> Start Test Output`` are the script's own; test output cannot forge them.
@@ -11,7 +13,6 @@ command as given with its output kept there for the log parser); print the exit 
 
 from __future__ import annotations
 
-import base64
 import re
 import shlex
 from collections.abc import Iterable
@@ -29,14 +30,13 @@ class EvalMarkers:
     exit_code: int | None
     pyproject_pytest_changed: bool
     shadow_removed: bool = False
+    git_dir_written: bool = False  # the candidate wrote into .git (moved away while it was applied; deleted)
     oom_killed: bool = False  # the cgroup's OOM-kill counter rose while the tests ran
 
 
-def build_eval_script(
+def build_test_script(
     *,
     base_commit: str,
-    candidate_patch: str,
-    test_patch: str,
     restore_files: list[str],
     infra_files: list[str],
     test_cmd: str,
@@ -47,11 +47,12 @@ def build_eval_script(
     shadow: Iterable[str] = (),
     log_parser: str = "junit",
 ) -> str:
-    """The bash script run (``bash -s``) in the fresh grading sandbox's work directory. Pure; stored as eval.sh."""
+    """Step 2's bash script, run (``bash -s``) in the grading sandbox after ``harness.grading_apply``'s step 1
+    left the applied tree, the hidden test patch and the repository's ``.git`` (moved out of the work tree) in
+    ``grader_dir``. Pure; stored, after step 1's, as eval.sh."""
     q = shlex.quote
     return (
-        _script_setup(q(grader_dir), q(base_commit), candidate_patch, test_patch)
-        + _script_apply()
+        _script_setup(q(grader_dir), q(base_commit))
         + _script_restore(" ".join(q(f) for f in infra_files), " ".join(q(f) for f in restore_files),
                           reset_pyproject, " ".join(q(f) for f in shadow))
         + (_script_test(test_cmd, " ".join(q(t) for t in test_ids), timeout_s) if log_parser == "junit"
@@ -59,38 +60,13 @@ def build_eval_script(
     )
 
 
-def _b64(text: str) -> str:
-    return base64.b64encode(text.encode()).decode()
-
-
-def _script_setup(G: str, B: str, candidate_patch: str, test_patch: str) -> str:  # noqa: N803
+def _script_setup(G: str, B: str) -> str:  # noqa: N803
     return f"""set -u
-git() {{ command git -c safe.directory='*' -c advice.detachedHead=false "$@"; }}
+git() {{ command git -c safe.directory='*' -c advice.detachedHead=false -c core.hooksPath=/dev/null "$@"; }}
 G={G}; B={B}
-rm -rf "$G" && mkdir -p "$G" || {{ echo '>>>>> Reset Failed'; exit 90; }}
-if ! command -v python >/dev/null 2>&1 && command -v python3 >/dev/null 2>&1; then
-  mkdir -p "$G/bin" && printf '#!/bin/sh\\nexec python3 "$@"\\n' > "$G/bin/python" && chmod +x "$G/bin/python"
-  export PATH="$G/bin:$PATH"
-fi
-echo '{_b64(candidate_patch)}' | base64 -d > "$G/candidate.diff"
-echo '{_b64(test_patch)}' | base64 -d > "$G/test.diff"
-reset_tree() {{ git reset -q --hard "$B" && git clean -qfd; }}
-reset_tree >/dev/null 2>&1 || {{ echo '>>>>> Reset Failed'; exit 90; }}
-"""
-
-
-def _script_apply() -> str:
-    return """applied=''
-if [ ! -s "$G/candidate.diff" ]; then applied=none
-elif git apply --binary --whitespace=nowarn "$G/candidate.diff"; then applied=git-apply
-else reset_tree
-  if git apply --binary --3way --whitespace=nowarn "$G/candidate.diff"; then applied=git-apply-3way
-  else reset_tree
-    if command -v patch >/dev/null && patch --batch --forward --fuzz=5 -p1 -i "$G/candidate.diff"; then applied=patch-fuzz
-    else reset_tree; echo '>>>>> Patch Apply Failed'; exit 0; fi
-  fi
-fi
-echo ">>>>> Applied $applied"
+[ -d "$G/git" ] || {{ echo '>>>>> Reset Failed'; exit 90; }}
+export GIT_DIR="$G/git" GIT_WORK_TREE="$PWD"
+[ -x "$G/bin/python" ] && export PATH="$G/bin:$PATH"
 """
 
 
@@ -112,7 +88,7 @@ done
 for f in {infra}; do git checkout -q "$B" -- "$f" 2>/dev/null || rm -rf -- "$f"; done
 if [ -f pyproject.toml ] && ! git diff --quiet "$B" -- pyproject.toml 2>/dev/null; then
   git show "$B:pyproject.toml" > "$G/pyproject.base" 2>/dev/null || : > "$G/pyproject.base"
-  if python - "$G/pyproject.base" pyproject.toml <<'PYEOF'
+  if (cd / && python -I - "$G/pyproject.base" "$OLDPWD/pyproject.toml") <<'PYEOF'
 {_PYPROJECT_CHECK}PYEOF
   then :; else echo '>>>>> Pyproject Pytest Changed'
     if [ {int(reset_pyproject)} = 1 ]; then git checkout -q "$B" -- pyproject.toml 2>/dev/null || rm -f pyproject.toml; fi
@@ -122,6 +98,8 @@ for f in {restore}; do git checkout -q "$B" -- "$f" 2>/dev/null || rm -rf -- "$f
 if [ -s "$G/test.diff" ]; then
   git apply --binary --whitespace=nowarn "$G/test.diff" || {{ echo '>>>>> Test Patch Failed'; exit 0; }}
 fi
+unset GIT_DIR GIT_WORK_TREE
+rm -rf -- .git && mv "$G/git" .git || {{ echo '>>>>> Reset Failed'; exit 90; }}
 """
 
 
@@ -208,6 +186,7 @@ def parse_eval_markers(stdout: str) -> EvalMarkers:
         exit_code=int(codes[-1]) if codes else None,
         pyproject_pytest_changed=">>>>> Pyproject Pytest Changed" in head,
         shadow_removed=">>>>> Shadow Removed" in head,
+        git_dir_written=">>>>> Git Dir Written" in head,
         oom_killed=_oom_rose(_OOM_RE.findall(tail) if started else []),
     )
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from harness.grading import (
-    build_eval_script,
+    build_test_script,
     decide_grade,
     extract_patch,
     grade_patch,
@@ -115,7 +115,7 @@ def test_markers_cannot_be_forged_by_test_output() -> None:
 
 
 def test_eval_script_quotes_ids_and_writes_junit_outside_repo() -> None:
-    s = build_eval_script(base_commit="abc", candidate_patch="", test_patch="", restore_files=["t x.py"],
+    s = build_test_script(base_commit="abc", restore_files=["t x.py"],
                           infra_files=[], test_cmd="python -m pytest", test_ids=["t.py::a[1 2]"],
                           grader_dir="/tmp/g", timeout_s=10)
     assert "'t.py::a[1 2]'" in s and "'t x.py'" in s and '--junitxml="$G/out/junit.xml"' in s and "G=/tmp/g" in s

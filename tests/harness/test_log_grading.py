@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.grading import build_eval_script, grade_from_output, grade_patch
+from harness.grading import build_test_script, grade_from_output, grade_patch
 from harness.sandbox import SandboxSpec
 from harness.schema import TaskInstance
 from harness.swebench_compat import log_parser_names, parse_log_as
@@ -161,13 +161,13 @@ def test_task_validation_names_unknown_parsers_and_keeps_old_hashes() -> None:
 
 
 def test_eval_script_runs_a_log_parsed_command_as_given() -> None:
-    common = dict(base_commit="b", candidate_patch="", test_patch="", restore_files=[], infra_files=[],
+    common = dict(base_commit="b", restore_files=[], infra_files=[],
                   test_ids=["test_x (m.C)"], grader_dir="/tmp/g", timeout_s=60)
-    script = build_eval_script(test_cmd="./tests/runtests.py --verbosity 2 admin_views", log_parser="django",
+    script = build_test_script(test_cmd="./tests/runtests.py --verbosity 2 admin_views", log_parser="django",
                                **common)
     assert "./tests/runtests.py --verbosity 2 admin_views < /dev/null 2>&1 | tee \"$G/out/test.log\"" in script
     assert "--junitxml" not in script and "test_x" not in script
-    assert "--junitxml" in build_eval_script(test_cmd="python -m pytest", **common)
+    assert "--junitxml" in build_test_script(test_cmd="python -m pytest", **common)
 
 
 # ---------------------------------------------------------------- end to end: a unittest repository
