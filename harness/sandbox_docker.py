@@ -31,7 +31,8 @@ Harness-side file calls (``write_file`` etc.) may write anywhere inside the cont
 boundary, not the work directory. A process killed with SIGKILL cannot clean up; ``cleanup_orphans()`` at the next
 start removes its containers (owner process no longer alive on this host).
 
-Infrastructure failures (engine gone, client read timeout, container vanished or paused, broken exec stream) raise
+Infrastructure failures (engine gone, client read timeout, container vanished or paused, broken exec stream, an exec
+the engine could not start because the container is dying, a copy out of a stopped container) raise
 ``SandboxUnavailable``, never a command's exit code; bad file-call paths raise ``OSError`` / ``ValueError``; a missing
 ``cwd`` or program is exit code 126 / 127, as in a shell. ``stop()``: no new container, creations in flight end first.
 """
@@ -53,14 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import images
-from harness.sandbox import (
-    DEFAULT_OUTPUT_CAP,
-    ExecResult,
-    OutputCapper,
-    Sandbox,
-    SandboxSpec,
-    SandboxUnavailable,
-)
+from harness.sandbox import DEFAULT_OUTPUT_CAP, ExecResult, OutputCapper, Sandbox, SandboxSpec, SandboxUnavailable
 from harness.sandbox_docker_disk import (
     DiskMode,
     create_work_volume,
@@ -89,6 +83,7 @@ from harness.sandbox_docker_io import (  # noqa: F401  (re-exported: the public 
     as_agent,
     cleanup_orphans,
     cleanup_run,
+    exec_result,
     hijacked,
     install_cleanup_handlers,
     make_dirs,
@@ -103,6 +98,7 @@ log = logging.getLogger(__name__)
 
 KILL_GRACE_S = 2  # `timeout -k`: SIGKILL this long after SIGTERM
 OUTER_SLACK_S = 5.0  # host-side deadline = timeout + grace + slack
+OCI_EXEC_FAILED = "OCI runtime exec failed"  # the engine could not start the exec (e.g. the container is dying)
 MIN_FREE_DISK_BYTES = 2 << 30
 
 
@@ -164,11 +160,13 @@ class DockerSandbox(Sandbox):
             if not finished:
                 log.warning("sandbox %s: exec outlived its host deadline; restarting the container", self.name)
                 self._restart()
-                return self._result(-9, out, err, True, duration)
+                return exec_result(-9, out, err, True, duration)
             info = self._api.exec_inspect(exec_id)
         rc = info.get("ExitCode")
         timed_out = rc in (124, 137) and duration >= timeout * 0.98
         oom = False
+        if rc == 126 and OCI_EXEC_FAILED in out.result()[0]:
+            self._check_running(settle_s=1.0)  # the exec never started because the container is dying: infra
         if rc is None or rc == 137:
             self._check_running()
             oom = not timed_out and self._oom_killed()
@@ -176,15 +174,7 @@ class DockerSandbox(Sandbox):
             self._restart()  # nothing the command started (even setsid'ed) survives a timeout
         if oom:
             err.feed(f"\n[tgsuite: killed by the out-of-memory killer (limit {self.spec.mem_bytes >> 20} MiB)]\n".encode())
-        return self._result(-9 if rc is None else int(rc), out, err, timed_out, duration, oom)
-
-    @staticmethod
-    def _result(
-        rc: int, out: OutputCapper, err: OutputCapper, timed_out: bool, duration: float, oom: bool = False
-    ) -> ExecResult:
-        stdout, t1 = out.result()
-        stderr, t2 = err.result()
-        return ExecResult(rc, stdout, stderr, timed_out, t1 or t2, duration, oom)
+        return exec_result(-9 if rc is None else int(rc), out, err, timed_out, duration, oom)
 
     def _oom_killed(self) -> bool:
         """Did the cgroup's OOM-kill counter rise since we last looked? Raises if the container is dying.
@@ -210,9 +200,15 @@ class DockerSandbox(Sandbox):
         if self._closed:
             raise SandboxUnavailable(f"sandbox {self.name} is closed", kind="EXEC_TRANSPORT")
 
-    def _check_running(self) -> None:
-        with translate_errors(f"inspect sandbox {self.name}"):
-            state = self._api.inspect_container(self.id)["State"]
+    def _check_running(self, *, settle_s: float = 0.0) -> None:
+        """Raise ``SandboxUnavailable`` unless the container runs; ``settle_s``: look that long (the engine updates
+        the state of a container being killed asynchronously)."""
+        for _ in range(1 + int(settle_s / 0.2)):
+            with translate_errors(f"inspect sandbox {self.name}"):
+                state = self._api.inspect_container(self.id)["State"]
+            if not state.get("Running") or state.get("Paused") or settle_s <= 0:
+                break
+            time.sleep(0.2)
         if not state.get("Running") or state.get("Paused"):
             raise SandboxUnavailable(
                 f"sandbox container {self.name} stopped under the command (state {state.get('Status')}, "
@@ -328,8 +324,12 @@ class DockerSandbox(Sandbox):
                 self._api.put_archive(self.id, full, archive)
 
     def copy_out(self, src: str, dest: Path) -> None:
-        """Copy the contents of sandbox directory ``src`` into host directory ``dest`` (safe extraction)."""
+        """Copy the contents of sandbox directory ``src`` into host directory ``dest`` (safe extraction).
+
+        The container must be running before the copy starts and still after it ends: a stopped container's tmpfs
+        work directory reads as empty, which would look like an agent that deleted every file (infra, raised)."""
         self._check_open()
+        self._check_running()
         full = self._abs(src)
         dest = Path(dest)
         dest.mkdir(parents=True, exist_ok=True)
@@ -338,6 +338,7 @@ class DockerSandbox(Sandbox):
                 stream, _ = self._api.get_archive(self.id, full)
                 for chunk in stream:
                     buf.write(chunk)
+            self._check_running()
             buf.seek(0)
             with tarfile.open(fileobj=buf) as tar:
                 members = []
@@ -486,8 +487,8 @@ class DockerSandboxProvider:
     def stop(self) -> None:  # the run is stopping: no new sandbox; creations in flight finish first (bounded)
         self._gate.stop()
 
-    def cleanup_run(self) -> int:
-        self._gate.drain()  # a creation in flight finishes first, so the listing below sees its container
+    def cleanup_run(self) -> int:  # a creation in flight finishes first, so the listing sees its container
+        self._gate.drain()
         return cleanup_run(self.run_id, self.client)
 
     def cleanup_orphans(self) -> int:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from harness import images
-from harness.sandbox import OutputCapper, SandboxUnavailable
+from harness.sandbox import ExecResult, OutputCapper, SandboxUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -210,6 +210,14 @@ _PATH_ERRORS: tuple[tuple[str, type[OSError]], ...] = (
     ("cannot overwrite", IsADirectoryError),
     ("is a directory", IsADirectoryError),
 )
+
+
+def exec_result(rc: int, out: OutputCapper, err: OutputCapper, timed_out: bool, duration: float,
+                oom: bool = False) -> ExecResult:
+    """The ``ExecResult`` of a finished exec from its two capped streams."""
+    stdout, t1 = out.result()
+    stderr, t2 = err.result()
+    return ExecResult(rc, stdout, stderr, timed_out, t1 or t2, duration, oom)
 
 
 def path_error(text: str) -> type[OSError] | None:
