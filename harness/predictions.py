@@ -20,17 +20,16 @@ from __future__ import annotations
 import json
 import logging
 import re
-import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from harness.infra import ControlCache, RetryPolicy, atomic_write_text
+from harness.infra import ControlCache, ErrorRateGuard, RetryPolicy, atomic_write_text
 from harness.interfaces import EpisodeLimits
-from harness.runner import ARM_NAME, plan_work, rebuild_results, run_lock
-from harness.runner_episode import EpisodeContext, EpisodeJob, SandboxFactory, run_patch_attempt
+from harness.run_control import RunInterrupted, check_out_dir, run_id_for
+from harness.runner import ARM_NAME, execute_jobs, plan_work, rebuild_results, run_lock
+from harness.runner_episode import EpisodeContext, SandboxFactory, run_patch_attempt
 from harness.runner_manifest import build_manifest, check_resume_compatible, write_manifest
 from harness.schema import EpisodeResult, Prediction, SwebenchReport, TaskSet
 
@@ -40,7 +39,13 @@ KNOWN_FIELDS = frozenset({"instance_id", "model_name_or_path", "model_patch"})
 
 
 def _parse_records(path: Path) -> list[tuple[str, object]]:
-    text = path.read_text()
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ValueError(f"{path}:{line}: not UTF-8 (byte {data[exc.start]:#04x} at offset {exc.start}); fix: save "
+                         "the predictions file as UTF-8 (JSON text is UTF-8)") from None
     if text.lstrip().startswith("["):
         try:
             items = json.loads(text)
@@ -116,31 +121,29 @@ def grade_predictions(task_set: TaskSet, preds: Sequence[Prediction], out_dir: s
     arm = arm or arm_name(preds[0].model_name_or_path)
     if not ARM_NAME.match(arm):
         raise ValueError(f"arm name {arm!r} must match {ARM_NAME.pattern}; fix: e.g. --arm tg@s0")
+    check_out_dir(out, "grade", task_set.path)
     patches = {p.instance_id: p.model_patch or "" for p in preds}
     instances = [i for i in task_set.instances if i.instance_id in patches]
     specs = {arm: f"predictions:{preds[0].model_name_or_path}"}
     with run_lock(out):
+        run_id = run_id_for(out)  # unique, kept on resume (as eval's): two --out folders of one name never mix
         check_resume_compatible(out, task_set, specs)
-        write_manifest(out, build_manifest(run_id=out.resolve().name, task_set=task_set, arm_specs=specs, seeds=[0],
+        write_manifest(out, build_manifest(run_id=run_id, task_set=task_set, arm_specs=specs, seeds=[0],
                                            factory=sandbox_factory, limits=EpisodeLimits(), protocol_hash=None,
                                            argv=list(argv), policies={}))
-        ctx = EpisodeContext(run_id=out.resolve().name, out_dir=out, factory=sandbox_factory,
+        ctx = EpisodeContext(run_id=run_id, out_dir=out, factory=sandbox_factory,
                              limits=EpisodeLimits(), controls=ControlCache(out / "controls"),
                              grade_timeout_s=grade_timeout_s, excluded_tests=dict(excluded_tests or {}))
         plan = plan_work(out, instances, [arm], [0], retry=retry)
         log.info("grade %s: %d predictions to grade, %d already graded", arm, len(plan.todo), len(plan.done))
-        with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="grade") as pool:
-            list(pool.map(lambda job: _with_retries(job, patches[job.instance.instance_id], ctx, retry), plan.todo))
+        try:  # eval's executor: retries, the infra-error guard, SIGINT/SIGTERM (queued cancelled, sandboxes ended)
+            execute_jobs(plan.todo, lambda job: run_patch_attempt(job, patches[job.instance.instance_id], ctx),
+                         getattr(sandbox_factory, "interrupt", lambda: None), ctx, retry, max(1, workers),
+                         ErrorRateGuard(), False, None)
+        except RunInterrupted:
+            rebuild_results(out, instances, [arm], [0])
+            raise
         return rebuild_results(out, instances, [arm], [0])
-
-
-def _with_retries(job: EpisodeJob, patch: str, ctx: EpisodeContext, retry: RetryPolicy) -> EpisodeResult:
-    while True:
-        res = run_patch_attempt(job, patch, ctx)
-        if not retry.should_retry(res, job.attempt):
-            return res
-        job = EpisodeJob(job.instance, job.arm, job.seed, job.attempt + 1, job.episode_seed)
-        time.sleep(retry.delay(job.attempt))
 
 
 def swebench_report(task_set: TaskSet, preds: Sequence[Prediction], results: Sequence[EpisodeResult]) -> SwebenchReport:

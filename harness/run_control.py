@@ -6,6 +6,11 @@ an id). ``sandbox_run_id(out)`` labels the containers of ONE process (``tgsuite.
 removes this process's containers only, never those of another run or of a concurrent resume attempt (which
 the run directory's lock refuses anyway, ``harness.runner.run_lock``).
 
+Where: ``check_out_dir(out, kind, task_dir)`` refuses, before anything is written, an ``--out`` that is a file, the
+task-set folder or its ``snapshots/``, a folder that holds files but no run manifest (a user's
+folder, or a run whose manifest was deleted: its episodes would be adopted under a new run id), and a run of the
+other kind (``eval`` vs ``grade``).
+
 Stopping: ``stop_on_signals(stop)`` turns SIGINT and SIGTERM into ``RunInterrupted`` raised in the main thread
 (and sets ``stop``); a second signal of the same kind while stopping gets the default action (immediate exit).
 The runner then cancels queued episodes, removes this process's sandboxes (``interrupt()`` of the factory, which
@@ -23,8 +28,12 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
+from typing import Literal
 
-from harness.runner_manifest import read_manifest
+from harness.runner_manifest import MANIFEST_FILE, read_manifest
+
+RunKind = Literal["eval", "grade"]
+_RUN_ENTRIES = frozenset({MANIFEST_FILE, "episodes", "results.jsonl", "aggregate.json", "controls", ".lock"})
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -42,6 +51,39 @@ def run_id_for(out: Path) -> str:
     """The run directory's id: its manifest's when it has one (a resume keeps it), else a new unique one."""
     old = read_manifest(out)
     return old.run_id if old is not None else f"{Path(out).resolve().name}-{uuid.uuid4().hex[:8]}"
+
+
+def run_kind(policies: list[str]) -> RunKind:
+    """``grade`` for a run of graded predictions (every arm's policy spec is ``predictions:...``), else ``eval``."""
+    return "grade" if policies and all(p.startswith("predictions:") for p in policies) else "eval"
+
+
+def check_out_dir(out: Path | str, kind: RunKind, task_dir: Path | str | None = None) -> None:
+    """Raise ``ValueError`` naming ``--out``, the problem and the fix unless ``out`` is missing, an empty folder
+    or a run directory of ``kind`` (module docstring)."""
+    out = Path(out)
+    fix = "fix: choose a new folder (it is created) or this kind of run's own folder to resume it"
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out}: is a file, not a folder; {fix}")
+    if task_dir is not None:
+        o, t = out.resolve(), Path(task_dir).resolve()
+        if o == t or (t / "snapshots") == o or (t / "snapshots") in o.parents:
+            raise ValueError(f"--out {out}: is the task set folder {task_dir} (or its snapshots): the run would be "
+                             f"written into the task set; {fix}")
+    if not out.is_dir():
+        return
+    manifest = read_manifest(out)
+    if manifest is None:
+        stray = sorted(p.name for p in out.iterdir() if p.name != ".lock")
+        if stray:
+            what = ("run files but no manifest.json (it was deleted?)" if set(stray) & _RUN_ENTRIES
+                    else "files that are not a tgsuite run")
+            raise ValueError(f"--out {out}: holds {what} (first: {stray[0]!r}); nothing there is overwritten; "
+                             f"{fix}, or restore {MANIFEST_FILE}")
+        return
+    found = run_kind([a.policy for a in manifest.arms])
+    if found != kind:
+        raise ValueError(f"--out {out}: holds a `tgsuite {found}` run, this is `tgsuite {kind}`; {fix}")
 
 
 def sandbox_run_id(out: Path | str) -> str:

@@ -36,7 +36,7 @@ from typing import Literal
 
 from harness.infra import ControlCache, ErrorRateGuard, RetryPolicy, atomic_write_text, summarize_failures
 from harness.interfaces import EpisodeLimits, FeedbackProvider, Policy
-from harness.run_control import RunInterrupted, run_id_for, stop_on_signals
+from harness.run_control import RunInterrupted, check_out_dir, run_id_for, stop_on_signals
 from harness.rundir import attempt_indices, counting_attempt, episode_dirs
 from harness.runner_arms import ARM_NAME, resolve_arms, snapshot_metrics
 from harness.runner_episode import (
@@ -151,6 +151,11 @@ def run_eval(
     if not grade_timeout_s > 0:
         raise ValueError(f"--grade-timeout {grade_timeout_s!r} must be > 0 seconds (0 would mean no limit); fix: "
                          "e.g. --grade-timeout 900")
+    bad = [s for s in seeds if isinstance(s, bool) or not isinstance(s, int) or s < 0]
+    if bad or not seeds:
+        raise ValueError(f"seeds {list(seeds)!r}: each must be an integer >= 0 (it names the episode folder "
+                         "s<seed>); fix: e.g. --seeds 0,1,2")
+    check_out_dir(out, "eval", task_set.path)
     policies, specs = resolve_arms(arms, task_set, sandbox_factory)
     with run_lock(out):
         run_id = run_id_for(out)
@@ -172,7 +177,7 @@ def run_eval(
         try:
             with _attempt_runner(executor, plan.todo, arms, policies, ctx, task_set, workers, ray_address,
                                  default_metrics=metrics_for is None) as (run_one, interrupt):
-                _execute(plan.todo, run_one, interrupt, ctx, retry, workers, guard or ErrorRateGuard(), progress,
+                execute_jobs(plan.todo, run_one, interrupt, ctx, retry, workers, guard or ErrorRateGuard(), progress,
                          on_result)
         except RunInterrupted:
             rebuild_results(out, task_set.instances, list(specs), seeds)  # what finished, for readers and resume
@@ -191,8 +196,8 @@ def run_lock(out: Path) -> Iterator[None]:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise ValueError(f"{out}: another `tgsuite eval` is running on this run directory; fix: wait for it "
-                             "or choose another --out") from None
+            raise ValueError(f"{out}: another tgsuite run (eval or grade) is running on this run directory; fix: "
+                             "wait for it or choose another --out") from None
         yield
     finally:
         fh.close()
@@ -221,9 +226,12 @@ def _nothing() -> None:
     return None
 
 
-def _execute(jobs: list[EpisodeJob], run_one: RunOne, interrupt: Callable[[], object], ctx: EpisodeContext,
-             retry: RetryPolicy, workers: int, guard: ErrorRateGuard, progress: bool,
-             on_result: Callable[[EpisodeResult], None] | None) -> None:
+def execute_jobs(jobs: list[EpisodeJob], run_one: RunOne, interrupt: Callable[[], object], ctx: EpisodeContext,
+                 retry: RetryPolicy, workers: int, guard: ErrorRateGuard, progress: bool,
+                 on_result: Callable[[EpisodeResult], None] | None) -> None:
+    """Run ``jobs`` on ``workers`` threads with retries of infrastructure errors, the error-rate guard
+    (``RunAborted``) and SIGINT/SIGTERM handling (``RunInterrupted``: queued jobs cancelled, ``interrupt()``
+    ends the running ones, which record nothing). ``run_eval`` and ``tgsuite grade`` share it."""
     from tqdm import tqdm
 
     bar = tqdm(total=len(jobs), desc="episodes", unit="ep", disable=not progress, dynamic_ncols=True)
@@ -322,5 +330,5 @@ def _report_coverage(results: list[EpisodeResult], planned: int) -> None:
                     planned - len(results))
 
 
-__all__ = ["ARM_NAME", "EXECUTORS", "Executor", "Plan", "RunAborted", "RunInterrupted", "episode_seed", "plan_work",
-           "rebuild_results", "resolve_arms", "run_eval", "snapshot_metrics"]
+__all__ = ["ARM_NAME", "EXECUTORS", "Executor", "Plan", "RunAborted", "RunInterrupted", "episode_seed", "execute_jobs",
+           "plan_work", "rebuild_results", "resolve_arms", "run_eval", "snapshot_metrics"]

@@ -209,6 +209,8 @@ def run_patch_attempt(job: EpisodeJob, patch: str, ctx: EpisodeContext) -> Episo
                     type(exc).__name__, exc_info=log.isEnabledFor(logging.DEBUG))
         outcome = classify_exception(exc, phase="grade")
     result = episode_result(job, ctx, None, grade, outcome)
+    if ctx.stop.is_set():  # stopped under this attempt: record nothing, resume re-grades it in place
+        raise InterruptedError(f"{d}: stopped before the attempt was recorded")
     atomic_write_text(d / "timing.json", json.dumps(timer.t, indent=1))
     atomic_write_text(d / RESULT_FILE, result.model_dump_json(indent=1))
     return result

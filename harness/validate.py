@@ -18,6 +18,7 @@ instances are not run and excluded tests are neither run nor counted.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -185,10 +186,12 @@ def validate_task_set(
         insts = [i for i in insts if i.instance_id in set(instance_ids)]
     factory, owned = sandbox_factory, sandbox_factory is None
     if factory is None:
+        from harness.run_control import sandbox_run_id
         from harness.runner_sandbox import TaskSandboxFactory
 
-        factory = TaskSandboxFactory(ts, kind=sandbox, run_id=f"validate-{ts.name}")
-        factory.preflight()
+        # unique per process (as eval's): a concurrent validation of a same-named folder never removes ours
+        factory = TaskSandboxFactory(ts, kind=sandbox, run_id=f"validate-{sandbox_run_id(ts.path)}")
+        factory.preflight()  # task-set faults (snapshots, sizes) are named here, before any grading
     try:
         digests = factory.image_digests()  # type: ignore[attr-defined]
         results = _run_all(insts, factory, runs, workers, grade_timeout_s, digests, progress)
@@ -208,14 +211,32 @@ def validate_task_set(
 
 def _run_all(insts: list[TaskInstance], factory: object, runs: int, workers: int, timeout_s: float,
              digests: dict[str, str], progress: bool) -> list[InstanceValidation]:
+    """Validate on ``workers`` threads. SIGINT/SIGTERM (``harness.run_control.stop_on_signals``): queued instances
+    are cancelled, the factory's running sandboxes ended (``interrupt()``) and ``RunInterrupted`` re-raised; no
+    report is written (the gate is all or nothing)."""
     from tqdm import tqdm
+
+    from harness.run_control import RunInterrupted, stop_on_signals
+
+    stop = threading.Event()
 
     def one(inst: TaskInstance) -> InstanceValidation:
         return validate_instance(inst, factory, runs=runs, timeout_s=timeout_s, image_digest=digests.get(inst.image))
 
-    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="validate") as pool:
-        it = pool.map(one, insts)
-        return list(tqdm(it, total=len(insts), desc="validate", unit="inst", disable=not progress))
+    pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="validate")
+    try:
+        with stop_on_signals(stop):
+            futures = [pool.submit(one, inst) for inst in insts]
+            return [f.result() for f in tqdm(futures, total=len(insts), desc="validate", unit="inst",
+                                             disable=not progress)]
+    except RunInterrupted:
+        pool.shutdown(wait=False, cancel_futures=True)
+        interrupt = getattr(factory, "interrupt", None)
+        if interrupt is not None:
+            interrupt()
+        raise
+    finally:
+        pool.shutdown(wait=not stop.is_set(), cancel_futures=stop.is_set())
 
 
 def load_validation(task_dir: str | Path) -> ValidationReport | None:

@@ -164,7 +164,7 @@ def test_resume_refuses_other_task_set_and_rebuild_results(tmp_path: Path) -> No
         run_eval(other, {"null": NullFinishPolicy()}, [0], out, sandbox_factory=FakeFactory(repos))
     (out / "results.jsonl").unlink()
     assert len(rebuild_results(out)) == 1 and (out / "results.jsonl").is_file()
-    with run_lock(out), pytest.raises(ValueError, match="another `tgsuite eval` is running"):
+    with run_lock(out), pytest.raises(ValueError, match="another tgsuite run .eval or grade. is running"):
         run_eval(ts, {"null": NullFinishPolicy()}, [0], out, sandbox_factory=FakeFactory(repos))
 
 

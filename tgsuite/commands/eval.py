@@ -112,8 +112,9 @@ def parse_seeds(text: str) -> list[int]:
         seeds = [int(s) for s in text.split(",") if s.strip()]
     except ValueError:
         raise CLIError(f"--seeds {text!r} is not a comma-separated list of integers; fix: e.g. --seeds 0,1,2") from None
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise CLIError(f"--seeds {text!r} must name at least one seed, each once; fix: e.g. --seeds 0,1,2")
+    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+        raise CLIError(f"--seeds {text!r} must name at least one seed >= 0, each once (a seed names the episode "
+                       "folder s<seed>); fix: e.g. --seeds 0,1,2")
     return seeds
 
 
@@ -242,6 +243,16 @@ def _load(args: argparse.Namespace) -> tuple[Any, dict[str, list[str]]]:
     return ts.model_copy(update={"instances": insts}), excluded
 
 
+def _check_out(out: Path, tasks: str) -> None:
+    """``--out`` is new, empty or an eval run (``harness.run_control.check_out_dir``), checked before any work."""
+    from harness.run_control import check_out_dir
+
+    try:
+        check_out_dir(out, "eval", tasks)
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+
+
 def _feedback(spec: str) -> Any:
     from harness.feedback_spec import parse_feedback
 
@@ -269,6 +280,7 @@ def run(args: argparse.Namespace) -> int:
         write_aggregate(out, None)
         return _summary(results, len(results))
     seeds, arms = parse_seeds(args.seeds), parse_arms(args.policy)
+    _check_out(out, args.tasks)
     if args.workers < 1 or args.max_attempts < 1 or args.disk_mib < 1:
         raise CLIError("--workers, --max-attempts and --disk-mib must be >= 1")
     if args.ray_address and args.executor != "ray":

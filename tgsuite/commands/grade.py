@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,28 @@ is judged: there is no conversation, so only the coding endpoint means something
 Each patch is graded exactly as `tgsuite eval` grades an agent's patch: a fresh sandbox, the hidden tests, the gold
 control run for an invalid grade, infrastructure errors retried and never scored. Instances rejected by
 validation.json are not graded (they count as errors). Resume: run the same command again.
+--out must be a new or empty folder, or a `tgsuite grade` run folder (resumed); never the task set's folder.
+SIGINT / SIGTERM stop the run at once: graded patches are kept, this run's containers are removed (exit 130 / 143).
 """
+
+
+def _arm(text: str) -> str:
+    from harness.runner_arms import ARM_NAME
+
+    if not ARM_NAME.match(text):
+        raise argparse.ArgumentTypeError(f"{text!r} must match {ARM_NAME.pattern} (it becomes a folder name: no "
+                                         "'/' or spaces); fix: e.g. --arm tg@s0")
+    return text
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer; fix: e.g. 2") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 1; fix: e.g. 2")
+    return value
 
 
 def register(subparsers: Any) -> None:
@@ -45,13 +67,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--tasks", required=True, metavar="DIR", help="task set folder (with tasks.jsonl)")
     p.add_argument("--predictions", required=True, metavar="FILE", help="predictions, JSON Lines or a JSON list")
     p.add_argument("--out", required=True, metavar="RUN_DIR", help="run directory (created, or resumed)")
-    p.add_argument("--arm", default=None, metavar="NAME",
+    p.add_argument("--arm", default=None, metavar="NAME", type=_arm,
                    help="arm name of the results (default: the model name, '/' as '__'); for `tgsuite analyze` "
                         "name it after the plan's arm and training seed, e.g. --arm tg@s0")
-    p.add_argument("--workers", type=int, default=1, help="patches graded at once (default 1)")
+    p.add_argument("--workers", type=_positive, default=1, help="patches graded at once (default 1)")
     p.add_argument("--sandbox", choices=["docker", "local"], default="docker",
                    help="default docker; local runs the tests on this machine, NOT isolated")
-    p.add_argument("--max-attempts", type=int, default=3, help="attempts per patch on infra errors (default 3)")
+    p.add_argument("--max-attempts", type=_positive, default=3, help="attempts per patch on infra errors (default 3)")
     p.add_argument("--grade-timeout", type=float, default=900.0, help="seconds for the hidden tests (default 900)")
     p.add_argument("--ignore-validation", action="store_true",
                    help="grade instances that validation.json rejected, and run flaky tests it excluded")
@@ -90,14 +112,20 @@ def _load(args: argparse.Namespace) -> tuple[Any, list[Any], list[Any], dict[str
 def run(args: argparse.Namespace) -> int:
     from harness.infra import RetryPolicy
     from harness.predictions import grade_predictions, swebench_report, write_swebench_report
+    from harness.run_control import RunInterrupted, check_out_dir, sandbox_run_id
+    from harness.runner import RunAborted
     from harness.runner_sandbox import TaskSandboxFactory
     from harness.sandbox import SandboxUnavailable
 
     if args.workers < 1 or args.max_attempts < 1:
         raise CLIError("--workers and --max-attempts must be >= 1")
-    ts, all_preds, preds, excluded = _load(args)
     out = Path(args.out)
-    factory = TaskSandboxFactory(ts, kind=args.sandbox, run_id=out.resolve().name)
+    try:
+        check_out_dir(out, "grade", args.tasks)
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+    ts, all_preds, preds, excluded = _load(args)
+    factory = TaskSandboxFactory(ts, kind=args.sandbox, run_id=sandbox_run_id(out))
     try:
         factory.preflight()
         results = grade_predictions(ts, preds, out, sandbox_factory=factory, workers=args.workers,
@@ -108,6 +136,16 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"sandbox preflight failed ({exc.kind}): {exc}") from None
     except ValueError as exc:
         raise CLIError(str(exc)) from None
+    except RunAborted as exc:
+        print(f"tgsuite grade: {exc}", file=sys.stderr)
+        return 1
+    except RunInterrupted as exc:
+        factory.close()
+        print(f"tgsuite grade: {exc}; graded patches are kept in {out} (results.jsonl rebuilt) and this run's "
+              "containers removed. Run the same command again to resume.", file=sys.stderr)
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(exc.exit_code)  # in-flight grading threads may still be winding down: do not wait for them
     finally:
         factory.close()
     if results:
@@ -125,4 +163,3 @@ def run(args: argparse.Namespace) -> int:
               "command again to resume", file=sys.stderr)
         return 1
     return 0
-

@@ -88,6 +88,11 @@ def _self_check(out: Path, count: int, seed: int) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    import os
+    import sys
+
+    from harness.run_control import RunInterrupted
+    from harness.sandbox import SandboxUnavailable
     from harness.tasks import TaskSetError, load_task_set
     from harness.validate import validate_task_set
 
@@ -101,6 +106,13 @@ def _validate(args: argparse.Namespace) -> int:
                                    grade_timeout_s=args.timeout, progress=True)
     except ValueError as exc:
         raise CLIError(str(exc)) from None
+    except SandboxUnavailable as exc:
+        raise CLIError(f"sandbox preflight failed ({exc.kind}): {exc}") from None
+    except RunInterrupted as exc:  # the factory's containers are already removed (validate_task_set)
+        print(f"tgsuite tasks validate: {exc}; no validation.json written and this run's containers removed. "
+              "Run the same command again.", file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(exc.exit_code)
     rejected = report.rejected
     print(f"validated {len(report.instances)} instances ({args.sandbox}, {args.runs} runs each): "
           f"{len(report.instances) - len(rejected)} valid, {len(rejected)} rejected")
