@@ -14,10 +14,12 @@ instead of ``SandboxUnavailable`` are agent-visible observations by design.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
 import re
+import shutil
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -250,12 +252,49 @@ def atomic_write_text(path: Path, text: str) -> None:
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` via a temp file in the same directory, fsync and ``os.replace``."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}{TMP_SUFFIX}")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, a signal: no half-written temp file stays behind
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+TMP_SUFFIX = ".tmp"
+
+
+def sweep_tmp(out_dir: Path) -> int:
+    """Remove the temp files ``atomic_write_bytes`` left under ``out_dir`` (a process killed mid-write); call it
+    only while holding the run directory's lock. Returns how many were removed."""
+    n = 0
+    for p in Path(out_dir).rglob(f".*{TMP_SUFFIX}"):
+        if p.is_file() and not p.is_symlink():
+            with contextlib.suppress(OSError):
+                p.unlink()
+                n += 1
+    return n
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """An ``OSError`` meaning the disk (or a quota) is full."""
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full_message(out_dir: Path, exc: BaseException) -> str:
+    """What a user reads when the run directory's disk is full: the folder, its free space and the fix."""
+    try:
+        free = f"{shutil.disk_usage(out_dir).free / 2**20:.1f} MiB free"
+    except OSError:
+        free = "free space unknown"
+    where = f" writing {exc.filename}" if isinstance(exc, OSError) and exc.filename else ""
+    return (f"the run directory {out_dir} is on a full disk ({free}; {getattr(exc, 'strerror', None) or exc}{where}). "
+            "Stopped at once: no queued episode was started, the ones in flight re-run on resume, finished ones are "
+            "kept. Fix: free space there (or use an --out on another disk), then run the same command again.")
 
 
 def summarize_failures(results: list[EpisodeResult]) -> dict[str, int]:

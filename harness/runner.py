@@ -24,6 +24,7 @@ resume and ``results.jsonl`` are this module's either way.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import logging
@@ -32,9 +33,18 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NoReturn
 
-from harness.infra import ControlCache, ErrorRateGuard, RetryPolicy, atomic_write_text, summarize_failures
+from harness.infra import (
+    ControlCache,
+    ErrorRateGuard,
+    RetryPolicy,
+    atomic_write_text,
+    disk_full_message,
+    is_disk_full,
+    summarize_failures,
+    sweep_tmp,
+)
 from harness.interfaces import EpisodeLimits, FeedbackProvider, Policy
 from harness.run_control import RunInterrupted, check_out_dir, run_id_for, stop_on_signals
 from harness.rundir import attempt_indices, counting_attempt, episode_dirs
@@ -59,6 +69,10 @@ EXECUTORS: tuple[Executor, ...] = ("thread", "ray")
 
 class RunAborted(RuntimeError):
     """The run stopped early (infra error rate above the guard's threshold); finished episodes are kept."""
+
+
+class RunDiskFull(RunAborted):
+    """The run directory's disk is full: the run stopped at once (``harness.infra.disk_full_message``)."""
 
 
 def episode_seed(run_seed: int, instance_id: str, seed: int) -> int:
@@ -189,7 +203,8 @@ def run_eval(
 
 @contextlib.contextmanager
 def run_lock(out: Path) -> Iterator[None]:
-    """Exclusive lock on a run directory (``.lock``, flock: released by the kernel even after ``kill -9``)."""
+    """Exclusive lock on a run directory (``.lock``, flock: released by the kernel even after ``kill -9``); on
+    entry, temp files a killed writer left are removed (``harness.infra.sweep_tmp``)."""
     out.mkdir(parents=True, exist_ok=True)
     fh = open(out / ".lock", "a+")  # noqa: SIM115 - held for the whole run
     try:
@@ -198,6 +213,9 @@ def run_lock(out: Path) -> Iterator[None]:
         except BlockingIOError:
             raise ValueError(f"{out}: another tgsuite run (eval or grade) is running on this run directory; fix: "
                              "wait for it or choose another --out") from None
+        swept = sweep_tmp(out)  # half-written temp files of a process killed mid-write
+        if swept:
+            log.info("%s: removed %d temp file(s) a stopped run left", out, swept)
         yield
     finally:
         fh.close()
@@ -252,7 +270,14 @@ def execute_jobs(jobs: list[EpisodeJob], run_one: RunOne, interrupt: Callable[[]
                 finished, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in finished:
                     job = pending.pop(fut)
-                    res = fut.result()
+                    try:
+                        res = fut.result()
+                    except OSError as exc:  # the attempt could not even record itself
+                        if not is_disk_full(exc):
+                            raise
+                        _stop_disk_full(pool, pending, interrupt, ctx, exc)
+                    if res.infra_kind == "DISK_FULL" and str(ctx.out_dir) in (res.error or ""):
+                        _stop_disk_full(pool, pending, interrupt, ctx, OSError(errno.ENOSPC, res.error))
                     guard.record(res)
                     if on_result:
                         on_result(res)
@@ -280,6 +305,14 @@ def execute_jobs(jobs: list[EpisodeJob], run_one: RunOne, interrupt: Callable[[]
 
 
 STOP_GRACE_S = 10.0
+
+
+def _stop_disk_full(pool: ThreadPoolExecutor, pending: dict[Future[EpisodeResult], EpisodeJob],
+                    interrupt: Callable[[], object], ctx: EpisodeContext, exc: OSError) -> NoReturn:
+    """The run directory's disk is full: stop as on a signal (in-flight attempts record nothing) and raise."""
+    ctx.stop.set()
+    _stop_in_flight(pool, pending, interrupt)
+    raise RunDiskFull(disk_full_message(ctx.out_dir, exc)) from None
 
 
 def _stop_in_flight(pool: ThreadPoolExecutor, pending: dict[Future[EpisodeResult], EpisodeJob],
@@ -330,5 +363,5 @@ def _report_coverage(results: list[EpisodeResult], planned: int) -> None:
                     planned - len(results))
 
 
-__all__ = ["ARM_NAME", "EXECUTORS", "Executor", "Plan", "RunAborted", "RunInterrupted", "episode_seed", "execute_jobs",
+__all__ = ["ARM_NAME", "EXECUTORS", "Executor", "Plan", "RunAborted", "RunDiskFull", "RunInterrupted", "episode_seed", "execute_jobs",
            "plan_work", "rebuild_results", "resolve_arms", "run_eval", "snapshot_metrics"]

@@ -49,11 +49,19 @@ class TaskSandboxFactory:
 
     def preflight(self) -> dict[str, str]:
         """Every instance's snapshot materialises (a corrupt archive raises ``harness.tasks.TaskSetError`` naming
-        it, before any episode runs, instead of failing every attempt as infra); Docker: engine reachable, every
+        it, before any episode runs, instead of failing every attempt as infra) and has no task-set fault
+        (``harness.tasks_checks.tree_problems``: a symbolic link leaving it, more bytes than the disk limit); Docker: engine reachable, every
         image the task set names present (``SandboxUnavailable`` otherwise). Returns image key → digest (also
         recorded in the run manifest)."""
+        from harness.tasks import TaskSetError
+        from harness.tasks_checks import tree_problems
+
         for inst in self.task_set.instances:
-            self._repo(inst)
+            repo, _ = self._repo(inst)
+            problems = tree_problems(repo, disk_bytes=self.spec.disk_bytes if self._provider is not None else None)
+            if problems:
+                raise TaskSetError(f"{self._root}/snapshots/{inst.instance_id} (instance {inst.instance_id!r}): "
+                                   f"task-set fault, found before any episode: {' | '.join(problems)}")
         if self._provider is None:
             return {}
         for image in sorted({i.image for i in self.task_set.instances}):

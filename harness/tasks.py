@@ -122,6 +122,11 @@ def parse_record(obj: Any, *, where: str) -> TaskInstance:
             problems.append(f"field {field!r}: {err['msg']}; fix: {fix}")
         raise TaskSetError(f"{where} (instance {ident!r}): " + " | ".join(problems)) from None
     _check_log_parser(inst, where)
+    from harness.tasks_checks import record_problems
+
+    problems = record_problems(inst)
+    if problems:
+        raise TaskSetError(f"{where} (instance {inst.instance_id!r}): task-set fault: " + " | ".join(problems))
     return inst
 
 
