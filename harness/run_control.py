@@ -72,6 +72,10 @@ def check_out_dir(out: Path | str, kind: RunKind, task_dir: Path | str | None = 
                              f"written into the task set; {fix}")
     if not out.is_dir():
         return
+    for name in ("episodes", "controls"):
+        if (out / name).exists() and not (out / name).is_dir():
+            raise ValueError(f"--out {out}: {out / name} is a file, where a run keeps a folder; fix: move it away "
+                             f"or choose a new folder")
     manifest = read_manifest(out)
     if manifest is None:
         stray = sorted(p.name for p in out.iterdir() if p.name != ".lock")

@@ -51,6 +51,9 @@ def read_toml(path: str | Path, *, what: str, example: str) -> dict[str, Any]:
         raise ProtocolError(f"{p}: {what} not found; pass a TOML file such as {example}")
     try:
         return tomllib.loads(p.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(f"{p}: not UTF-8 (byte {exc.object[exc.start]:#04x} at offset {exc.start}); fix: save "
+                            "the file as UTF-8 (TOML is UTF-8)") from None
     except tomllib.TOMLDecodeError as exc:
         raise ProtocolError(f"{p}: not valid TOML ({exc}); fix the syntax at that line") from None
 

@@ -304,6 +304,14 @@ class TrainConfig(_Section):
 # ----------------------------------------------------------------------------------------------------------------
 
 
+def _read_utf8(p: Path) -> str:
+    try:
+        return p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: not UTF-8 (byte {exc.object[exc.start]:#04x} at offset {exc.start}); fix: save the "
+                          "file as UTF-8 (TOML is UTF-8)") from None
+
+
 def _read_toml_text(text: str, source: str) -> dict[str, Any]:
     try:
         return tomllib.loads(text)
@@ -423,7 +431,7 @@ def load_config(
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"--config {p}: file not found; pass an existing TOML file")
-        user = _read_toml_text(p.read_text(encoding="utf-8"), str(p))
+        user = _read_toml_text(_read_utf8(p), str(p))
         if "arm" in user.get("run", {}) and not arm and user["run"]["arm"] != "custom":
             tree = deep_merge(tree, dotted_to_tree(arm_overrides(user["run"]["arm"])))
         tree = deep_merge(tree, user)
@@ -468,4 +476,4 @@ def _toml_value(value: Any) -> str:
 def load_saved(path: str | Path) -> TrainConfig:
     """Read back a run's ``config.toml`` (written by :func:`to_toml`)."""
     p = Path(path)
-    return build_config(_read_toml_text(p.read_text(encoding="utf-8"), str(p)), str(p))
+    return build_config(_read_toml_text(_read_utf8(p), str(p)), str(p))

@@ -171,3 +171,20 @@ def test_signal_to_grade_and_validate_leaves_nothing(mini: Path, tmp_path: Path,
     assert left == ([], []) and stop_s < 30
     code, text = _cli("grade", "--tasks", str(mini), "--predictions", str(preds), "--out", str(out))
     assert code == 0 and "resolved 2" in text, text[-2000:]
+
+
+def test_episodes_file_and_non_utf8_toml_are_named(tmp_path: Path) -> None:
+    from protocols.load import ProtocolError, read_toml
+    from repro.config import ConfigError, load_saved
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "episodes").write_text("not a folder")
+    with pytest.raises(ValueError, match="episodes is a file, where a run keeps a folder; fix"):
+        check_out_dir(run, "eval")
+    bad = tmp_path / "plan.toml"
+    bad.write_bytes(b'name = "caf\xe9"\n')
+    with pytest.raises(ProtocolError, match=r"plan.toml: not UTF-8 \(byte 0xe9 at offset 11\); fix: save"):
+        read_toml(bad, what="plan", example="protocols/plans/mini.toml")
+    with pytest.raises(ConfigError, match=r"plan.toml: not UTF-8 .*fix: save"):
+        load_saved(bad)
