@@ -188,3 +188,12 @@ def test_episodes_file_and_non_utf8_toml_are_named(tmp_path: Path) -> None:
         read_toml(bad, what="plan", example="protocols/plans/mini.toml")
     with pytest.raises(ConfigError, match=r"plan.toml: not UTF-8 .*fix: save"):
         load_saved(bad)
+
+
+def test_arm_name_with_a_slash_is_named_at_parse_time() -> None:
+    from tgsuite.commands.common import CLIError
+    from tgsuite.commands.eval import parse_arms
+
+    with pytest.raises(CLIError, match=r"arm name 'my/arm' has a '/'.*fix: e.g. --policy my-arm=oracle"):
+        parse_arms(["my/arm=oracle"])
+    assert parse_arms(["hf:ckpt/step_1"]) == {"hf-step_1": "hf:ckpt/step_1"}

@@ -125,6 +125,9 @@ def parse_arms(specs: list[str]) -> dict[str, str]:
     arms: dict[str, str] = {}
     for item in specs:
         name, sep, spec = item.partition("=")
+        if sep and "/" in name and ":" not in name:
+            raise CLIError(f"--policy {item!r}: arm name {name!r} has a '/' (an arm name becomes a folder name); "
+                           f"fix: e.g. --policy {name.replace('/', '-')}={spec}")
         if not sep or ":" in name or "/" in name:
             spec, name = item, _default_name(item)
         if name in arms:
