@@ -143,7 +143,7 @@ def test_log_grading_applies_the_junit_rules() -> None:
 
 def _record(**kw) -> dict:
     return {"instance_id": "d-1", "repo": "django/django", "base_commit": "abc", "problem_statement": "p",
-            "patch": "", "test_patch": "", "FAIL_TO_PASS": ["t"], **kw}
+            "patch": "--- a/x.py\n+++ b/x.py\n", "test_patch": "", "FAIL_TO_PASS": ["t"], **kw}
 
 
 def test_task_validation_names_unknown_parsers_and_keeps_old_hashes() -> None:
