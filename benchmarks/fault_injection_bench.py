@@ -1,4 +1,4 @@
-"""Fault injection (issue #38, last deliverable): N episodes under faults of 13 kinds; counts lost episodes and
+"""Fault injection (issue #38, last deliverable): N episodes under faults of 15 kinds (10 without Docker); counts lost episodes and
 misclassified outcomes, which must both be 0.
 
 A run of ``tgsuite eval``'s runner (``harness.runner.run_eval``, real sandboxes: Docker by default) on a generated
@@ -8,7 +8,8 @@ patch, which must be graded unresolved). The run goes on in child processes; thi
 and resumes the run until it is complete:
 
 - in the children (``fault_injection_faults``, drawn per sandbox at ``--rate`` on attempts 0 and 1): create_fail,
-  exec_transport, kill_exec, kill_idle, pause, oci_126, policy_crash, kill_grade, grader_crash;
+  exec_transport, kill_exec, kill_idle, pause, oci_126, policy_crash, copy_out_fail, kill_grade, grader_crash,
+  grade_transport (the kill / pause / OCI ones need Docker);
 - from here: ``sigint`` / ``sigterm`` (the child must stop, leave no container and exit 128+signal), ``kill9``
   (the next child removes the orphans), ``disk_full`` (the run directory lives on a small tmpfs, which a filler
   file fills; needs root; the child must stop with the disk-full message), each after a random number of results.
@@ -22,7 +23,7 @@ Counted at the end, from the run directory and the faults log:
 - ``containers left`` after each SIGINT/SIGTERM, ``tmp files`` left at the end.
 
     python benchmarks/fault_injection_bench.py --episodes 420 --workers 2          # the issue's size
-    python benchmarks/fault_injection_bench.py --episodes 60 --sandbox local       # no Docker faults (8 kinds)
+    python benchmarks/fault_injection_bench.py --episodes 60 --sandbox local       # no Docker faults (10 kinds)
 """
 
 from __future__ import annotations

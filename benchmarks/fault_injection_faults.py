@@ -16,8 +16,10 @@ Kinds (role: what happens):
 - agent ``oci_126``: the 2nd command cannot start, the engine answers exit 126 "OCI runtime exec failed" while
   the container is being killed;
 - agent ``policy_crash``: the model endpoint fails (``ConnectionError``) on the first turn;
+- agent ``copy_out_fail``: reading the work tree back fails in the engine (EXEC_TRANSPORT);
 - grade ``kill_grade``: the grading container is killed before its tests run (step 2 of the grader);
-- grade ``grader_crash``: the grader's first script dies without output.
+- grade ``grader_crash``: the grader's first script dies without output;
+- grade ``grade_transport``: the engine's exec stream breaks while the hidden tests run (EXEC_TRANSPORT).
 """
 
 from __future__ import annotations
@@ -30,10 +32,11 @@ from typing import Any
 
 from harness.sandbox import ExecResult, Sandbox, SandboxUnavailable
 
-AGENT_KINDS_DOCKER = ("create_fail", "exec_transport", "kill_exec", "kill_idle", "pause", "oci_126", "policy_crash")
-AGENT_KINDS_LOCAL = ("create_fail", "exec_transport", "policy_crash")
-GRADE_KINDS_DOCKER = ("kill_grade", "grader_crash")
-GRADE_KINDS_LOCAL = ("grader_crash",)
+AGENT_KINDS_DOCKER = ("create_fail", "exec_transport", "kill_exec", "kill_idle", "pause", "oci_126", "policy_crash",
+                      "copy_out_fail")
+AGENT_KINDS_LOCAL = ("create_fail", "exec_transport", "policy_crash", "copy_out_fail")
+GRADE_KINDS_DOCKER = ("kill_grade", "grader_crash", "grade_transport")
+GRADE_KINDS_LOCAL = ("grader_crash", "grade_transport")
 OCI_TEXT = "OCI runtime exec failed: exec failed: unable to start container process: container is stopping"
 _CURRENT = threading.local()  # this worker thread's attempt: instance_id, attempt, agent fault, arm (set by the policy)
 
@@ -90,6 +93,8 @@ class FaultySandbox(Sandbox):
         if self.n_exec == 1 and self._fired("grader_crash"):
             return ExecResult(1, "", "injected: the grader's script died", False, False, 0.0)
         if self.n_exec == 2:
+            if self._fired("grade_transport"):
+                raise SandboxUnavailable("injected: the exec stream broke during the tests", kind="EXEC_TRANSPORT")
             if self._fired("kill_grade") or self._fired("kill_exec"):
                 self._kill()
             if self._fired("exec_transport"):
@@ -111,6 +116,8 @@ class FaultySandbox(Sandbox):
     def copy_out(self, src: str, dest: Path) -> None:
         if self._fired("kill_idle"):
             self._kill()
+        if self._fired("copy_out_fail"):
+            raise SandboxUnavailable("injected: copying the work tree out failed", kind="EXEC_TRANSPORT")
         self.inner.copy_out(src, dest)
 
     def read_file(self, path: str, *, max_bytes: int = 1 << 20) -> bytes:

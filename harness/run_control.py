@@ -7,7 +7,8 @@ removes this process's containers only, never those of another run or of a concu
 the run directory's lock refuses anyway, ``harness.runner.run_lock``).
 
 Where: ``check_out_dir(out, kind, task_dir)`` refuses, before anything is written, an ``--out`` that is a file, the
-task-set folder or its ``snapshots/``, a folder that holds files but no run manifest (a user's
+task-set folder or its ``snapshots/``, a folder that holds files (other than dot files: ``.lock``, a pipeline
+stage's stamp) but no run manifest (a user's
 folder, or a run whose manifest was deleted: its episodes would be adopted under a new run id), and a run of the
 other kind (``eval`` vs ``grade``).
 
@@ -33,7 +34,7 @@ from typing import Literal
 from harness.runner_manifest import MANIFEST_FILE, read_manifest
 
 RunKind = Literal["eval", "grade"]
-_RUN_ENTRIES = frozenset({MANIFEST_FILE, "episodes", "results.jsonl", "aggregate.json", "controls", ".lock"})
+_RUN_ENTRIES = frozenset({MANIFEST_FILE, "episodes", "results.jsonl", "aggregate.json", "controls"})
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -78,7 +79,7 @@ def check_out_dir(out: Path | str, kind: RunKind, task_dir: Path | str | None = 
                              f"or choose a new folder")
     manifest = read_manifest(out)
     if manifest is None:
-        stray = sorted(p.name for p in out.iterdir() if p.name != ".lock")
+        stray = sorted(p.name for p in out.iterdir() if not p.name.startswith("."))  # .lock, a pipeline's stamp
         if stray:
             what = ("run files but no manifest.json (it was deleted?)" if set(stray) & _RUN_ENTRIES
                     else "files that are not a tgsuite run")

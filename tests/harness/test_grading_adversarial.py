@@ -137,7 +137,7 @@ def test_hanging_patch_is_a_graded_timeout_with_its_output(calc) -> None:
     inst, repo = calc
     artifacts: dict[str, str] = {}
     with DirSandbox(repo) as sb:
-        g = grade_patch(inst, diff_of(repo, {"calc.py": HANG}), sb, timeout_s=3, artifacts=artifacts)
+        g = grade_patch(inst, diff_of(repo, {"calc.py": HANG}), sb, timeout_s=8, artifacts=artifacts)
     assert not g.resolved and not g.valid and g.reason.startswith("GRADE_TIMEOUT") and g.exit_code == 124
     assert "tests/test_calc.py" in artifacts["test_output.txt"]
 
