@@ -88,8 +88,9 @@ HIDDEN_TESTS = BASE_TESTS + "\n\ndef test_add():\n    assert add(2, 2) == 4\n"
 HIDDEN_TESTS = HIDDEN_TESTS.replace("from calc import sub", "from calc import add, sub")
 
 
-def diff_of(repo: Path, edits: dict[str, str | None]) -> str:
-    """Apply ``edits`` (path → new text, None = delete) in a scratch copy of ``repo``; return the git diff."""
+def diff_of(repo: Path, edits: dict[str, str | bytes | None]) -> str:
+    """Apply ``edits`` (path → new text or bytes, None = delete) in a scratch copy of ``repo``; return the git diff
+    (binary, ignored files included)."""
     with tempfile.TemporaryDirectory() as d:
         work = Path(d) / "r"
         shutil.copytree(repo, work)
@@ -99,8 +100,8 @@ def diff_of(repo: Path, edits: dict[str, str | None]) -> str:
                 p.unlink()
             else:
                 p.parent.mkdir(parents=True, exist_ok=True)
-                p.write_text(text)
-        _git(work, "add", "-A")
+                p.write_bytes(text if isinstance(text, bytes) else text.encode())
+        _git(work, "add", "-A", "-f")
         return _git(work, "diff", "--binary", "--cached", "HEAD")
 
 
@@ -121,6 +122,18 @@ def make_calc_task(root: Path, instance_id: str = "calc-1") -> tuple[TaskInstanc
         test_patch=diff_of(repo, {"tests/test_calc.py": HIDDEN_TESTS}),
         FAIL_TO_PASS=["tests/test_calc.py::test_add"], PASS_TO_PASS=["tests/test_calc.py::test_sub"],
     )
+    return inst, repo
+
+
+def make_calc_src_task(root: Path, instance_id: str = "calc-src") -> tuple[TaskInstance, Path]:
+    """The calc task with its code under ``src/`` and a SWE-bench-style ``PYTHONPATH=src python -m pytest``."""
+    inst, repo = make_calc_task(root, instance_id)
+    (repo / "src").mkdir()
+    _git(repo, "mv", "calc.py", "src/calc.py")
+    _git(repo, "commit", "-qm", "src layout")
+    base = _git(repo, "rev-parse", "HEAD").strip()
+    inst = inst.model_copy(update={"base_commit": base, "test_cmd": "PYTHONPATH=src python -m pytest",
+                                   "patch": diff_of(repo, {"src/calc.py": CALC_FIXED})})
     return inst, repo
 
 

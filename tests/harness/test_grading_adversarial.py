@@ -13,7 +13,7 @@ import pytest
 
 from harness.grading import grade_patch, parse_eval_markers
 from harness.grading_paths import foreign_paths, pythonpath_roots, runnable_test_cmd, shadow_candidates
-from tests.harness_fakes import CALC_FIXED, DirSandbox, _git, diff_of, make_calc_task
+from tests.harness_fakes import CALC_FIXED, DirSandbox, diff_of, make_calc_src_task, make_calc_task
 
 FORGE_PLUGIN = (  # marks every test report as passed
     "import pytest\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
@@ -56,16 +56,8 @@ def calc(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="module")
 def calc_src(tmp_path_factory: pytest.TempPathFactory):
-    """The calc task with its code under ``src/`` and a SWE-bench-style ``PYTHONPATH=src python -m pytest``."""
-    inst, repo = make_calc_task(tmp_path_factory.mktemp("adv_src"), "calc-src")
-    (repo / "src").mkdir()
-    _git(repo, "mv", "calc.py", "src/calc.py")
-    _git(repo, "commit", "-qm", "src layout")
-    base = _git(repo, "rev-parse", "HEAD").strip()
-    inst = inst.model_copy(update={
-        "base_commit": base, "test_cmd": "PYTHONPATH=src python -m pytest",
-        "patch": diff_of(repo, {"src/calc.py": CALC_FIXED})})
-    return inst, repo
+    """The calc task with its code under ``src/`` and ``PYTHONPATH=src python -m pytest``."""
+    return make_calc_src_task(tmp_path_factory.mktemp("src"))
 
 
 def _grade(task, edits: dict[str, str | None] | str, sandbox=None, **kw):

@@ -23,7 +23,7 @@ import pytest
 from harness.grading import grade_patch
 from harness.grading_apply import AppliedState, interpreter_of, parse_state, plan_restore
 from harness.grading_paths import is_agent_source, module_name_of, shadowing_entries
-from tests.harness_fakes import CALC_FIXED, DirSandbox, _git, diff_of, make_calc_task
+from tests.harness_fakes import CALC_FIXED, DirSandbox, _git, diff_of, make_calc_src_task, make_calc_task
 
 # Runs when the shadowing module is imported: make ``calc.add`` add (what the fix would do).
 MONKEYPATCH = "import calc\ncalc.add = lambda a, b: a + b\n"
@@ -54,30 +54,7 @@ def calc(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="module")
 def calc_src(tmp_path_factory: pytest.TempPathFactory):
     """The calc task with its code under ``src/`` and ``PYTHONPATH=src python -m pytest``."""
-    inst, repo = make_calc_task(tmp_path_factory.mktemp("state_src"), "calc-src")
-    (repo / "src").mkdir()
-    _git(repo, "mv", "calc.py", "src/calc.py")
-    _git(repo, "commit", "-qm", "src layout")
-    base = _git(repo, "rev-parse", "HEAD").strip()
-    inst = inst.model_copy(update={"base_commit": base, "test_cmd": "PYTHONPATH=src python -m pytest",
-                                   "patch": diff_of(repo, {"src/calc.py": CALC_FIXED})})
-    return inst, repo
-
-
-def binary_diff(repo: Path, edits: dict[str, bytes | None]) -> str:
-    """``diff_of`` for byte contents (a compiled module, bytecode)."""
-    with tempfile.TemporaryDirectory() as d:
-        work = Path(d) / "r"
-        shutil.copytree(repo, work)
-        for rel, data in edits.items():
-            p = work / rel
-            if data is None:
-                p.unlink()
-            else:
-                p.parent.mkdir(parents=True, exist_ok=True)
-                p.write_bytes(data)
-        _git(work, "add", "-A", "-f")
-        return _git(work, "diff", "--binary", "--cached", "HEAD")
+    return make_calc_src_task(tmp_path_factory.mktemp("src"))
 
 
 def pyc_of(source: str, *, unchecked: bool = False) -> bytes:
@@ -118,9 +95,9 @@ def test_compiled_module_shadowing_the_standard_library_is_removed(calc) -> None
     inst, repo = calc
     so = f"argparse.cpython-{sys.version_info.major}{sys.version_info.minor}-x86_64-linux-gnu.so"
     for name in (so, "argparse.so"):
-        g = _grade(calc, binary_diff(repo, {name: b"\x7fELF not really", "calc.py": CALC_FIXED.encode()}))
+        g = _grade(calc, diff_of(repo, {name: b"\x7fELF not really", "calc.py": CALC_FIXED.encode()}))
         assert g.resolved and g.tests_touched, (name, g.reason)
-        g = _grade(calc, binary_diff(repo, {name: b"\x7fELF not really"}))
+        g = _grade(calc, diff_of(repo, {name: b"\x7fELF not really"}))
         assert not g.resolved, (name, g.reason)
 
 
@@ -167,14 +144,14 @@ def test_context_diff_with_space_separated_dates(calc) -> None:
 
 def test_sourceless_bytecode_is_not_imported(calc) -> None:
     inst, repo = calc
-    g = _grade(calc, binary_diff(repo, {"calc.py": None, "calc.pyc": pyc_of(CALC_FIXED)}))
+    g = _grade(calc, diff_of(repo, {"calc.py": None, "calc.pyc": pyc_of(CALC_FIXED)}))
     assert not g.resolved and g.tests_touched, g.reason
 
 
 def test_unchecked_hash_bytecode_is_not_imported(calc) -> None:
     inst, repo = calc
     tag = sys.implementation.cache_tag
-    g = _grade(calc, binary_diff(repo, {f"__pycache__/calc.{tag}.pyc": pyc_of(CALC_FIXED, unchecked=True)}))
+    g = _grade(calc, diff_of(repo, {f"__pycache__/calc.{tag}.pyc": pyc_of(CALC_FIXED, unchecked=True)}))
     assert not g.resolved and g.tests_touched, g.reason
 
 
@@ -257,7 +234,7 @@ def test_import_shadowing_in_docker(calc, calc_src, docker_provider) -> None:
         assert g.resolved is expected and g.tests_touched, (edits, g.reason)
     with docker_provider.create(instance_id="state-so") as sb:
         sb.copy_in(repo, ".")
-        g = _grade(calc, binary_diff(repo, {"argparse.so": b"\x7fELF", "calc.py": CALC_FIXED.encode()}), sandbox=sb)
+        g = _grade(calc, diff_of(repo, {"argparse.so": b"\x7fELF", "calc.py": CALC_FIXED.encode()}), sandbox=sb)
     assert g.resolved and g.tests_touched, g.reason
     hook = "".join("+" + line + "\n" for line in HOOK.splitlines())
     patch = ("diff --git a/.git/hooks/post-checkout b/.git/hooks/post-checkout\nnew file mode 100755\n"

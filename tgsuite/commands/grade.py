@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tgsuite.commands.common import CLIError
+from tgsuite.commands.tasks import positive_int
 
 log = logging.getLogger(__name__)
 
@@ -47,16 +48,6 @@ def _arm(text: str) -> str:
     return text
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer; fix: e.g. 2") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 1; fix: e.g. 2")
-    return value
-
-
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "grade", help="grade a predictions file (SWE-bench format) from any agent",
@@ -70,10 +61,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--arm", default=None, metavar="NAME", type=_arm,
                    help="arm name of the results (default: the model name, '/' as '__'); for `tgsuite analyze` "
                         "name it after the plan's arm and training seed, e.g. --arm tg@s0")
-    p.add_argument("--workers", type=_positive, default=1, help="patches graded at once (default 1)")
+    p.add_argument("--workers", type=positive_int, default=1, help="patches graded at once (default 1)")
     p.add_argument("--sandbox", choices=["docker", "local"], default="docker",
                    help="default docker; local runs the tests on this machine, NOT isolated")
-    p.add_argument("--max-attempts", type=_positive, default=3, help="attempts per patch on infra errors (default 3)")
+    p.add_argument("--max-attempts", type=positive_int, default=3, help="attempts per patch on infra errors (default 3)")
     p.add_argument("--grade-timeout", type=float, default=900.0, help="seconds for the hidden tests (default 900)")
     p.add_argument("--ignore-validation", action="store_true",
                    help="grade instances that validation.json rejected, and run flaky tests it excluded")

@@ -43,7 +43,8 @@ excluded. Exit code 0 when every instance is valid, 1 when some were rejected.
 """
 
 
-def _positive(text: str) -> int:
+def positive_int(text: str) -> int:
+    """argparse type: a whole number >= 1 (``--workers``, ``--runs``, ...)."""
     try:
         value = int(text)
     except ValueError:
@@ -136,8 +137,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     mk.add_argument("--out", required=True, help="folder to write (tasks.jsonl + snapshots/)")
     mk.add_argument("--split", required=True, choices=("train", "heldout"), help="which split to generate")
-    mk.add_argument("--repos", type=_positive, required=True, help="number of repositories")
-    mk.add_argument("--tasks-per-repo", type=_positive, required=True, help="tasks (planted bugs) per repository")
+    mk.add_argument("--repos", type=positive_int, required=True, help="number of repositories")
+    mk.add_argument("--tasks-per-repo", type=positive_int, required=True, help="tasks (planted bugs) per repository")
     mk.add_argument("--seed", type=int, default=0, help="generation seed (same seed, same bytes; default 0)")
     mk.add_argument("--overwrite", action="store_true", help="replace a task set already in --out")
     mk.add_argument("--snapshot-format", choices=("dir", "tar.gz"), default="dir",
@@ -155,10 +156,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog=VALIDATE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     va.add_argument("dir", help="task set folder (tasks.jsonl + snapshots/)")
-    va.add_argument("--runs", type=_positive, default=3, help="gold and empty runs per instance (default 3)")
+    va.add_argument("--runs", type=positive_int, default=3, help="gold and empty runs per instance (default 3)")
     va.add_argument("--sandbox", choices=("docker", "local"), default="docker",
                     help="docker (isolated, default) or local (NOT isolated; for machines without Docker)")
-    va.add_argument("--workers", type=_positive, default=1, help="instances validated in parallel (default 1)")
+    va.add_argument("--workers", type=positive_int, default=1, help="instances validated in parallel (default 1)")
     va.add_argument("--instance", action="append", metavar="ID", help="only this instance (repeatable)")
     va.add_argument("--out", default=None, help="report path (default DIR/validation.json)")
     va.add_argument("--timeout", type=float, default=900.0, help="seconds per grading run (default 900)")
