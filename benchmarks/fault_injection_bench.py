@@ -33,6 +33,7 @@ import json
 import math
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -259,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if mounted:
             subprocess.run(["umount", "-l", str(mnt)], check=False)
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
     kinds = set(counts["fault_kinds_in_children"]) | set(stats["runner_faults"])
     summary = {**counts, "runner_faults": dict(stats["runner_faults"]), "children": stats["children"],
                "fault_kinds": len(kinds), "faults": counts["faults_in_children"] + sum(stats["runner_faults"].values()),
