@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from repro.precision import Precision
 
@@ -31,6 +31,17 @@ class ConfigError(ValueError):
 
 class _Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_quoted_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        """A number or boolean written as a string (``lam = "0.3"``) is refused, not silently converted."""
+        annotation = cls.model_fields[info.field_name].annotation if info.field_name else None
+        if isinstance(value, str) and annotation in (int, float, bool):
+            example = {int: "2", float: "0.3", bool: "true"}[annotation]
+            raise ValueError(f"a {annotation.__name__} is written without quotes (e.g. {example}), not as the "
+                             f"string {value!r}")
+        return value
 
 
 class RunCfg(_Section):

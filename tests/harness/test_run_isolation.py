@@ -197,3 +197,11 @@ def test_arm_name_with_a_slash_is_named_at_parse_time() -> None:
     with pytest.raises(CLIError, match=r"arm name 'my/arm' has a '/'.*fix: e.g. --policy my-arm=oracle"):
         parse_arms(["my/arm=oracle"])
     assert parse_arms(["hf:ckpt/step_1"]) == {"hf-step_1": "hf:ckpt/step_1"}
+
+
+def test_quoted_number_in_a_training_config_is_named() -> None:
+    from repro.config import ConfigError, build_config
+
+    with pytest.raises(ConfigError, match=r"x.toml: field `guidance.lam`: .*written without quotes \(e.g. 0.3\)"):
+        build_config({"guidance": {"lam": "0.3"}}, "x.toml")
+    assert build_config({"guidance": {"lam": 1}}, "x.toml").guidance.lam == 1.0
