@@ -114,6 +114,9 @@ class RolloutCfg(_Section):
         "vllm.LLM in this process (repro.vllm_engine; needs the gpu extra and CUDA); vllm_http = an external "
         "`vllm serve` (designed, not built: train rl refuses it)")
     per_exec_timeout_s: float = Field(30.0, gt=0)
+    env_workers: int = Field(4, ge=1, description="episodes of a step whose tool calls and grading run at once, on "
+                             "threads, while the model samples (repro.rollout.EnvPool); 1 = one after another. The "
+                             "trajectories do not depend on it")
     sampling_streams: int = Field(
         0, ge=0, description="each step's groups are sampled in this many contiguous chunks, one seeded run_groups "
         "call each (repro.distributed); 0 = one per process (1 single-process, one per rank under cluster.fsdp). "
@@ -174,6 +177,9 @@ class OptimCfg(_Section):
     warmup_steps: int = Field(0, ge=0)
     schedule: Literal["constant", "cosine"] = "constant"
     micro_batch: int = Field(4, ge=1, description="trajectories per forward/backward")
+    padding_free: bool = Field(True, description="pack a micro-batch's sequences into one row (no pad tokens, no "
+                               "attention across sequences; repro.packing) as TRL's padding_free does; false = "
+                               "right-padded [B, T] with an attention mask")
 
 
 class AsyncCfg(_Section):

@@ -21,6 +21,7 @@ import logging
 import math
 import random
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -132,6 +133,7 @@ class RolloutSettings:
     temperature: float = 1.0
     top_p: float = 1.0
     hint_in_rollout: bool = False
+    env_workers: int = 1  # episodes whose tool calls / grading run at once (1 = one after another)
 
 
 def group_seed(run_seed: int, item: int, index: int) -> int:
@@ -208,38 +210,95 @@ def run_groups(
     items gives the same samples."""
     ledger = ledger or ComputeLedger()
     n = settings.group_size
-    live: list[_Live] = []
-    with ledger.phase("environment"):
-        for inst, item in zip(instances, items, strict=True):
-            for j in range(n):
-                env = make_env(inst, group_seed(run_seed, item, j))
-                opening = env.reset()
-                live.append(_Live(env=env, ctx=_opening(encoder, opening, tools), messages=list(opening),
-                                  instance=inst, item=item, index=j))
-    gen = torch.Generator().manual_seed(group_seed(run_seed, items[0], 0))
-    hint_rng = random.Random(group_seed(run_seed, items[0], n + 1))
-    for turn in range(settings.max_turns):
-        active = [lv for lv in live if not lv.done]
-        if settings.hint_in_rollout and hint_source is not None:
-            _insert_hints(active, turn, hint_source, hint_rng, encoder)
-        active, budget = _within_budget(active, settings, encoder, turn)
-        if not active:
-            break
-        reqs = [TokenRequest(lv.ctx + encoder.assistant_header, min(settings.max_new_tokens, b), (encoder.im_end,),
-                             settings.temperature, settings.top_p) for lv, b in zip(active, budget, strict=True)]
-        with ledger.phase("rollout"):
-            outs = engine.generate(reqs, generator=gen)
-        n_new = sum(len(o.ids) for o in outs)
-        ledger.add("rollout", tokens=n_new, flops=forward_flops(flop_params, n_new))
-        for lv, res in zip(active, outs, strict=True):
-            _advance(lv, res, turn, encoder, tokenizer, ledger)
+    slots = [(inst, item, j) for inst, item in zip(instances, items, strict=True) for j in range(n)]
+    with EnvPool(settings.env_workers) as pool:
+        with ledger.phase("environment"):
+            envs = [make_env(inst, group_seed(run_seed, item, j)) for inst, item, j in slots]
+            openings = pool.map(lambda env: env.reset(), envs)
+        live = [_Live(env=env, ctx=_opening(encoder, opening, tools), messages=list(opening), instance=inst,
+                      item=item, index=j) for env, opening, (inst, item, j) in zip(envs, openings, slots, strict=True)]
+        gen = torch.Generator().manual_seed(group_seed(run_seed, items[0], 0))
+        hint_rng = random.Random(group_seed(run_seed, items[0], n + 1))
+        outcomes: dict[int, Future[EnvOutcome]] = {}
+        for turn in range(settings.max_turns):
+            active = [lv for lv in live if not lv.done]
+            if settings.hint_in_rollout and hint_source is not None:
+                _insert_hints(active, turn, hint_source, hint_rng, encoder)
+            active, budget = _within_budget(active, settings, encoder, turn)
+            _grade_finished(live, outcomes, pool)
+            if not active:
+                break
+            reqs = [TokenRequest(lv.ctx + encoder.assistant_header, min(settings.max_new_tokens, b),
+                                 (encoder.im_end,), settings.temperature, settings.top_p)
+                    for lv, b in zip(active, budget, strict=True)]
+            with ledger.phase("rollout"):
+                outs = engine.generate(reqs, generator=gen)
+            n_new = sum(len(o.ids) for o in outs)
+            ledger.add("rollout", tokens=n_new, flops=forward_flops(flop_params, n_new))
+            for lv, res in zip(active, outs, strict=True):
+                _record_turn(lv, res, turn, encoder, tokenizer)
+            with ledger.phase("environment"):  # the turn's tool calls, all episodes at once
+                steps = pool.map(lambda lv: lv.env.step(lv.texts[-1]), active)
+            for lv, out in zip(active, steps, strict=True):
+                _observe(lv, out, encoder)
+        _grade_finished(live, outcomes, pool, final=True)
+        with ledger.phase("environment"):  # what grading is left once sampling is over
+            graded = [outcomes[i].result() for i in range(len(live))]
     groups: list[list[RolloutSample]] = [[] for _ in instances]
     idle_version = engine.current_version()
-    for lv in live:
+    for lv, outcome in zip(live, graded, strict=True):
         gi = items.index(lv.item)
-        groups[gi].append(_finish(lv, lv.instance, lv.item, lv.index, idle_version, encoder, tools, checker,
-                                  reward_weights, ledger))
+        groups[gi].append(_finish(lv, outcome, idle_version, encoder, tools, checker, reward_weights))
     return groups
+
+
+class EnvPool:
+    """Runs the environments' work (tool calls, grading) of a batch's episodes on ``workers`` threads, results in
+    submission order; with one worker everything runs inline, one episode after another. The episodes' sandboxes
+    are independent, so the results do not depend on the worker count (tests/repro/test_rollout.py)."""
+
+    def __init__(self, workers: int) -> None:
+        if workers < 1:
+            raise ValueError(f"rollout.env_workers = {workers}: use 1 (one episode after another) or more")
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="rollout-env") if workers > 1 else None
+
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+        if self._pool is None:
+            return [fn(x) for x in items]
+        return list(self._pool.map(fn, items))
+
+    def submit(self, fn: Callable[[], Any]) -> Future[Any]:
+        if self._pool is not None:
+            return self._pool.submit(fn)
+        fut: Future[Any] = Future()
+        try:
+            fut.set_result(fn())
+        except BaseException as exc:  # noqa: BLE001 - re-raised by result(), as a pooled call would
+            fut.set_exception(exc)
+        return fut
+
+    def __enter__(self) -> EnvPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=False)
+
+
+def _grade_finished(live: list[_Live], outcomes: dict[int, Future[EnvOutcome]], pool: EnvPool,
+                    final: bool = False) -> None:
+    """Start grading every episode that has ended (with more than one worker it runs while the others still
+    sample); ``final``: every episode has ended."""
+    for i, lv in enumerate(live):
+        if i not in outcomes and (lv.done or final):
+            outcomes[i] = pool.submit(lambda env=lv.env: _outcome_and_close(env))
+
+
+def _outcome_and_close(env: RolloutEnv) -> EnvOutcome:
+    try:
+        return env.outcome()
+    finally:
+        env.close()
 
 
 def _insert_hints(active: list[_Live], turn: int, hint_source: HintSource, rng: random.Random,
@@ -269,7 +328,8 @@ def _within_budget(active: list[_Live], settings: RolloutSettings, encoder: Any,
     return keep, budgets
 
 
-def _advance(lv: _Live, res: TokenResult, turn: int, encoder: Any, tokenizer: Any, ledger: ComputeLedger) -> None:
+def _record_turn(lv: _Live, res: TokenResult, turn: int, encoder: Any, tokenizer: Any) -> None:
+    """Append one sampled assistant turn to the episode (its text, message and ids, verbatim)."""
     ids, lps = res.ids, res.logprobs
     finished = res.finish_reason == "stop"
     if finished != (bool(ids) and ids[-1] == encoder.im_end):
@@ -287,8 +347,10 @@ def _advance(lv: _Live, res: TokenResult, turn: int, encoder: Any, tokenizer: An
                                tool_calls=parse_tool_calls(text), finish_reason=res.finish_reason,
                                policy_version=res.version))
     lv.ctx += encoder.assistant_header + body + encoder.newline
-    with ledger.phase("environment"):
-        out = lv.env.step(text)
+
+
+def _observe(lv: _Live, out: StepOut, encoder: Any) -> None:
+    """The environment's answer to the turn: the episode ends, or its observations join the context."""
     if out.done:
         lv.done = True
         return
@@ -296,11 +358,9 @@ def _advance(lv: _Live, res: TokenResult, turn: int, encoder: Any, tokenizer: An
     lv.ctx += _observation_ids(encoder, out.observations)
 
 
-def _finish(lv: _Live, instance: TaskInstance, item: int, j: int, idle_version: int, encoder: Any,
-            tools: list[dict[str, Any]], checker: TurnChecker, weights: Any, ledger: ComputeLedger) -> RolloutSample:
-    with ledger.phase("environment"):
-        outcome = lv.env.outcome()
-        lv.env.close()
+def _finish(lv: _Live, outcome: EnvOutcome, idle_version: int, encoder: Any, tools: list[dict[str, Any]],
+            checker: TurnChecker, weights: Any) -> RolloutSample:
+    instance, item, j = lv.instance, lv.item, lv.index
     enc = encoder.encode(lv.messages, tools=tools)
     if enc.ids != lv.ctx:
         n = next((i for i, (a, b) in enumerate(zip(enc.ids, lv.ctx, strict=False)) if a != b),

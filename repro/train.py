@@ -164,7 +164,7 @@ class _Sources:
         self.stats = StalenessStats()
         r = cfg.rollout
         self.settings = RolloutSettings(r.group_size, r.max_turns, r.max_new_tokens, r.max_context_tokens,
-                                        r.temperature, r.top_p, cfg.guidance.hint_in_rollout)
+                                        r.temperature, r.top_p, cfg.guidance.hint_in_rollout, r.env_workers)
         self.producer: AsyncProducer | None = None
         self.store: WeightStore | None = None
         if cfg.async_.enabled:
@@ -261,7 +261,7 @@ def _optimizer_step(root: LossRoot, cfg: TrainConfig, plan: Any, opt: torch.opti
     else:
         batches, n_fill = distributed.micro_batches(plan.trajs, mbs, ctx.rank, ctx.world)
     for i, trajs in enumerate(batches):
-        mb = collate(trajs, pad_id).to(device)
+        mb = collate(trajs, pad_id, padding_free=cfg.optim.padding_free).to(device)
         with autocast(cfg.model.precision, device.type):
             loss, terms = root(mb, plan.n_pg, plan.n_kl)
         if cfg.run.log_grad_split and loss.requires_grad:
