@@ -32,6 +32,7 @@ from harness.signals import episode_signals
 from harness.tools import parse_tool_calls
 from repro.compute import ComputeLedger, forward_flops
 from repro.engine import FinishReason, RolloutEngine, TokenRequest, TokenResult
+from repro.guidance import anchor_token, behaviour_anchor
 from repro.rewards import contributions, reward_components
 
 logger = logging.getLogger(__name__)
@@ -109,6 +110,7 @@ class RolloutSample:
     reward_terms: dict[str, float] = field(default_factory=dict)  # sign_k · w_k · R_k per term (sums to reward)
     messages: list[Message] = field(default_factory=list)
     hint_turns: list[int] = field(default_factory=list)
+    anchors: list[int] = field(default_factory=list)  # per turn: position in ids of the behaviour's first token, -1
 
     @property
     def n_turns(self) -> int:
@@ -248,7 +250,7 @@ def run_groups(
     idle_version = engine.current_version()
     for lv, outcome in zip(live, graded, strict=True):
         gi = items.index(lv.item)
-        groups[gi].append(_finish(lv, outcome, idle_version, encoder, tools, checker, reward_weights))
+        groups[gi].append(_finish(lv, outcome, idle_version, encoder, tokenizer, tools, checker, reward_weights))
     return groups
 
 
@@ -358,8 +360,8 @@ def _observe(lv: _Live, out: StepOut, encoder: Any) -> None:
     lv.ctx += _observation_ids(encoder, out.observations)
 
 
-def _finish(lv: _Live, outcome: EnvOutcome, idle_version: int, encoder: Any, tools: list[dict[str, Any]],
-            checker: TurnChecker, weights: Any) -> RolloutSample:
+def _finish(lv: _Live, outcome: EnvOutcome, idle_version: int, encoder: Any, tokenizer: Any,
+            tools: list[dict[str, Any]], checker: TurnChecker, weights: Any) -> RolloutSample:
     instance, item, j = lv.instance, lv.item, lv.index
     enc = encoder.encode(lv.messages, tools=tools)
     if enc.ids != lv.ctx:
@@ -381,4 +383,22 @@ def _finish(lv: _Live, outcome: EnvOutcome, idle_version: int, encoder: Any, too
         truncated_turns=lv.truncated, outcome=outcome, version=min(lv.versions, default=idle_version),
         turn_versions=lv.versions, finish_reasons=lv.reasons, rewards=comps,
         reward=sum(terms.values()), reward_terms=terms, messages=lv.messages, hint_turns=lv.hint_turns,
+        anchors=_anchors(lv, enc.turn, enc.act, tokenizer),
     )
+
+
+def _anchors(lv: _Live, turn_of: list[int], act: list[int], tokenizer: Any) -> list[int]:
+    """Per assistant turn, the position in the trajectory's ids of the behaviour's first token
+    (``repro.guidance.behaviour_anchor``), or -1 when the turn's text ends before it."""
+    positions: dict[int, list[int]] = {}
+    for t, (k, a) in enumerate(zip(turn_of, act, strict=True)):
+        if a and k >= 0:
+            positions.setdefault(k, []).append(t)
+    turns = [m for m in lv.messages if m.role == "assistant"]
+    out = []
+    for k, (m, text) in enumerate(zip(turns, lv.texts, strict=True)):
+        ids = m.token_ids or []
+        body = ids[:-1] if m.finish_reason == "stop" else ids
+        i = anchor_token(body, behaviour_anchor(text), lambda x: tokenizer.decode(list(x), skip_special_tokens=False))
+        out.append(-1 if i is None or i >= len(positions.get(k, [])) else positions[k][i])
+    return out

@@ -245,7 +245,7 @@ def _hint_ids_fn(setup: RLSetup, encoder: ChatEncoder, seed: int) -> Callable[[R
     return hint_ids
 
 
-def _optimizer_step(root: LossRoot, cfg: TrainConfig, plan: Any, opt: torch.optim.Optimizer, pad_id: int,
+def optimizer_step(root: LossRoot, cfg: TrainConfig, plan: Any, opt: torch.optim.Optimizer, pad_id: int,
                     ledger: ComputeLedger, flop_params: int,
                     ctx: DistContext | None = None) -> tuple[dict[str, Any], float]:
     """One optimizer step over the plan's micro-batches; returns the step's metrics and the teacher forwards'
@@ -408,7 +408,7 @@ def _train_rl(cfg: TrainConfig, out: Path, ctx: DistContext | None, *, setup: RL
             groups = sources.take(step)
             plan = build_batch(groups, cfg, hint_ids)
             t_train = time.perf_counter()
-            metrics, teacher_s = _optimizer_step(root, cfg, plan, opt, pad_id, ledger, params["flop_params"], ctx)
+            metrics, teacher_s = optimizer_step(root, cfg, plan, opt, pad_id, ledger, params["flop_params"], ctx)
             ledger.add("trainer", wall_s=time.perf_counter() - t_train - teacher_s)
             sched.step()
             sources.published(step + 1)
@@ -424,6 +424,8 @@ def _train_rl(cfg: TrainConfig, out: Path, ctx: DistContext | None, *, setup: RL
                 _append_best(out / "best.jsonl", groups, step + 1)
             bar.update(1)
             bar.set_postfix(reward=f"{metrics['reward/total']:.3f}", loss=f"{metrics['loss/total']:.4f}")
+            if cfg.guidance.lam > 0 and main:
+                logger.info("%s step %d: %s", cfg.run.arm, step + 1, gate_summary(metrics))
             last = step + 1 == cfg.run.steps
             if last or (cfg.run.checkpoint_every and (step + 1) % cfg.run.checkpoint_every == 0):
                 with ledger.phase("checkpoint"):
@@ -443,6 +445,21 @@ def _train_rl(cfg: TrainConfig, out: Path, ctx: DistContext | None, *, setup: RL
     if info is None:
         info = ck.read_info(ck.latest_checkpoint(out))
     return info
+
+
+def gate_summary(metrics: dict[str, Any]) -> str:
+    """One line of a TG step's gate diagnostics (``repro.trainer_step``): the share of turns guided, and at the
+    guided turns' behaviour's first token the divergence and P_T(v*) vs P_S(v*). Says so when the gate guided
+    nothing or the hint did not move the teacher there."""
+    frac, n = metrics.get("guidance/guided_turn_frac"), metrics.get("guidance/anchor_tokens") or 0
+    head = f"gate on {frac:.0%} of turns" if frac is not None else "gate: no assistant turn"
+    if not frac:
+        return head + " (inactive: no failing turn to guide)"
+    if not n:
+        return head + "; no guided turn reached its behaviour's first token"
+    kl, pt, ps = metrics["guidance/anchor_kl"], metrics["guidance/anchor_p_teacher"], metrics["guidance/anchor_p_student"]
+    flat = " (the hint does not move the teacher there)" if pt - ps < 0.01 and kl < 1e-3 else ""
+    return f"{head}; at the behaviour's first token ({n}): KL {kl:.3g}, P_T {pt:.3g} vs P_S {ps:.3g}{flat}"
 
 
 def _append_best(path: Path, groups: list[list[RolloutSample]], step: int) -> None:

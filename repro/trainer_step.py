@@ -28,6 +28,7 @@ from repro.losses import (
     chunked_token_logprobs,
     clipped_surrogate,
     group_advantages,
+    kl_from_logits,
     sampled_token_kl_advantage,
 )
 from repro.packing import packed_attention
@@ -55,6 +56,7 @@ class TrajBatch:
     m_pg: list[float]  # over act_pos
     m_kl: list[float]  # over act_pos
     views: list[TeacherView] = field(default_factory=list)
+    anchor_pos: set[int] = field(default_factory=set)  # KL positions that are a guided turn's behaviour's first token
 
 
 @dataclass
@@ -136,6 +138,8 @@ def _one(s: RolloutSample, adv: float, cfg: Any, hint_ids: Callable[[RolloutSamp
     plan = plan_guidance(enc, s.verdicts, hints, variant=variant, include_thinking=guid.include_thinking)
     tb.m_kl = [float(plan.m_kl[t]) for t in act_pos]
     tb.views = [TeacherView(c.ids, c.kl_positions, c.teacher_positions) for c in plan.contexts]
+    tb.anchor_pos = {s.anchors[k] for k in guided if k < len(s.anchors) and s.anchors[k] >= 0
+                     and plan.m_kl[s.anchors[k]]}
     if tb.views and variant != "all_turns":
         _leak_positions(s, plan.contexts[0], tb.views[0])
     return tb
@@ -224,6 +228,7 @@ class MicroBatch:
     kl_teacher_rows: torch.Tensor  # [K] teacher row predicting each KL token
     leak_student_rows: torch.Tensor  # [P] student row predicting a PASS-turn token inside a view
     leak_teacher_rows: torch.Tensor  # [P] the teacher row predicting the same token
+    anchor_kl: torch.Tensor  # [A] which KL tokens are a guided turn's behaviour's first token (indices into K)
 
     @property
     def n_tokens(self) -> int:
@@ -254,7 +259,7 @@ def collate(trajs: Sequence[TrajBatch], pad_id: int, *, padding_free: bool = Tru
     views = [v for t in trajs for v in t.views]
     student = make_seqs([t.ids for t in trajs], pad_id, packed=padding_free)
     teacher = make_seqs([v.ids for v in views], pad_id, packed=padding_free) if views else None
-    act_rows, y, mu, adv, m_pg, kl_idx, kl_t, leak_s, leak_t = ([] for _ in range(9))
+    act_rows, y, mu, adv, m_pg, kl_idx, kl_t, leak_s, leak_t, anchors = ([] for _ in range(10))
     vi = 0
     for b, t in enumerate(trajs):
         index_of = {p: len(act_rows) + i for i, p in enumerate(t.act_pos)}
@@ -265,6 +270,7 @@ def collate(trajs: Sequence[TrajBatch], pad_id: int, *, padding_free: bool = Tru
         m_pg += t.m_pg
         for view in t.views:
             assert teacher is not None
+            anchors += [len(kl_idx) + i for i, p in enumerate(view.student_pos) if p in t.anchor_pos]
             kl_idx += [index_of[p] for p in view.student_pos]
             kl_t += [teacher.row(vi, p - 1) for p in view.teacher_pos]
             leak_s += [student.row(b, p - 1) for p in view.leak_student_pos]
@@ -273,7 +279,7 @@ def collate(trajs: Sequence[TrajBatch], pad_id: int, *, padding_free: bool = Tru
     lt = lambda x: torch.tensor(x, dtype=torch.long)  # noqa: E731
     ft = lambda x: torch.tensor(x, dtype=torch.float32)  # noqa: E731
     return MicroBatch(student, teacher, lt(act_rows), lt(y), ft(mu), ft(adv), ft(m_pg), lt(kl_idx), lt(kl_t),
-                      lt(leak_s), lt(leak_t))
+                      lt(leak_s), lt(leak_t), lt(anchors))
 
 
 KLEstimator = Literal["full_vocab", "sampled_token"]
@@ -380,6 +386,8 @@ class LossRoot(nn.Module):
         if need_teacher and self.estimator == "full_vocab":
             kl_term = self._full_vocab_kl(mb, hr, ht, logp, ent, weight, t_weight, n_kl, stats)
             loss = loss + kl_term
+        if need_teacher and mb.anchor_kl.numel() > 0:
+            self._gate_diagnostics(hr[mb.kl_idx[mb.anchor_kl]], ht[mb.anchor_kl], weight, t_weight, stats)
         if self.collective_teacher and not loss.requires_grad and torch.is_grad_enabled():
             # under FSDP every rank must run a backward through the same parameters (their reduce-scatters line up):
             # a micro-batch without loss terms (no PG weight, no KL rows) still connects its zero loss to them
@@ -393,6 +401,22 @@ class LossRoot(nn.Module):
                                        teacher_weight=t_weight)
             stats.update(leak_sum=float(leak.per_token.sum()), leak_n=int(n_leak))
         return loss, LossTerms(pg=pg_term, kl=kl_term, teacher_s=teacher_s, stats=stats)
+
+    @torch.no_grad()
+    def _gate_diagnostics(self, hs: torch.Tensor, ht: torch.Tensor, weight: torch.Tensor,
+                          t_weight: torch.Tensor | None, stats: dict[str, Any]) -> None:
+        """At each guided turn's behaviour's first token (``repro.guidance.behaviour_anchor``): the divergence the
+        loss uses (its direction, unclamped), the teacher's most likely token v* and P_T(v*), P_S(v*). A hint that
+        does not move the teacher shows as KL ≈ 0 and P_T − P_S ≈ 0 (METHOD §6.11, gate diagnostics)."""
+        g = self.g
+        zs = hs.detach().float() @ weight.detach().float().T
+        zt = ht.float() @ (weight if t_weight is None else t_weight).detach().float().T
+        kl = kl_from_logits(zs, zt, direction=g.direction, beta=g.jsd_beta)
+        ls, lt = torch.log_softmax(zs, -1), torch.log_softmax(zt, -1)
+        v = lt.argmax(-1, keepdim=True)
+        p_t, p_s = lt.gather(1, v).exp().squeeze(1), ls.gather(1, v).exp().squeeze(1)
+        stats.update(anchor_n=int(kl.numel()), anchor_kl_sum=float(kl.sum()), anchor_pt_sum=float(p_t.sum()),
+                     anchor_ps_sum=float(p_s.sum()))
 
     def _sampled_token_advantage(self, mb: MicroBatch, ht: torch.Tensor, logp: torch.Tensor, adv: torch.Tensor,
                                  t_weight: torch.Tensor, stats: dict[str, Any]) -> torch.Tensor:
@@ -448,4 +472,11 @@ def reduce_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
     out["guidance/leak_kl_passing"] = s("leak_sum") / leak_n if leak_n else None
     gap_n = s("gap_n")
     out["kl/sampled_gap_mean"] = s("gap_sum") / gap_n if gap_n else None
+    # gate diagnostics at the guided turns' behaviour's first token (LossRoot._gate_diagnostics)
+    a_n = s("anchor_n")
+    out["guidance/anchor_tokens"] = a_n
+    out["guidance/anchor_kl"] = s("anchor_kl_sum") / a_n if a_n else None
+    out["guidance/anchor_p_teacher"] = s("anchor_pt_sum") / a_n if a_n else None
+    out["guidance/anchor_p_student"] = s("anchor_ps_sum") / a_n if a_n else None
+    out["guidance/anchor_gap"] = (s("anchor_pt_sum") - s("anchor_ps_sum")) / a_n if a_n else None
     return out

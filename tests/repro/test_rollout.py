@@ -258,3 +258,26 @@ def test_env_pool_rejects_zero_workers() -> None:
 
     with pytest.raises(ValueError, match="env_workers"):
         EnvPool(0)
+
+
+def test_anchor_is_the_finish_messages_first_token() -> None:
+    from repro.guidance import anchor_token, behaviour_anchor
+
+    text = '<think>plan</think>\nDone.\n<tool_call>\n{"name": "finish", "arguments": {"message": "# Fixed"}}\n</tool_call>'
+    assert text[behaviour_anchor(text):].startswith("# Fixed")
+    assert behaviour_anchor("<think>x</think>\nhello") == len("<think>x</think>\n")
+    assert behaviour_anchor("hello") == 0
+    s = F.setup()
+    ids = s.tokenizer.encode(text, add_special_tokens=False)
+    i = anchor_token(ids, behaviour_anchor(text), lambda x: s.tokenizer.decode(list(x)))
+    assert i is not None and "#" in s.tokenizer.decode(ids[:i + 1])[-3:]
+    assert "#" not in s.tokenizer.decode(ids[:i])[-3:]
+    assert anchor_token(ids, len(text), lambda x: s.tokenizer.decode(list(x))) is None
+
+
+def test_rollouts_record_one_anchor_per_turn() -> None:
+    _, samples = _group(RolloutSettings(group_size=2, max_turns=2, max_new_tokens=10, max_context_tokens=4096))
+    for x in samples:
+        assert len(x.anchors) == x.n_turns
+        for k, p in enumerate(x.anchors):
+            assert p == -1 or (x.act[p] == 1 and x.turn[p] == k)

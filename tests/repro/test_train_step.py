@@ -10,7 +10,7 @@ import torch
 
 from repro.rollout import EnvOutcome, RolloutSample
 from repro.tokenizer import ChatEncoder
-from repro.trainer_step import LossRoot, build_batch, collate
+from repro.trainer_step import LossRoot, build_batch, collate, reduce_stats
 
 
 def _sample(enc: ChatEncoder, item: int, index: int, reward: float, verdicts: list[str], seed: int,
@@ -199,3 +199,40 @@ def test_packed_micro_batch_equals_padded(arm: str) -> None:
     assert g1.keys() == g0.keys()
     for n in g0:
         assert torch.allclose(g1[n], g0[n], rtol=1e-3, atol=1e-6), n
+
+
+def test_gate_diagnostics_at_the_behaviours_first_token() -> None:
+    """At each guided turn's anchor (its behaviour's first token) the step logs the loss's divergence, P_T(v*) and
+    P_S(v*) for the teacher's most likely token v*, equal to a direct computation from full logits."""
+    s = F.setup()
+    enc = ChatEncoder(s.tokenizer)
+    groups = _groups(enc)
+    for grp in groups:
+        for x in grp:  # the anchor: the third sampled token of each turn
+            x.anchors = [next(t for t, (k, a) in enumerate(zip(x.turn, x.act, strict=True)) if a and k == turn) + 2
+                         for turn in range(x.n_turns)]
+    cfg = F.config("tg")
+    plan = build_batch(groups, cfg, _hint(enc))
+    mb = collate(plan.trajs, 0, padding_free=False)
+    stats = LossRoot(s.model, cfg)(mb, plan.n_pg, plan.n_kl)[1].stats
+    n_fail = sum(v == "FAIL" for g in groups for x in g for v in x.verdicts)
+    assert 0 < stats["anchor_n"] <= n_fail
+    with torch.no_grad():
+        def logp(seqs, rows):  # noqa: ANN001, ANN202
+            z = s.model(input_ids=seqs.ids, attention_mask=seqs.mask).logits
+            return torch.log_softmax(z.reshape(-1, z.shape[-1])[rows].float(), -1)
+
+        ls = logp(mb.student, mb.act_rows[mb.kl_idx[mb.anchor_kl]])
+        lt = logp(mb.teacher, mb.kl_teacher_rows[mb.anchor_kl])
+        v = lt.argmax(-1, keepdim=True)
+        want_pt, want_ps = lt.gather(1, v).exp().sum(), ls.gather(1, v).exp().sum()
+        want_kl = (ls.exp() * (ls - lt)).sum()
+    assert stats["anchor_pt_sum"] == pytest.approx(float(want_pt), rel=1e-4)
+    assert stats["anchor_ps_sum"] == pytest.approx(float(want_ps), rel=1e-4)
+    assert stats["anchor_kl_sum"] == pytest.approx(float(want_kl), rel=1e-3, abs=1e-6)
+    red = reduce_stats([stats])
+    assert red["guidance/anchor_tokens"] == stats["anchor_n"]
+    assert red["guidance/anchor_gap"] == pytest.approx((float(want_pt) - float(want_ps)) / stats["anchor_n"], rel=1e-4)
+    # GRPO (λ = 0) runs no teacher: no diagnostics, logged as None
+    assert reduce_stats([LossRoot(s.model, F.config("grpo"))(collate(plan.trajs, 0), plan.n_pg, plan.n_kl)[1].stats]
+                        )["guidance/anchor_kl"] is None

@@ -139,7 +139,10 @@ MINI = Preset(
     # sized to the 45-minute budget on 2 CPU cores: ~20 s per step (1 group of 4 rollouts, prefix-cached sampling)
     rl={"run.steps": 6, "rollout.groups": 1, "rollout.group_size": 4, "rollout.max_turns": 8,
         "rollout.max_new_tokens": _MINI_TURN_TOKENS, "rollout.max_context_tokens": 4096, "rollout.observation_max_tokens": 1024,
-        "rollout.finish_notice_turns": 2, "optim.lr": 1e-4, "run.progress": False},
+        "rollout.finish_notice_turns": 2, "optim.lr": 1e-4, "run.progress": False,
+        # the trainer on the packed bf16 path (fp32 master weights and AdamW state; repro.precision), the episodes'
+        # tool calls and grading on 4 threads beside sampling (rollout.env_workers): benchmarks/rl_step_bench.py
+        "model.precision": "bf16-mixed", "rollout.env_workers": 4},
     # the finish notice 2 turns before the limit (harness EpisodeLimits.finish_notice_turns), in RL and evaluation;
     # in evaluation a turn without a parsable tool call is sampled again up to 3 times (EpisodeLimits.format_retries;
     # the drafts are kept and counted; RL rollouts never resample), measured in README ("Format retries")
