@@ -116,16 +116,23 @@ class EpisodeUnscorable(RuntimeError):
     """The instance cannot be graded (its gold patch fails the hidden tests too): never a model failure."""
 
 
-def default_engine(model: torch.nn.Module, pad_id: int, prefix_cache: int = 64) -> RolloutEngine:
+def default_engine(model: torch.nn.Module, pad_id: int, prefix_cache: int = 64,
+                   dtype: torch.dtype | None = None) -> RolloutEngine:
     """``repro.sampler.KVSampler`` for dense Qwen3 models (KV-cached, shared-prompt prefill, prompt prefixes reused
-    across turns until the weights change: ``repro.prefix_cache``), ``repro.engine.HFEngine`` otherwise."""
+    across turns until the weights change: ``repro.prefix_cache``; ``dtype`` None = the model's), ``repro.engine.HFEngine``
+    otherwise."""
     from transformers import Qwen3ForCausalLM
 
     from repro.sampler import KVSampler
 
     if isinstance(model, Qwen3ForCausalLM):
-        return KVSampler(model, prefix_cache=prefix_cache)
+        return KVSampler(model, prefix_cache=prefix_cache, dtype=dtype)
     return HFEngine(model, pad_id)
+
+
+def bf16_engine(model: torch.nn.Module, pad_id: int) -> RolloutEngine:
+    """:func:`default_engine` computing in bfloat16 (``rollout.sampler_dtype = "bfloat16"``)."""
+    return default_engine(model, pad_id, dtype=torch.bfloat16)
 
 
 EngineFactory = Callable[[torch.nn.Module, int], RolloutEngine]  # (model, pad id) -> engine holding its weights
@@ -137,7 +144,7 @@ def engine_factory_for(cfg: TrainConfig) -> EngineFactory:
     with). ``vllm_http`` is refused: designed, not built."""
     kind = cfg.rollout.engine
     if kind == "hf_sampler":
-        return default_engine
+        return bf16_engine if cfg.rollout.sampler_dtype == "bfloat16" else default_engine
     if kind == "vllm":
         from repro.vllm_engine import VLLMRollouts, VLLMSettings
 
@@ -187,6 +194,12 @@ def load_model_and_tokenizer(cfg: TrainConfig, init: Path | str | None = None) -
     if src is not None:
         from transformers import AutoModelForCausalLM
 
+        from repro.pretrain.ship import resolve_init
+        from repro.sft_ship import is_sft_coder, verify_sft
+
+        src = resolve_init(src)  # sft:<name> / base:<name>: a coder or base shipped in assets/
+        if is_sft_coder(src):
+            verify_sft(src)  # every file against its manifest's sha256, a clear error naming the file otherwise
         if not (Path(src) / "config.json").is_file():
             raise ConfigError(f"model.init = {src}: no config.json there; point it to a checkpoint directory "
                               "written by `tgsuite train` (HF save_pretrained layout with a tokenizer)")

@@ -15,6 +15,8 @@ Worked example (the CPU mini reproduction):
   tgsuite tasks make-mini --out tasks/train --split train --repos 40 --tasks-per-repo 4
   tgsuite tasks make-mini --out tasks/heldout --split heldout --repos 10 --tasks-per-repo 3
   tgsuite train sft --train-tasks tasks/train --heldout-tasks tasks/heldout --out runs/sft
+  tgsuite train sft --preset mini --out runs/sft-mini --ship assets/sft/mini   # rebuild the shipped SFT coder
+  tgsuite train rl --arm tg --out runs/rl-tg --set model.init=sft:mini --set tasks.path=tasks/train
   tgsuite train rl --arm tg --out runs/rl-tg --set model.init=runs/sft/model --set tasks.path=tasks/train
   tgsuite train rl --arm grpo --out runs/rl-grpo --set model.init=runs/sft/model --set tasks.path=tasks/train
   tgsuite train rl --out runs/rl-tg --resume --set run.steps=16  # continue (config read from the run)
@@ -64,8 +66,15 @@ def register(subparsers: Any) -> None:
     sft.add_argument("--dataset", help="a dataset directory from `tgsuite data filter`: train on its logged "
                      "trajectories instead of expert episodes")
     sft.add_argument("--heldout-tasks", help="held-out task-set directory (evaluation after training)")
-    sft.add_argument("--preset", choices=("nano", "mini"), default="mini")
+    sft.add_argument("--preset", choices=("nano", "mini"), default="mini",
+                     help="model size; without --train-tasks / --dataset: the reproduction preset whose whole SFT "
+                          "recipe to run (mini: the coder shipped in assets/sft/mini; nano: the smoke preset's), its "
+                          "train task set made in OUT/tasks/train")
     sft.add_argument("--out", type=Path, required=True)
+    sft.add_argument("--ship", type=Path, metavar="DEST", help="with a preset recipe: export the model with its "
+                     "manifest to DEST (e.g. assets/sft/mini; repro.sft_ship)")
+    sft.add_argument("--heldout-run", type=Path, metavar="RUN_DIR", help="with --ship: a `tgsuite eval` run of this "
+                     "model whose aggregate.json the manifest records")
     sft.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                      help="override an SFT setting, e.g. --set episodes=40 or --set lora.enabled=true (fields of "
                           "repro.sft.SFTConfig)")
@@ -104,9 +113,13 @@ def _rl(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(format_plan(cfg))
         return 0
+    from repro.pretrain.ship import BaseIntegrityError
     from repro.train import train_rl
 
-    info = _run(train_rl, cfg, args.out, resume=args.resume, argv=sys.argv)
+    try:
+        info = _run(train_rl, cfg, args.out, resume=args.resume, argv=sys.argv)
+    except BaseIntegrityError as exc:  # model.init = sft:<name> / base:<name> missing or altered
+        raise CLIError(str(exc)) from exc
     print(f"done: {info.path} (step {info.step}); metrics in {args.out / 'metrics.jsonl'}")
     return 0
 
@@ -141,6 +154,11 @@ def _sft(args: argparse.Namespace) -> int:
     from repro.config import deep_merge, dotted_to_tree, parse_set
     from repro.sft import SFTConfig, run_sft
 
+    if args.train_tasks is None and args.dataset is None:
+        return _sft_recipe(args)
+    if args.ship is not None or args.heldout_run is not None:
+        raise CLIError("--ship and --heldout-run go with a preset recipe (no --train-tasks / --dataset): tgsuite "
+                       "train sft --preset mini --out DIR --ship assets/sft/mini")
     fields: dict[str, Any] = {"train_tasks": args.train_tasks, "dataset": args.dataset,
                               "heldout_tasks": args.heldout_tasks, "preset": args.preset}
     for item in args.sets:  # dotted keys reach nested settings: --set lora.enabled=true
@@ -159,6 +177,25 @@ def _sft(args: argparse.Namespace) -> int:
     except BaseIntegrityError as exc:   # init = base:<name> missing or altered
         raise CLIError(str(exc)) from exc
     print(report.model_dump_json(indent=2))
+    return 0
+
+
+def _sft_recipe(args: argparse.Namespace) -> int:
+    """``--preset`` without task sets: the reproduction preset's whole SFT recipe (tgsuite.pipeline.sft_coder)."""
+    from repro.config import parse_set
+    from repro.pretrain.ship import BaseIntegrityError
+    from tgsuite.pipeline.presets import MINI, SMOKE
+    from tgsuite.pipeline.sft_coder import build_sft_coder
+
+    preset = {"mini": MINI, "nano": SMOKE}[args.preset]
+    overrides = dict(_run(parse_set, item) for item in args.sets)
+    if args.heldout_run is not None and args.ship is None:
+        raise CLIError("--heldout-run is recorded in the manifest --ship writes; add --ship DEST")
+    try:
+        record = build_sft_coder(preset, args.out, overrides=overrides, ship=args.ship, heldout_run=args.heldout_run)
+    except (BaseIntegrityError, FileNotFoundError) as exc:
+        raise CLIError(str(exc)) from exc
+    print(json.dumps(record, indent=2))
     return 0
 
 

@@ -61,6 +61,9 @@ class Preset(BaseModel):
     heldout_tasks_per_repo: int
     validate_runs: int = Field(3, ge=1, description="gold x k and empty x k runs per held-out instance")
     sft: dict[str, Any] = Field(default_factory=dict, description="repro.sft.SFTConfig fields to override")
+    sft_start: str | None = Field(None, description="RL starts from this shipped SFT coder (e.g. sft:mini, "
+                                  "assets/sft/mini, verified against its manifest) instead of training SFT in the run; "
+                                  "None = train SFT with `sft` (tgsuite reproduce --rebuild-sft)")
     arms: tuple[str, ...] = ("grpo", "tg")
     seeds: tuple[int, ...] = (0, 1, 2)
     rl: RLOverrides = Field(default_factory=dict, description="dotted TrainConfig overrides for every arm")
@@ -132,6 +135,9 @@ MINI = Preset(
     # reports what it changed and what still fails); the expert greps the failing test file for the function's calls
     # instead of reading it whole (test_view="search", harness.policies.test_lookup). Measured on 40 held-out
     # episodes and compared with other settings in README ("SFT from the base")
+    # RL starts from the SFT coder shipped in assets/sft/mini, built with this recipe by `tgsuite train sft --preset
+    # mini --out DIR --ship assets/sft/mini` (repro.sft_ship); `tgsuite reproduce --rebuild-sft` trains it in the run
+    sft_start="sft:mini",
     sft={"preset": "mini", "init": "base:mini", "episodes": 400, "epochs": 5, "think": True, "context_weight": 0.0,
          "lr": 5e-4, "rename_repos": True, "rename_modules": 0.75, "stumble_share": 0.5, "warmup_steps": 10,
          "finish_notice_turns": 2, "budget_share": 0.25, "test_view": "search"},

@@ -29,6 +29,7 @@ from tgsuite.pipeline.steps import (
     stage_images,
     stage_report,
     stage_sft,
+    stage_sft_start,
     stage_tasks,
     stage_train,
     stage_validate,
@@ -71,9 +72,14 @@ def prepare(runner: StageRunner, paths: dict[str, Path], preset: Preset) -> Prep
     runner.run("validate", {"tasks": held_ts["sha256"], "runs": preset.validate_runs, "image": img.get("digest"),
                             "sandbox": preset.eval.sandbox},
                lambda: stage_validate(paths["heldout_tasks"], preset, held_ts["sha256"]))
-    sft = runner.run("sft", {"tasks": train_ts["sha256"], "sft": p["sft"], "seed": preset.task_seed,
-                             **init_fingerprint(preset.sft.get("init"))},
-                     lambda: stage_sft(paths, preset))
+    if preset.sft_start is not None:  # RL starts from a shipped SFT coder; nothing is trained here
+        sft = runner.run("sft", {"start": preset.sft_start, **init_fingerprint(preset.sft_start)},
+                         lambda: stage_sft_start(preset))
+    else:
+        sft = runner.run("sft", {"tasks": train_ts["sha256"], "sft": p["sft"], "seed": preset.task_seed,
+                                 **init_fingerprint(preset.sft.get("init"))},
+                         lambda: stage_sft(paths, preset))
+    paths["sft_model"] = Path(sft["paths"]["model"])
     plan_sha = canonical_hash((PLANS_DIR / preset.plan).read_text())
     frozen = runner.run("protocol", {"plan": plan_sha, "tasks": held_ts["sha256"]},
                         lambda: stage_freeze(paths, preset, held_ts))

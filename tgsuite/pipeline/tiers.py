@@ -137,7 +137,7 @@ def _train(runner: StageRunner, ctx: StudyContext, sizes: TierSizes, root: Path,
     """Every (tier, arm, seed) RL run from the tier base; returns the models and each one's trained tier."""
     models: dict[str, StudyModel] = {}
     trained: dict[str, str] = {}
-    paths = {**ctx.paths, "sft": root / "sft"}  # stage_train starts from <paths["sft"]>/model
+    paths = {**ctx.paths, "sft": root / "sft", "sft_model": root / "sft" / "model"}  # stage_train starts there
     for tier in sizes.tiers:
         preset = ctx.preset.with_rl({"reward.checker": tier})
         for arm in sizes.arms:
