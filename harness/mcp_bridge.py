@@ -65,10 +65,10 @@ def observations_after_last_turn(messages: list[Message]) -> tuple[str, bool]:
 
 def _ending(traj: Trajectory) -> str:
     if traj.finished:
-        return "The episode is over (finish was called); no further tool calls are executed."
+        return "The episode is over (finish was called) and recorded; no further tool calls are executed."
     if traj.limit_hit is not None:
-        return (f"The episode is over: its {traj.limit_hit.kind} limit ({traj.limit_hit.limit:g}) was reached; no "
-                "further tool calls are executed.")
+        return (f"The episode is over: its {traj.limit_hit.kind} limit ({traj.limit_hit.limit:g}) was reached; it "
+                "is recorded and no further tool calls are executed.")
     return "The episode is over; no further tool calls are executed."
 
 
@@ -90,6 +90,7 @@ class ToolBridge:
         self._request: tuple[str, dict[str, Any]] | None = None  # made by the client, not yet taken by the loop
         self._in_turn = False  # taken by the loop; its observations not yet handed back
         self._answer: CallAnswer | None = None
+        self._final: CallAnswer | None = None  # the last call's answer, held until ``close`` (episode recorded)
         self._closed: str | None = None  # why no call will be executed any more
         self._over = False
         self._deadline: float | None = None
@@ -109,12 +110,14 @@ class ToolBridge:
             self.calls += 1
             self.started.set()
             self._cv.notify_all()
-            while self._answer is None and not self._done():
+            while True:
+                if self._answer is not None:
+                    answer, self._answer = self._answer, None
+                    self._cv.notify_all()
+                    return answer
+                if self._closed is not None or (self._over and self._final is None):
+                    break
                 self._cv.wait()
-            answer, self._answer = self._answer, None
-            self._cv.notify_all()
-            if answer is not None:
-                return answer
             self._request = None  # not taken by the loop (or its turn never ends): withdrawn, not executed
             return self._refusal()
 
@@ -122,6 +125,8 @@ class ToolBridge:
         """No more calls: the client went away or the server stops. A waiting ``act`` raises ``ClientGone``;
         waiting and later ``call``s are refused with ``reason``. No effect once the episode is over."""
         with self._cv:
+            if self._final is not None:  # the episode's last call: answered now that the episode is recorded
+                self._answer, self._final = self._final, None
             if self._closed is None:
                 self._closed = reason
             self.started.set()
@@ -159,13 +164,15 @@ class ToolBridge:
             return PolicyOutput(text=format_tool_call(name, arguments), info={"bridge": "mcp"})
 
     def end_episode(self, trajectory: Trajectory) -> None:
-        """Called by ``run_attempt`` when the agent loop ended: answers the last call (with why it ended); every
-        later call is refused."""
+        """Called by ``run_attempt`` when the agent loop ended. The last call's answer (its observations and why the
+        episode ended) is HELD until ``close``, which the server calls once the episode is graded and recorded: a
+        client that ends the connection (stdio: the server process is terminated) right after its last call then
+        cannot cut the grading short. Every later call is refused."""
         with self._cv:
             if self._in_turn:
                 text, error = observations_after_last_turn(trajectory.messages)
                 ending = _ending(trajectory)
-                self._answer = CallAnswer(f"{text}\n\n{ending}" if text else ending, error, over=True)
+                self._final = CallAnswer(f"{text}\n\n{ending}" if text else ending, error, over=True)
                 self._in_turn = False
             self._over = True
             self._cv.notify_all()

@@ -80,24 +80,30 @@ class EpisodeSession:
         return None if job is None else episode_dir(self.ctx.out_dir, job.instance.instance_id, job.arm, job.seed,
                                                     job.attempt)
 
-    def run(self, *, wait: Callable[[], bool] | None = None) -> EpisodeResult | None:
+    def run(self, *, wait: Callable[[], bool] | None = None,
+            on_recorded: Callable[[EpisodeResult], None] | None = None) -> EpisodeResult | None:
         """Wait for the client's first call (``wait``, default: the bridge's ``started`` event; False = the client
-        left before calling anything, nothing is recorded), then run, grade and record the attempt. Returns its
-        result (None when nothing was recorded). SIGINT / SIGTERM raise ``harness.run_control.RunInterrupted``;
-        the attempt then records nothing and is served again in place next time. ``results.jsonl`` is rebuilt."""
+        left before calling anything, nothing is recorded), then run, grade and record the attempt, rebuild
+        ``results.jsonl``, call ``on_recorded(result)``, and only then answer the client's last call (``ToolBridge.
+        end_episode``). Returns the result (None when nothing was recorded). SIGINT / SIGTERM while serving raise
+        ``harness.run_control.RunInterrupted``: the attempt records nothing and is served again in place next time."""
         job = self.plan.job
         if job is None:
             return self.plan.finished
+        result: EpisodeResult | None = None
         try:
             with stop_on_signals(self.ctx.stop):
                 started = wait() if wait is not None else _wait_event(self.bridge.started)
                 if not started or self.bridge.calls == 0:
                     log.warning("the client made no tool call; nothing recorded")
                     return None
-                return run_attempt(job, self.bridge, self.ctx)
-        finally:
-            self.bridge.close("the episode has been recorded")
+                result = run_attempt(job, self.bridge, self.ctx)
             rebuild_results(self.ctx.out_dir)
+            if on_recorded is not None:
+                on_recorded(result)
+            return result
+        finally:
+            self.bridge.close("the episode has been recorded" if result is not None else "the server stopped")
 
 
 def _wait_event(event: threading.Event) -> bool:

@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tgsuite.commands.eval",
     "tgsuite.commands.data",
     "tgsuite.commands.grade",
+    "tgsuite.commands.serve_tools",
     "tgsuite.commands.train",
     "tgsuite.commands.protocol",
     "tgsuite.commands.analyze",
