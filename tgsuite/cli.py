@@ -28,6 +28,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tgsuite.commands.protocol",
     "tgsuite.commands.analyze",
     "tgsuite.commands.report",
+    "tgsuite.commands.export",
     "tgsuite.commands.canary",
     "tgsuite.commands.reproduce",
 )
