@@ -129,3 +129,29 @@ def test_bridge_refuses_calls_after_close() -> None:
     b.close("stopping")
     ans = b.call("read_file", {"path": "a"})
     assert ans.error and ans.over and "stopping" in ans.text and b.calls == 0
+
+
+def test_no_call_within_the_wall_clock_is_the_agents_time_limit(tmp_path: Path) -> None:
+    async def slow(client: Any) -> list[Any]:
+        first = await client.call_tool("read_file", {"path": "calc.py"})
+        await anyio.sleep(1.5)  # longer than --wall-s: the episode ends while the agent thinks
+        return [first, await client.call_tool("read_file", {"path": "calc.py"})]
+
+    res, seen = _serve(tmp_path, tmp_path / "run", slow, limits=EpisodeLimits(max_turns=6, wall_s=1.0))
+    assert not seen[0].is_error and "def add" in seen[0].content[0].text
+    assert seen[1].is_error and "episode is over" in seen[1].content[0].text
+    assert res is not None and res.status == "limit_time" and res.failure_class == "agent" and res.scored
+
+
+def test_missing_optional_packages_name_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    import sys
+
+    from tgsuite.cli import main
+
+    monkeypatch.setitem(sys.modules, "mcp", None)  # import mcp → ImportError
+    monkeypatch.setitem(sys.modules, "inspect_ai", None)
+    assert main(["serve-tools", "--tasks", str(tmp_path), "--instance", "x", "--out", str(tmp_path / "r")]) == 2
+    assert "pip install 'tgsuite[mcp]'" in capsys.readouterr().err
+    assert main(["export", "inspect", str(tmp_path)]) == 2
+    assert "pip install 'tgsuite[inspect]'" in capsys.readouterr().err
