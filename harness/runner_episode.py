@@ -157,6 +157,9 @@ def run_attempt(job: EpisodeJob, policy: Policy, ctx: EpisodeContext) -> Episode
 
                 fb = ctx.feedback_by_arm.get(job.arm, ctx.feedback)
                 traj = run_episode(job.instance, policy, sb, ctx.limits, feedback=fb, seed=job.episode_seed)
+                end = getattr(policy, "end_episode", None)
+                if end is not None:  # a policy driven by another process (harness.mcp_bridge) answers its last call
+                    end(traj)
             write_trajectory(d / "trajectory.jsonl", traj)
             phase = "extract"
             with timer.phase("extract"):

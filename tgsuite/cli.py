@@ -23,10 +23,12 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tgsuite.commands.eval",
     "tgsuite.commands.data",
     "tgsuite.commands.grade",
+    "tgsuite.commands.serve_tools",
     "tgsuite.commands.train",
     "tgsuite.commands.protocol",
     "tgsuite.commands.analyze",
     "tgsuite.commands.report",
+    "tgsuite.commands.export",
     "tgsuite.commands.canary",
     "tgsuite.commands.reproduce",
 )

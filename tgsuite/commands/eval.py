@@ -356,3 +356,6 @@ def _summary(results: list[Any], planned: int, max_attempts: int | None = None) 
               f"({exhausted} out of attempts); {again}", file=sys.stderr)
         return 1
     return 0
+
+
+load_selection = _load  # public name: `tgsuite serve-tools` selects runnable instances exactly as eval does
