@@ -147,3 +147,38 @@ def test_the_cli_table_names_every_command_and_sub_command() -> None:
         missing += [f"tgsuite {name} {s}" for s in children(sub) if f"`{s}`" not in rows[name]
                     and f"`tgsuite {name} {s}`" not in rows[name]]  # fmt: skip
     assert missing == [], f"README.md's CLI table lacks: {', '.join(missing)} (one line per command)"
+
+
+def readme_commands() -> list[list[str]]:
+    """Every `tgsuite ...` command line of the README's fenced code blocks (continuations joined, comments off)."""
+    import shlex
+
+    commands, fenced, pending = [], False, ""
+    for line in README.read_text(encoding="utf-8").splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+            continue
+        if not fenced:
+            continue
+        code = re.sub(r"(^|\s)#.*$", "", line).rstrip()  # a comment starts a word, as in bash (not `v1#model`)
+        pending += code.rstrip("\\").strip() + " "
+        if code.endswith("\\"):
+            continue
+        words = shlex.split(pending)
+        pending = ""
+        if words[:1] == ["tgsuite"]:
+            commands.append(words[1:])
+    return commands
+
+
+def test_every_tgsuite_command_in_the_readme_parses(capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's commands are valid for today's CLI (a renamed or removed flag fails here)."""
+    from tgsuite.cli import build_parser
+
+    commands = readme_commands()
+    assert len(commands) >= 10
+    for argv in commands:
+        try:
+            build_parser().parse_args(argv)
+        except SystemExit as exc:
+            pytest.fail(f"README: `tgsuite {' '.join(argv)}` does not parse ({exc.code}): {capsys.readouterr().err}")
