@@ -76,8 +76,8 @@ def reach_section(eps: Sequence[EpisodeResult]) -> Section:
         why = ("models that cannot yet do the tasks" if tot["resolved"] < NEAR_ZERO * n
                else "models that rarely reach the reply the question is about")
         notes.append("In this state the verdict does not answer the paper's question (does TG teach the behaviour "
-                     f"while coding holds?): it is the honest result of {why}. The README section 'What the mini "
-                     "world reaches' gives the measurements and the reasons.")
+                     f"while coding holds?): it is the honest result of {why}. docs/RESULTS.md (the mini reproduction, "
+                     "run by run) gives the measurements and the reasons.")
     table = Table(
         id="reach-table",
         header=["arm", "episodes", "ended with a reply (finish)", "stopped at a limit",

@@ -96,7 +96,7 @@ class SFTConfig(BaseModel):
                                   "non-assistant tokens (tool observations, prompts): 0 = assistant tokens only. "
                                   "A from-scratch model has no pretraining; this term trains it on the code it reads "
                                   "at no extra forward cost (each part is its own token mean). Measured on the mini "
-                                  "world: it did not make the model copy names from context (README)")
+                                  "world: it did not make the model copy names from context (docs/RESULTS.md)")
     rename_repos: bool = Field(False, description="mini task family: give every expert episode a fresh repository "
                                "name (slug and package) each epoch, so names cannot be memorised and must be copied "
                                "from the context (repro.sft_augment)")

@@ -215,20 +215,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace a record with a different hash")
     p.add_argument("--sign-key", help="Ed25519 private key (PEM, from `protocol keygen`) to sign the record")
     p.set_defaults(func=_freeze)
-    p = sub.add_parser("keygen", help="make an Ed25519 key pair for signing frozen records")
+    p = sub.add_parser("keygen", help="make an Ed25519 key pair for signing frozen records", epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--out", required=True, help="private key file to write (PEM)")
     p.set_defaults(func=_keygen)
-    p = sub.add_parser("check", help="verify a frozen record (and that a plan still matches it)")
+    p = sub.add_parser("check", help="verify a frozen record (and that a plan still matches it)", epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("frozen", help="frozen record JSON")
     p.add_argument("--plan", help="plan TOML that must hash to the record")
     p.set_defaults(func=_check)
-    p = sub.add_parser("power", help="analytic (and simulated) power of a plan's design")
+    p = sub.add_parser("power", help="analytic (and simulated) power of a plan's design", epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("plan", help="plan TOML")
     p.add_argument("--seeds", help="grid of seeds per arm, e.g. 3,5,10")
     p.add_argument("--tasks", help="grid of task counts, e.g. 200,500,1000")
     p.add_argument("--simulate", type=int, default=0, metavar="N", help="also simulate the all-pass power (N sims)")
     p.set_defaults(func=_power)
-    p = sub.add_parser("deviation", help="record a deviation from a frozen plan (append-only)")
+    p = sub.add_parser("deviation", help="record a deviation from a frozen plan (append-only)", epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--frozen", required=True, help="frozen record JSON")
     p.add_argument("--kind", required=True, choices=kinds)
     p.add_argument("--description", required=True, help="what was done differently")

@@ -13,6 +13,13 @@ from tgsuite.commands.common import CLIError
 
 log = logging.getLogger(__name__)
 
+TASKS_EPILOG = """\
+examples (each sub-command's --help has more):
+  tgsuite tasks make-mini --out tasks/mini-heldout --split heldout --repos 4 --tasks-per-repo 3
+  tgsuite tasks validate tasks/mini-heldout          # gold x3 / empty x3 in Docker -> validation.json
+  tgsuite tasks import-swebench --records records.jsonl --repos clones/ --out tasks/swe
+"""
+
 MAKE_MINI_EPILOG = """\
 examples:
   # 2000 train tasks (500 repositories x 4 bugs) and a held-out set, each byte-identical for its seed
@@ -111,7 +118,8 @@ def _validate(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("tasks", help="make the mini task family; import SWE-bench records; validate",
-                                   description=__doc__)
+                                   description=__doc__, epilog=TASKS_EPILOG,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     sub = parser.add_subparsers(dest="tasks_command", metavar="SUBCOMMAND")
     parser.set_defaults(func=lambda _args: parser.print_help() or 2)
 

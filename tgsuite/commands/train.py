@@ -23,6 +23,8 @@ Worked example (the CPU mini reproduction):
   tgsuite train arms                                              # list the arm presets
   tgsuite train distill --dataset data/filtered --out runs/distill --set model.init=runs/sft/model
       # self-distillation on logged trajectories (tgsuite data import / data filter)
+  tgsuite train loop --arm tg --out runs/loop --set model.init=runs/sft/model --set tasks.path=tasks/train \
+      --set distill.rounds=2                                      # distill -> RL -> distill -> RL
   tgsuite train rl --config configs/paper/qwen3_coder_30b_a3b_tg.toml --out /tmp/x --dry-run
 
 Config layering: repro/configs/base.toml < --arm preset < --config FILE < --set KEY=VALUE (repeatable).
@@ -82,7 +84,8 @@ def register(subparsers: Any) -> None:
     from tgsuite.commands.train_pretrain import add_parser as add_pretrain
 
     add_pretrain(sub)
-    arms = sub.add_parser("arms", help="list the arm presets and what each overrides")
+    arms = sub.add_parser("arms", help="list the arm presets and what each overrides", epilog=EPILOG,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
     arms.set_defaults(func=_arms)
     p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
 

@@ -115,8 +115,8 @@ SMOKE = Preset(
 )
 
 # most tokens per assistant turn in the mini preset's RL rollouts and evaluation (128 before): the longest turn SFT
-# teaches (a finish summary, ~160 tokens) must fit, or the turn is cut before its call closes (README, "Tokens per
-# turn"; tests/repro/test_sft_turn_lengths.py)
+# teaches (a finish summary, ~160 tokens) must fit, or the turn is cut before its call closes (docs/RESULTS.md,
+# "Tokens per turn"; tests/repro/test_sft_turn_lengths.py)
 _MINI_TURN_TOKENS = 192
 
 MINI = Preset(
@@ -134,7 +134,7 @@ MINI = Preset(
     # 5 epochs; a quarter of them under a short turn limit with the finish notice 2 turns before it (the expert then
     # reports what it changed and what still fails); the expert greps the failing test file for the function's calls
     # instead of reading it whole (test_view="search", harness.policies.test_lookup). Measured on 40 held-out
-    # episodes and compared with other settings in README ("SFT from the base")
+    # episodes and compared with other settings in docs/RESULTS.md ("SFT and evaluation experiments")
     # RL starts from the SFT coder shipped in assets/sft/mini, built with this recipe by `tgsuite train sft --preset
     # mini --out DIR --ship assets/sft/mini` (repro.sft_ship); `tgsuite reproduce --rebuild-sft` trains it in the run
     sft_start="sft:mini",
@@ -151,7 +151,7 @@ MINI = Preset(
         "model.precision": "bf16-mixed", "rollout.env_workers": 4},
     # the finish notice 2 turns before the limit (harness EpisodeLimits.finish_notice_turns), in RL and evaluation;
     # in evaluation a turn without a parsable tool call is sampled again up to 3 times (EpisodeLimits.format_retries;
-    # the drafts are kept and counted; RL rollouts never resample), measured in README ("Format retries")
+    # the drafts are kept and counted; RL rollouts never resample), measured in docs/RESULTS.md ("Format retries")
     eval=EvalSettings(max_turns=8, max_new_tokens=_MINI_TURN_TOKENS, finish_notice_turns=2, format_retries=3),
 )
 
