@@ -74,7 +74,10 @@ def register(subparsers: Any) -> None:
                    help="only these instances; repeatable; shell globs match ids, e.g. --instance 'calc-*'")
     p.add_argument("--limit", type=int, default=None, metavar="N",
                    help="only the first N instances (task-set order, after --split/--instance/validation)")
-    p.add_argument("--protocol", default=None, metavar="FROZEN.json", help="frozen protocol; its sha256 is recorded")
+    p.add_argument("--protocol", default=None, metavar="FROZEN.json",
+                   help="frozen protocol; its sha256 is recorded, and before any episode the run is checked against "
+                        "it: the task set's sha256, arm names analyze can read (<plan arm>@s<seed>), and the "
+                        "settings its [eval] table pins")
     p.add_argument("--regrade", action="store_true", help="re-decide finished episodes offline; rebuild results")
     p.add_argument("--max-attempts", type=int, default=3, help="attempts per episode on infra errors (default 3)")
     p.add_argument("--max-turns", type=int, default=30, help="assistant turns per episode (default 30)")
@@ -219,6 +222,20 @@ def build_arms(args: argparse.Namespace, arms: dict[str, str], ts: Any) -> tuple
     return policies, config
 
 
+def _check_plan(args: argparse.Namespace, ts: Any, policies: dict[str, Any]) -> None:
+    """With --protocol: refuse, before any episode, a run the frozen plan's analysis could not use
+    (``tgsuite.commands.eval_plan``)."""
+    if args.protocol is None:
+        return
+    from tgsuite.commands.eval_plan import check_run_against_plan, load_frozen_plan
+
+    run = {"max_turns": args.max_turns, "wall_s": args.wall_s, "finish_notice": args.finish_notice,
+           "format_retries": args.format_retries, "feedback": args.feedback}
+    for warning in check_run_against_plan(load_frozen_plan(args.protocol), task_set_sha256=ts.sha256,
+                                          arms=policies, run=run, source=args.protocol):
+        print(f"tgsuite eval: warning: {warning}", file=sys.stderr)
+
+
 def preflight_endpoints(policies: dict[str, Any], wall_s: float) -> None:
     """One small request to each ``openai:`` arm before any sandbox starts (``OpenAIPolicy.preflight``): a wrong
     URL, model or key fails here once, naming the arm, the endpoint and the fix."""
@@ -338,6 +355,7 @@ def run(args: argparse.Namespace) -> int:
     ts, excluded = _load(args)
     feedback = _feedback(args.feedback)
     policies, config = build_arms(args, arms, ts)
+    _check_plan(args, ts, policies)
     preflight_endpoints(policies, args.wall_s)
     if args.executor == "ray":
         policies = ray_arms(policies, arms)
