@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from harness.schema import EpisodeResult
+from reports.judged import unjudged_arms
 from reports.model import Cell, Section, Table
 
 INTRO = (
@@ -24,11 +25,15 @@ def _share(k: int, n: int) -> str:
     return f"{k:,} / {n:,} ({100 * k / n:.0f}%)" if n else "0 / 0"
 
 
-def reach_section(eps: Sequence[EpisodeResult]) -> Section:
-    scored = [e for e in eps if e.scored]
+def reach_section(eps: Sequence[EpisodeResult], *, paper: bool = True) -> Section:
+    """The panel; ``paper``: the plan asks the paper's question (TG vs GRPO), so the closing note may say that the
+    verdict does not answer it. Arms without a conversation (``reports.judged``) are left out, with a note."""
+    unjudged = unjudged_arms(eps)
+    scored = [e for e in eps if e.scored and e.arm not in unjudged]
     if not scored:
-        return Section(id="reach", title="What the episodes reached", available=False,
-                       absent="No scored episodes were found next to the analysis (pass the run directories).")
+        why = ("Only graded patches without a conversation: there is no episode to follow." if unjudged else
+               "No scored episodes were found next to the analysis (pass the run directories).")
+        return Section(id="reach", title="What the episodes reached", available=False, absent=why)
     arms = sorted({e.arm for e in scored}, key=lambda a: (a.split("@")[0] != "base", a))
     checkers = sorted({b.checker for e in scored for b in e.behaviour})
     rows, notes = [], []
@@ -69,15 +74,18 @@ def reach_section(eps: Sequence[EpisodeResult]) -> Section:
     share = f"{tot['resolved']:,} of {n:,} episodes ({tot['resolved'] / max(1, n):.0%})"
     if tot["resolved"] < NEAR_ZERO * n:
         notes.append(f"Only {share} resolved their task. With coding success near zero in every arm, 'coding held' "
-                     "is met trivially and says nothing about whether targeted guidance protects it.")
+                     "is met trivially and says nothing about whether "
+                     + ("targeted guidance protects it." if paper else "the treatment protects it."))
     elif tot["resolved"] < FEW * n:
         notes.append(f"Only {share} resolved their task: the coding comparison rests on those few successes.")
-    if notes:
+    if notes and paper:
         why = ("models that cannot yet do the tasks" if tot["resolved"] < NEAR_ZERO * n
                else "models that rarely reach the reply the question is about")
         notes.append("In this state the verdict does not answer the paper's question (does TG teach the behaviour "
                      f"while coding holds?): it is the honest result of {why}. The README section 'What the mini "
                      "world reaches' gives the measurements and the reasons.")
+    if unjudged:
+        notes.append(f"{', '.join(sorted(unjudged))}: not listed (graded patches without a conversation).")
     table = Table(
         id="reach-table",
         header=["arm", "episodes", "ended with a reply (finish)", "stopped at a limit",
