@@ -33,10 +33,19 @@ def base_arm(arm: str) -> str:
     return arm.split("@s", 1)[0]
 
 
+def unjudged_plan_arms(eps: Sequence[EpisodeResult]) -> frozenset[str]:
+    """Plan arms (``base_arm``) all of whose runner arms are not judged."""
+    unjudged = unjudged_arms(eps)
+    runner = {e.arm for e in eps if e.scored}
+    return frozenset(b for b in {base_arm(a) for a in runner}
+                     if all(a in unjudged for a in runner if base_arm(a) == b))
+
+
 def tests_touched(eps: Sequence[EpisodeResult], arm: str) -> tuple[int, int]:
     """(graded patches of ``arm`` that changed test files, graded patches): ``Grade.tests_touched``."""
     graded = [e for e in eps if e.arm == arm and e.scored and e.grade is not None]
     return sum(e.grade.tests_touched for e in graded if e.grade is not None), len(graded)
 
 
-__all__ = ["JUDGED_ENDPOINTS", "NOT_JUDGED", "NOT_JUDGED_WHY", "base_arm", "tests_touched", "unjudged_arms"]
+__all__ = ["JUDGED_ENDPOINTS", "NOT_JUDGED", "NOT_JUDGED_WHY", "base_arm", "tests_touched", "unjudged_arms",
+           "unjudged_plan_arms"]

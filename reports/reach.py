@@ -8,14 +8,16 @@ from harness.schema import EpisodeResult
 from reports.judged import unjudged_arms
 from reports.model import Cell, Section, Table
 
-INTRO = (
-    "The verdict compares rates; it cannot say whether the episodes ever got to the point the question is about. "
+INTRO_PAPER = (
     "The paper's behaviour is a property of the agent's reply to the user (its finish summary). When the models "
     "rarely reach that turn, or rarely solve anything, both arms score about zero on both endpoints and the verdict "
-    "says nothing about targeted guidance. This panel counts, per arm and from the episodes' own result files (no "
-    "statistics): how many episodes ended with a reply (finish) and how many at a limit, how many turns the "
-    "behaviour checkers judged and passed, and how many tasks were resolved; and it says in words when the counts "
-    "leave the question unanswered.")
+    "says nothing about targeted guidance. ")
+INTRO_COUNTS = (
+    "This panel counts, per arm and from the episodes' own result files (no statistics): how many episodes ended "
+    "with a reply (finish) and how many at a limit, how many turns the behaviour checkers judged and passed, and "
+    "how many tasks were resolved; and it says in words when the counts leave the question unanswered.")
+INTRO_HEAD = "The verdict compares rates; it cannot say whether the episodes ever got to the point the question is about. "
+INTRO = INTRO_HEAD + INTRO_PAPER + INTRO_COUNTS
 LIMITS = ("limit_turns", "limit_tokens", "limit_time", "limit_context")
 FEW = 0.2  # "most episodes" below this share; a wording threshold for the notes, never a criterion
 NEAR_ZERO = 0.05  # "near zero" below this share (same: wording only)
@@ -94,5 +96,6 @@ def reach_section(eps: Sequence[EpisodeResult], *, paper: bool = True) -> Sectio
         caption="Counted from the episodes' result files (scored episodes only). A turn is judged when a behaviour "
                 "checker applies to it (NA otherwise); an episode's behaviour is OK when none of its judged turns "
                 "failed.")
-    return Section(id="reach", title="What the episodes reached", intro=INTRO,
+    return Section(id="reach", title="What the episodes reached",
+                   intro=INTRO if paper else INTRO_HEAD + INTRO_COUNTS,
                    tables=[table], notes=notes)
