@@ -238,3 +238,16 @@ def test_cli_preflight_fails_at_once_and_a_hung_endpoint_is_cut_at_wall_s(mini: 
     finally:
         bad.close()
         hung.close()
+
+
+def test_show_prompt_prints_what_a_model_arm_gets_without_other_arguments() -> None:
+    from harness.agent import NUDGE_TEXT, system_prompt
+    from harness.tools import tool_schemas
+
+    proc = subprocess.run([sys.executable, "-m", "tgsuite.cli", "eval", "--show-prompt"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert system_prompt() in proc.stdout and NUDGE_TEXT in proc.stdout
+    tools = proc.stdout.split("OpenAI function schemas)", 1)[1]
+    tools = tools[tools.index("\n") + 1: tools.index("\n\n#")]
+    assert json.loads(tools) == tool_schemas()
