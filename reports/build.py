@@ -123,8 +123,10 @@ def build_view(
     (``reports.paper.is_paper_plan``) gets no paper panel and only the study panels that were run."""
     paper_plan = paper.is_paper_plan(a)
     unjudged = judged.unjudged_plan_arms(eps)
+    touched = {s.arm: judged.tests_touched(eps, s.arm, plan_arm=True) for s in a.arm_summaries} if eps else None
     secs = [
-        sections.criteria_section(a), sections.outcomes_section(a, unjudged), reach.reach_section(eps, paper=paper_plan),
+        sections.criteria_section(a), sections.outcomes_section(a, unjudged, touched),
+        reach.reach_section(eps, paper=paper_plan),
         details.variance_section(a),
         details.sensitivity_section(a), studies.training_section(
             training_runs, arm_order=[a.arms[r] for r in ("treatment", "baseline") if r in a.arms]),

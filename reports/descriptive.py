@@ -17,7 +17,15 @@ from evalsuite.schema import ArmAggregate, RunAggregate
 from harness.schema import EpisodeResult
 from reports import format as fmt
 from reports import pages, reach
-from reports.judged import JUDGED_ENDPOINTS, NOT_JUDGED, NOT_JUDGED_WHY, tests_touched, unjudged_arms
+from reports.judged import (
+    JUDGED_ENDPOINTS,
+    NOT_JUDGED,
+    NOT_JUDGED_WHY,
+    TOUCHED_CAPTION,
+    tests_touched,
+    touched_text,
+    unjudged_arms,
+)
 from reports.model import Cell, KeyValue, ReportView, Section, Table, VerdictView
 from reports.sections import joint_table_view, label, rate_text
 
@@ -41,9 +49,6 @@ def _rate(a: ArmAggregate, endpoint: str, unjudged: AbstractSet[str] = frozenset
     return rate_text(next((r for r in a.rates if r.endpoint == endpoint), None))
 
 
-def _touched(eps: Sequence[EpisodeResult], arm: str) -> str:
-    k, n = tests_touched(eps, arm)
-    return f"{k:,} of {n:,}" if n else fmt.DASH
 
 
 def _not_scored(a: ArmAggregate) -> str:
@@ -60,10 +65,9 @@ def outcomes_section(agg: RunAggregate, eps: Sequence[EpisodeResult] = ()) -> Se
         rows=[[Cell(text=a.arm), Cell(text=a.policy), Cell(text=f"{a.n_scored:,} / {a.n_episodes:,}"),
                *[Cell(text=_rate(a, e, unjudged), title=NOT_JUDGED_WHY if a.arm in unjudged and e in JUDGED_ENDPOINTS
                       else "") for e in ENDPOINTS],
-               Cell(text=_touched(eps, a.arm)), Cell(text=_not_scored(a))] for a in agg.arms],
-        caption="Rates over scored episodes with Wilson 95% CIs (episodes pooled across seeds and tasks). Tests "
-                "touched: graded patches that changed test files or test configuration (grading resets them to "
-                "the task's version before the hidden tests run).",
+               Cell(text=touched_text(tests_touched(eps, a.arm))), Cell(text=_not_scored(a))] for a in agg.arms],
+        caption="Rates over scored episodes with Wilson 95% CIs (episodes pooled across seeds and tasks). "
+                + TOUCHED_CAPTION,
     )
     joint = [joint_table_view(a.arm, a.arm, a.joint_table) for a in agg.arms if a.arm not in unjudged]
     notes = [f"{', '.join(sorted(unjudged))}: behaviour and joint are {NOT_JUDGED} ({NOT_JUDGED_WHY}); only the "

@@ -41,11 +41,21 @@ def unjudged_plan_arms(eps: Sequence[EpisodeResult]) -> frozenset[str]:
                      if all(a in unjudged for a in runner if base_arm(a) == b))
 
 
-def tests_touched(eps: Sequence[EpisodeResult], arm: str) -> tuple[int, int]:
-    """(graded patches of ``arm`` that changed test files, graded patches): ``Grade.tests_touched``."""
-    graded = [e for e in eps if e.arm == arm and e.scored and e.grade is not None]
+def tests_touched(eps: Sequence[EpisodeResult], arm: str, *, plan_arm: bool = False) -> tuple[int, int]:
+    """(graded patches of ``arm`` that changed test files or test configuration, graded patches):
+    ``Grade.tests_touched``; ``plan_arm``: ``arm`` is a plan arm and every runner arm ``arm@s<seed>`` counts."""
+    graded = [e for e in eps if (base_arm(e.arm) if plan_arm else e.arm) == arm and e.scored and e.grade is not None]
     return sum(e.grade.tests_touched for e in graded if e.grade is not None), len(graded)
 
 
-__all__ = ["JUDGED_ENDPOINTS", "NOT_JUDGED", "NOT_JUDGED_WHY", "base_arm", "tests_touched", "unjudged_arms",
+def touched_text(counts: tuple[int, int]) -> str:
+    k, n = counts
+    return f"{k:,} of {n:,}" if n else "—"
+
+
+TOUCHED_CAPTION = ("Tests touched: graded patches that changed test files or test configuration (grading resets them "
+                   "to the task's version before the hidden tests run).")
+
+
+__all__ = ["JUDGED_ENDPOINTS", "NOT_JUDGED", "NOT_JUDGED_WHY", "base_arm", "TOUCHED_CAPTION", "tests_touched", "touched_text", "unjudged_arms",
            "unjudged_plan_arms"]

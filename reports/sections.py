@@ -8,11 +8,13 @@ table's counts into row percentages for reading.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from evalsuite.schema import AnalysisResult, ArmSummary, CriterionResult, JointTable, RateCI
 from protocols.schema import at_least
 from reports import figures
 from reports import format as fmt
-from reports.judged import JUDGED_ENDPOINTS, NOT_JUDGED, NOT_JUDGED_WHY
+from reports.judged import JUDGED_ENDPOINTS, NOT_JUDGED, NOT_JUDGED_WHY, TOUCHED_CAPTION, touched_text
 from reports.model import Cell, Figure, Section, Table, Tone, VerdictView
 
 ENDPOINT_LABEL = {
@@ -184,9 +186,11 @@ def joint_table_view(arm: str, label: str, jt: JointTable) -> Table:
     )
 
 
-def outcomes_section(a: AnalysisResult, unjudged: frozenset[str] = frozenset()) -> Section:
+def outcomes_section(a: AnalysisResult, unjudged: frozenset[str] = frozenset(),
+                     touched: Mapping[str, tuple[int, int]] | None = None) -> Section:
     """Per-arm rates, 2×2 tables and per-seed rates; ``unjudged``: plan arms whose episodes had no conversation
-    (``reports.judged``), shown "n/a" for behaviour and joint instead of 0."""
+    (``reports.judged``), shown "n/a" for behaviour and joint instead of 0; ``touched``: plan arm → (graded patches
+    that touched tests, graded patches), counted from the episodes (a column when given)."""
     if not a.arm_summaries:
         return Section(id="outcomes", title="Outcomes per arm", available=False,
                        absent="The analysis carries no per-arm summaries.")
@@ -197,13 +201,16 @@ def outcomes_section(a: AnalysisResult, unjudged: frozenset[str] = frozenset()) 
             return NOT_JUDGED
         return rate_text(next((r for r in s.rates if r.endpoint == e), None))
 
+    extra = ["tests touched"] if touched is not None else []
     rates = Table(
-        id="arm-rates", header=["arm", "role", "seeds", "scored episodes", *endpoints],
+        id="arm-rates", header=["arm", "role", "seeds", "scored episodes", *endpoints, *extra],
         rows=[[Cell(text=s.arm), Cell(text=s.role), Cell(text=", ".join(map(str, s.seeds))),
-               Cell(text=f"{s.n_scored_episodes:,}"), *[Cell(text=rate(s, e)) for e in endpoints]]
+               Cell(text=f"{s.n_scored_episodes:,}"), *[Cell(text=rate(s, e)) for e in endpoints],
+               *([Cell(text=touched_text(touched.get(s.arm, (0, 0))))] if touched is not None else [])]
               for s in a.arm_summaries],
         caption="Rates with their CI as computed by the analysis (method per rate: "
-        + ", ".join(sorted({r.method for s in a.arm_summaries for r in s.rates})) + ").",
+        + ", ".join(sorted({r.method for s in a.arm_summaries for r in s.rates})) + ")."
+        + (" " + TOUCHED_CAPTION if touched is not None else ""),
     )
     tables = [rates]
     tables += [_joint_table(s) for s in a.arm_summaries if s.arm not in unjudged]

@@ -78,6 +78,8 @@ def test_zero_width_sensitivity_is_not_informative_and_no_paper_panels(separated
     assert gee_rows and all(r[7] == "PASS (not informative)" and r[8] == "n/a" for r in gee_rows)
     assert all("zero-width interval" in r[9] for r in gee_rows)
     assert not any("gee" in w for s in view.sections for w in s.warnings)
+    rates = next(t for s in view.sections for t in s.tables if t.id == "arm-rates")
+    assert rates.header[-1] == "tests touched" and [r[-1].text for r in rates.rows] == ["—", "—"]  # synthetic runs: no grade
     ids = {s.id for s in view.sections}
     assert not ids & STUDY_PANELS  # none was run, and the plan is not the paper's
     text = " ".join([s.intro for s in view.sections] + [n for s in view.sections for n in s.notes])
