@@ -167,8 +167,10 @@ class AgentEnv:
     def elapsed(self) -> float:
         return self._clock() - self._t0
 
-    def end_at_wall(self) -> None:
-        """End the episode with a ``wall_time`` limit now (a policy reported ``PolicyDeadline``)."""
+    def end_at_wall(self, policy_s: float = 0.0) -> None:
+        """End the episode with a ``wall_time`` limit now (a policy reported ``PolicyDeadline`` after waiting
+        ``policy_s`` seconds, counted in ``timings["policy_s"]``)."""
+        self._policy_s += policy_s
         if not self.done:
             self._hit("wall_time", self.limits.wall_s)
 
@@ -408,10 +410,11 @@ def run_episode(
     while not env.done:
         if env.check_wall():
             break
+        t0 = time.perf_counter()
         try:
             out, dt = _turn(policy, env, tools, rng, instance, fb, fb_rng)
         except PolicyDeadline:  # the request was cut at the wall-clock limit: no turn to record
-            env.end_at_wall()
+            env.end_at_wall(policy_s=time.perf_counter() - t0)
             break
         env.step(
             out.text,

@@ -117,6 +117,7 @@ def test_a_hung_endpoint_is_cut_at_the_wall_limit(strict, tmp_path: Path) -> Non
     assert 1.4 <= took < 4.0, took
     assert traj.limit_hit is not None and traj.limit_hit.kind == "wall_time" and not traj.finished
     assert [m.role for m in traj.messages] == ["system", "user"] and len(srv.bodies) == 1
+    assert traj.timings["policy_s"] >= 1.4  # the time spent waiting is the policy's
     with pytest.raises(PolicyDeadline):
         pol.act([Message(role="user", content="u")], tools=[], rng=random.Random(0), time_left_s=0.3)
 
