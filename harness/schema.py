@@ -259,6 +259,9 @@ class ArmSpec(_Frozen):
     policy: str
     checkpoint_sha256: str | None = None
     train_seed: int | None = None
+    # what the arm's policy sends / samples with (``generation_settings()`` of the policy: temperature, top_p,
+    # max_tokens, ...); {} for policies that do not sample or do not say (and manifests written before this field)
+    generation: dict[str, Any] = Field(default_factory=dict)
 
 
 class RunManifest(_Frozen):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 PROTOCOL_SCHEMA_VERSION = 1
 
@@ -227,6 +227,33 @@ class PowerAssumptions(Frozen):
     source: str = ""
 
 
+# --------------------------------------------------------------------------------------------------------------
+# Pinned evaluation settings: the optional [eval] table (issue 36). `tgsuite eval --protocol` refuses a run whose
+# settings differ from a pinned value. Left out of a plan, it is left out of the plan's canonical JSON too, so the
+# hashes of plans frozen before this table existed do not change (Protocol._drop_unpinned_eval).
+# --------------------------------------------------------------------------------------------------------------
+
+
+class EvalPin(Frozen):
+    """Settings of `tgsuite eval` the plan fixes; a field left out is not pinned. Decoding applies to every model
+    arm (hf: and openai:); the limits and hints to every arm."""
+
+    temperature: float | None = Field(default=None, ge=0.0)  # --temperature (0 = greedy)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)  # --top-p
+    max_tokens: int | None = Field(default=None, ge=1)  # --max-tokens: most tokens per assistant turn
+    max_turns: int | None = Field(default=None, ge=1)  # --max-turns
+    wall_s: float | None = Field(default=None, gt=0.0)  # --wall-s
+    finish_notice: int | None = Field(default=None, ge=0)  # --finish-notice
+    format_retries: int | None = Field(default=None, ge=0)  # --format-retries
+    feedback: str | None = None  # --feedback, as written (e.g. "none", "correct")
+
+    def pinned(self) -> dict[str, float | int | str]:
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+# --------------------------------------------------------------------------------------------------------------
+
+
 class Protocol(Frozen):
     """A preregistered analysis plan (one TOML file)."""
 
@@ -253,6 +280,14 @@ class Protocol(Frozen):
     power: PowerAssumptions | None = None
     exploratory: list[str] = Field(default_factory=list)
     notes: str = ""
+    eval: EvalPin | None = None  # the [eval] table (pinned evaluation settings; block above)
+
+    @model_serializer(mode="wrap")
+    def _drop_unpinned_eval(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        data: dict[str, object] = handler(self)
+        if data.get("eval", 0) is None:
+            del data["eval"]
+        return data
 
     @model_validator(mode="after")
     def _consistency(self) -> Protocol:

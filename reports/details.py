@@ -6,7 +6,7 @@ verdict are flagged (``agrees_with_primary is False``), never hidden; they are p
 
 from __future__ import annotations
 
-from evalsuite.schema import AnalysisResult, BreakdownRow
+from evalsuite.schema import AnalysisResult, BreakdownRow, SensitivityResult
 from reports import format as fmt
 from reports.model import Cell, Section, Table
 from reports.sections import VERDICT_TONE, rate_text
@@ -47,11 +47,20 @@ def variance_section(a: AnalysisResult) -> Section:
     return Section(id="variance", title="Where the uncertainty comes from", tables=tables)
 
 
+ZERO_SE = "not informative: a zero-width interval (standard error 0, no variation to measure)"
+
+
+def zero_width(s: SensitivityResult) -> bool:
+    """A sensitivity analysis that ran but whose interval has no width: its verdict carries no information."""
+    return s.status == "ok" and s.ci_low is not None and s.ci_high is not None and s.ci_low == s.ci_high
+
+
 def sensitivity_section(a: AnalysisResult) -> Section:
     rows, disagree = [], []
     for c in a.criteria:
         for s in c.sensitivity:
-            flag = s.agrees_with_primary is False
+            degenerate = zero_width(s)
+            flag = s.agrees_with_primary is False and not degenerate
             if flag:
                 disagree.append(f"{c.endpoint}: {s.name} gives {s.verdict.upper()} while the primary gives "
                                 f"{c.verdict.upper()}")
@@ -62,10 +71,13 @@ def sensitivity_section(a: AnalysisResult) -> Section:
                 Cell(text=est), Cell(text=fmt.interval(s.ci_low, s.ci_high, scale=scale, digits=1 if scale == "pp" else 3)),
                 Cell(text=(fmt.pp(s.lower_one_sided) if s.scale == "risk_difference" else fmt.num(s.lower_one_sided))
                      + f" vs {fmt.pp(c.bar)}"),
-                Cell(text=s.verdict.replace("_", " ").upper(), tone=VERDICT_TONE[s.verdict]),
-                Cell(text={True: "agrees", False: "DISAGREES", None: "n/a"}[s.agrees_with_primary],
-                     tone="fail" if flag else ("pass" if s.agrees_with_primary else "na")),
-                Cell(text=s.note or fmt.DASH),
+                Cell(text=f"{s.verdict.replace('_', ' ').upper()} (not informative)" if degenerate else
+                     s.verdict.replace("_", " ").upper(), tone="na" if degenerate else VERDICT_TONE[s.verdict],
+                     title=ZERO_SE if degenerate else ""),
+                Cell(text="n/a" if degenerate else {True: "agrees", False: "DISAGREES", None: "n/a"}[
+                    s.agrees_with_primary],
+                     tone="fail" if flag else ("pass" if s.agrees_with_primary and not degenerate else "na")),
+                Cell(text="; ".join(x for x in (ZERO_SE if degenerate else "", s.note) if x) or fmt.DASH),
             ])
     if not rows:
         return Section(id="sensitivity", title="Sensitivity analyses", available=False,

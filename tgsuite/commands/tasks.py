@@ -113,6 +113,8 @@ def _validate(args: argparse.Namespace) -> int:
           f"{len(report.instances) - len(rejected)} valid, {len(rejected)} rejected")
     for r in rejected:
         print(f"  REJECTED {r.instance_id}: {r.reason}")
+    print(f"task set {ts.name}: sha256 {ts.sha256}  (a plan pins it as [task_set] name = {json.dumps(ts.name)}, "
+          f"sha256 = \"{ts.sha256}\")")
     return 1 if rejected else 0
 
 
