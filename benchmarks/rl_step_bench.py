@@ -1,6 +1,6 @@
 """The mini preset's RL step: today's path against the fast one, in the same run, same seed and batch.
 
-    python benchmarks/rl_step_bench.py --model DIR [--steps 3] [--repeats 2] [--arm tg] [--tasks DIR]
+    python benchmarks/rl_step_bench.py [--model DIR] [--steps 3] [--repeats 2] [--arm tg] [--tasks DIR] [--today REF]
 
 ``--model`` is the SFT model RL starts from (HF layout + tokenizer; default: the shipped SFT coder in
 ``assets/sft/mini``). The RL settings are the ``mini`` preset's (``tgsuite.pipeline.presets.MINI.rl``: 1 group × 4
@@ -10,16 +10,19 @@ rollouts, 8 turns of at most 192 tokens, LocalSandbox) with ``run.steps = --step
 Variants (each a real ``repro.train.train_rl`` run in its own process, so its peak RSS is its own; the order
 alternates between repeats):
 
-- ``today``: the RL trainer as it was before issue #35: padded ``[B, T]`` micro-batches (``optim.padding_free =
-  false``) in float32 (``model.precision = "fp32"``), the episodes' tool calls and grading one after another
-  (``rollout.env_workers = 1``);
-- ``new``: packed micro-batches in bf16-mixed (fp32 master weights), tool calls and grading on 4 threads beside
-  sampling (the preset's settings).
+- ``today``: the code of git commit ``--today`` (default ``ffe6b74``, main when issue #35 was filed), checked out
+  into a temporary folder and imported from there, with that commit's ``mini`` preset: padded ``[B, T]``
+  micro-batches in float32, the episodes' tool calls and grading one after another, the host's pytest plugins loaded
+  in every LocalSandbox test run;
+- ``new``: this checkout and its ``mini`` preset: packed micro-batches in bf16-mixed (fp32 master weights), tool
+  calls and grading on 4 threads (grading while the others sample), no host pytest plugins in the sandbox.
 
 For each: seconds per step (``time/step_s``, every step), the split from the run's compute ledger (sampling =
-``rollout``, environment = tool calls and grading not hidden behind sampling, trainer, teacher), peak RSS. Step 1 of
-both variants starts from the same weights with the same seed, so its rollouts must match (reward, tokens, turns):
-printed and checked.
+``rollout``: the sampler's busy time; environment = tool calls and grading — with overlapped rollouts summed over
+the episodes' threads, so it overlaps sampling and the split adds up to more than the step; trainer; teacher), peak
+RSS. Step 1 of every run of a variant starts from the same weights with the same seed, so its rollouts must match
+(reward, tokens, turns): printed and checked. ``today`` and ``new`` draw their samples differently (one generator
+per batch, one per episode), so their step-1 rollouts differ in the tokens drawn, not in distribution.
 
 Then, in the ``new`` process, on the documents of its last step, alternated ``--trainer-reps`` times: the RL trainer
 step as ``today`` runs it, as ``new`` runs it, and the packed SFT path (``repro.sft.batch_losses`` under bf16-mixed:
@@ -35,6 +38,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -45,10 +49,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-VARIANTS: dict[str, dict[str, Any]] = {
-    "today": {"optim.padding_free": False, "model.precision": "fp32", "rollout.env_workers": 1},
-    "new": {"optim.padding_free": True, "model.precision": "bf16-mixed", "rollout.env_workers": 4},
-}
+VARIANTS = ("today", "new")
 STEP1_KEYS = ("reward/total", "task/pass_rate", "rollout/response_tokens", "rollout/turns")
 
 
@@ -56,8 +57,8 @@ def _config(model: str, tasks: str, arm: str, steps: int, variant: str) -> Any:
     from repro.config import load_config
     from tgsuite.pipeline.presets import MINI
 
-    return load_config(arm=arm, overrides={**MINI.rl, **VARIANTS[variant], "run.steps": steps, "run.seed": 0,
-                                           "model.init": model, "tasks.path": tasks})
+    return load_config(arm=arm, overrides={**MINI.rl, "run.steps": steps, "run.seed": 0, "model.init": model,
+                                           "tasks.path": tasks})
 
 
 def _trainer_rates(cfg_new: Any, plan: Any, model: Any, pad_id: int, reps: int, arm: str) -> dict[str, list[float]]:
@@ -145,10 +146,21 @@ def worker(args: argparse.Namespace) -> None:
     print("RESULT " + json.dumps(rec), flush=True)
 
 
-def _run_variant(args: argparse.Namespace, variant: str, out: Path) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--worker", variant, "--out", str(out), "--model", args.model, "--tasks",
+def _checkout(ref: str, dest: Path) -> Path:
+    """The tree of commit ``ref`` in ``dest`` (git archive: no worktree bookkeeping left behind)."""
+    dest.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", ref], capture_output=True,
+                             check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return dest
+
+
+def _run_variant(args: argparse.Namespace, variant: str, out: Path, tree: Path) -> dict[str, Any]:
+    """One run in its own process, importing the packages of ``tree`` (this checkout, or the ``--today`` commit)."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", variant, "--out", str(out), "--model", args.model, "--tasks",
            args.tasks, "--steps", str(args.steps), "--arm", args.arm, "--trainer-reps", str(args.trainer_reps)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tree, env=env)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
     if proc.returncode != 0 or line is None:
         sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-6000:])
@@ -172,7 +184,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2, help="runs of each variant (alternating order)")
     ap.add_argument("--arm", default="tg")
     ap.add_argument("--trainer-reps", type=int, default=5, help="alternated trainer timings (0 = skip)")
-    ap.add_argument("--worker", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
+    ap.add_argument("--today", default="ffe6b74", help="the git commit whose code is 'today' (default: main when "
+                    "issue #35 was filed)")
+    ap.add_argument("--worker", choices=VARIANTS, help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -182,6 +196,8 @@ def main() -> None:
         raise SystemExit(f"--model {args.model}: no config.json there; pass an SFT model directory (tgsuite train sft "
                          "--preset mini --out DIR writes DIR/model)")
     with tempfile.TemporaryDirectory(prefix="rl-step-bench-") as tmp:
+        trees = {"today": _checkout(args.today, Path(tmp) / "today-tree"), "new": ROOT}
+        args.model = str(Path(args.model).resolve())
         if args.tasks is None:
             from harness.minirepos import make_mini
 
@@ -190,14 +206,15 @@ def main() -> None:
         results: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
         for r in range(args.repeats):
             for v in (list(VARIANTS) if r % 2 == 0 else list(reversed(VARIANTS))):
-                rec = _run_variant(args, v, Path(tmp) / f"{v}-{r}")
+                rec = _run_variant(args, v, Path(tmp) / f"{v}-{r}", trees[v])
                 results[v].append(rec)
                 print(f"{v:6s} run {r}: steps {', '.join(f'{s:.1f}' for s in rec['step_s'])} s; {_split(rec)}; "
                       f"peak RSS {rec['peak_rss_mb']:.0f} MB", flush=True)
     med = {v: statistics.median([s for rec in recs for s in rec["step_s"]]) for v, recs in results.items()}
-    same = all(results["today"][0]["step1"] == rec["step1"] for recs in results.values() for rec in recs)
-    print(f"step 1 rollouts (same weights, same seed): {results['today'][0]['step1']} -> "
-          f"{'identical in every run' if same else 'DIFFER: ' + str([r['step1'] for r in results['new']])}")
+    same = {v: all(rec["step1"] == recs[0]["step1"] for rec in recs) for v, recs in results.items()}
+    for v, recs in results.items():
+        print(f"step 1 rollouts of {v} (same weights and seed in every run): {recs[0]['step1']} -> "
+              f"{'identical in every run' if same[v] else 'DIFFER: ' + str([r['step1'] for r in recs])}")
     tps = {k: statistics.median([x for rec in results["new"] for x in rec.get("trainer_tps", {}).get(k, [])] or [0])
            for k in ("trainer_today", "trainer_new", "sft_packed")}
     print(f"trainer tokens/s on the same documents: today {tps['trainer_today']:.0f}, new {tps['trainer_new']:.0f} "
@@ -205,7 +222,7 @@ def main() -> None:
     print(f"median step: today {med['today']:.1f} s, new {med['new']:.1f} s")
     print(f"rl_step speedup {med['today'] / med['new']:.2f}x trainer_vs_packed "
           f"{tps['trainer_new'] / max(tps['sft_packed'], 1e-9):.2f}x")
-    if not same:
+    if not all(same.values()):
         raise SystemExit(1)
 
 

@@ -130,11 +130,6 @@ def default_engine(model: torch.nn.Module, pad_id: int, prefix_cache: int = 64,
     return HFEngine(model, pad_id)
 
 
-def bf16_engine(model: torch.nn.Module, pad_id: int) -> RolloutEngine:
-    """:func:`default_engine` computing in bfloat16 (``rollout.sampler_dtype = "bfloat16"``)."""
-    return default_engine(model, pad_id, dtype=torch.bfloat16)
-
-
 EngineFactory = Callable[[torch.nn.Module, int], RolloutEngine]  # (model, pad id) -> engine holding its weights
 
 
@@ -144,7 +139,7 @@ def engine_factory_for(cfg: TrainConfig) -> EngineFactory:
     with). ``vllm_http`` is refused: designed, not built."""
     kind = cfg.rollout.engine
     if kind == "hf_sampler":
-        return bf16_engine if cfg.rollout.sampler_dtype == "bfloat16" else default_engine
+        return default_engine
     if kind == "vllm":
         from repro.vllm_engine import VLLMRollouts, VLLMSettings
 
