@@ -18,11 +18,9 @@ alternates between repeats):
   calls and grading on 4 threads (grading while the others sample), no host pytest plugins in the sandbox.
 
 For each: seconds per step (``time/step_s``, every step), the split from the run's compute ledger (sampling =
-``rollout``: the sampler's busy time; environment = tool calls and grading — with overlapped rollouts summed over
-the episodes' threads, so it overlaps sampling and the split adds up to more than the step; trainer; teacher), peak
-RSS. Step 1 of every run of a variant starts from the same weights with the same seed, so its rollouts must match
-(reward, tokens, turns): printed and checked. ``today`` and ``new`` draw their samples differently (one generator
-per batch, one per episode), so their step-1 rollouts differ in the tokens drawn, not in distribution.
+``rollout``; environment = tool calls and grading not hidden behind sampling; trainer; teacher), peak RSS. Step 1
+of every run starts from the same weights with the same seed, so its rollouts must match across runs and variants
+(reward, tokens, turns): printed and checked.
 
 Then, in the ``new`` process, on the documents of its last step, alternated ``--trainer-reps`` times: the RL trainer
 step as ``today`` runs it, as ``new`` runs it, and the packed SFT path (``repro.sft.batch_losses`` under bf16-mixed:
@@ -211,10 +209,10 @@ def main() -> None:
                 print(f"{v:6s} run {r}: steps {', '.join(f'{s:.1f}' for s in rec['step_s'])} s; {_split(rec)}; "
                       f"peak RSS {rec['peak_rss_mb']:.0f} MB", flush=True)
     med = {v: statistics.median([s for rec in recs for s in rec["step_s"]]) for v, recs in results.items()}
-    same = {v: all(rec["step1"] == recs[0]["step1"] for rec in recs) for v, recs in results.items()}
-    for v, recs in results.items():
-        print(f"step 1 rollouts of {v} (same weights and seed in every run): {recs[0]['step1']} -> "
-              f"{'identical in every run' if same[v] else 'DIFFER: ' + str([r['step1'] for r in recs])}")
+    first = results["today"][0]["step1"]
+    same = all(rec["step1"] == first for recs in results.values() for rec in recs)
+    print(f"step 1 rollouts (same weights, same seed): {first} -> "
+          f"{'identical in every run' if same else 'DIFFER: ' + str([r['step1'] for r in results['new']])}")
     tps = {k: statistics.median([x for rec in results["new"] for x in rec.get("trainer_tps", {}).get(k, [])] or [0])
            for k in ("trainer_today", "trainer_new", "sft_packed")}
     print(f"trainer tokens/s on the same documents: today {tps['trainer_today']:.0f}, new {tps['trainer_new']:.0f} "
@@ -222,7 +220,7 @@ def main() -> None:
     print(f"median step: today {med['today']:.1f} s, new {med['new']:.1f} s")
     print(f"rl_step speedup {med['today'] / med['new']:.2f}x trainer_vs_packed "
           f"{tps['trainer_new'] / max(tps['sft_packed'], 1e-9):.2f}x")
-    if not all(same.values()):
+    if not same:
         raise SystemExit(1)
 
 

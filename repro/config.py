@@ -114,10 +114,6 @@ class RolloutCfg(_Section):
         "vllm.LLM in this process (repro.vllm_engine; needs the gpu extra and CUDA); vllm_http = an external "
         "`vllm serve` (designed, not built: train rl refuses it)")
     per_exec_timeout_s: float = Field(30.0, gt=0)
-    overlap: bool = Field(False, description="each episode plays on its own thread and its turns are sampled in "
-                          "batches of whatever turns are waiting (repro.batching), so tool calls run while other "
-                          "episodes decode; per-episode sampling generators (repro.rollout.run_groups). Needs an "
-                          "engine that draws per row (hf_sampler on Qwen3); false = lock-step turns")
     env_workers: int = Field(4, ge=1, description="episodes of a step whose tool calls and grading run at once, on "
                              "threads, while the model samples (repro.rollout.EnvPool); 1 = one after another. The "
                              "trajectories do not depend on it")

@@ -20,8 +20,6 @@ from __future__ import annotations
 import logging
 import math
 import random
-import threading
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -138,7 +136,6 @@ class RolloutSettings:
     top_p: float = 1.0
     hint_in_rollout: bool = False
     env_workers: int = 1  # episodes whose tool calls / grading run at once (1 = one after another)
-    overlap: bool = False  # each episode on its own thread, sampling batched across them (see run_groups)
 
 
 def group_seed(run_seed: int, item: int, index: int) -> int:
@@ -212,17 +209,11 @@ def run_groups(
     Each sample carries its turns' finish reasons and the engine's version stamps (the caller sets the version with
     ``engine.set_version``).
 
-    Lock-step (default): all episodes advance turn by turn, each turn of the whole batch ONE ``engine.generate``
-    call; the turn's tool calls then run on ``settings.env_workers`` threads, and an ended episode is graded while
-    the others sample. One sampling generator, seeded from (run seed, first item), so the same batch of items gives
-    the same samples.
-
-    Overlapped (``settings.overlap``, engines that draw each row from its own generator: ``KVSampler``): every
-    episode plays on its own thread (at most ``env_workers`` at once) and sends its turns to a
-    ``repro.batching.BatchingEngine``, which samples whatever turns are waiting as one batch; an episode's tool
-    calls run while the others decode. Each episode draws from its own generator (seeded from run seed, item and
-    rollout index), so its samples do not depend on the worker count or on which episodes share a batch, up to
-    float rounding of the batch shapes (tests/repro/test_rollout.py)."""
+    All episodes advance in lock-step, each turn of the whole batch ONE ``engine.generate`` call; the turn's tool
+    calls then run on ``settings.env_workers`` threads, and an ended episode is graded while the others sample. One
+    sampling generator, seeded from (run seed, first item), so the same batch of items gives the same samples.
+    (Episodes on their own threads with their turns batched as they arrive were tried and measured no faster on
+    2 cores: benchmarks/README.md, RL step.)"""
     ledger = ledger or ComputeLedger()
     n = settings.group_size
     slots = [(inst, item, j) for inst, item in zip(instances, items, strict=True) for j in range(n)]
@@ -232,10 +223,6 @@ def run_groups(
             openings = pool.map(lambda env: env.reset(), envs)
         live = [_Live(env=env, ctx=_opening(encoder, opening, tools), messages=list(opening), instance=inst,
                       item=item, index=j) for env, opening, (inst, item, j) in zip(envs, openings, slots, strict=True)]
-    if settings.overlap and takes_row_generators(engine):
-        graded = _play_overlapped(live, engine, encoder, tokenizer, settings, run_seed, hint_source, ledger,
-                                  flop_params)
-        return _scored(live, graded, instances, items, engine, encoder, tokenizer, tools, checker, reward_weights)
     with EnvPool(settings.env_workers) as pool:
         gen = torch.Generator().manual_seed(group_seed(run_seed, items[0], 0))
         hint_rng = random.Random(group_seed(run_seed, items[0], n + 1))
@@ -276,82 +263,6 @@ def _scored(live: list[_Live], graded: list[EnvOutcome], instances: Sequence[Tas
         gi = items.index(lv.item)
         groups[gi].append(_finish(lv, outcome, idle_version, encoder, tokenizer, tools, checker, reward_weights))
     return groups
-
-
-def takes_row_generators(engine: Any) -> bool:
-    """Whether ``engine.generate`` can draw each request from its own generator (``KVSampler``), which the
-    overlapped rollout needs so that an episode's samples do not depend on its batch-mates."""
-    import inspect
-
-    return "row_generators" in inspect.signature(engine.generate).parameters
-
-
-class _TimedEngine:
-    """The engine as ``repro.batching.BatchingEngine`` drives it, with each batch's sampling time and tokens in
-    the ledger's ``rollout`` phase (the scheduler thread runs one batch at a time, so this is the sampler's busy
-    time, not a sum over waiting episodes)."""
-
-    def __init__(self, engine: Any, ledger: ComputeLedger, flop_params: int) -> None:
-        self.engine, self.ledger, self.flop_params = engine, ledger, flop_params
-        self.max_len = getattr(engine, "max_len", None)
-
-    def current_version(self) -> int:
-        return self.engine.current_version()
-
-    def set_version(self, version: int) -> None:
-        self.engine.set_version(version)
-
-    def generate(self, requests: Sequence[TokenRequest], *, generator: torch.Generator,
-                 row_generators: Sequence[torch.Generator] | None = None) -> list[TokenResult]:
-        with self.ledger.phase("rollout"):
-            outs = self.engine.generate(requests, generator=generator, row_generators=row_generators)
-        n_new = sum(len(o.ids) for o in outs)
-        self.ledger.add("rollout", tokens=n_new, flops=forward_flops(self.flop_params, n_new))
-        return outs
-
-
-def _play_overlapped(live: list[_Live], engine: RolloutEngine, encoder: Any, tokenizer: Any,
-                     settings: RolloutSettings, run_seed: int, hint_source: HintSource | None, ledger: ComputeLedger,
-                     flop_params: int) -> list[EnvOutcome]:
-    """Every episode on its own thread, its turns sampled through one batching engine (see :func:`run_groups`);
-    returns the graded outcomes in episode order. ``environment`` in the ledger is the episodes' tool and grading
-    time summed over threads: it overlaps sampling and other episodes."""
-    from repro.batching import BatchingEngine
-
-    lock = threading.Lock()  # the tokenizer (decode / encode of a turn) is used by one episode at a time
-
-    def env_call(fn: Callable[[], Any]) -> Any:
-        t0 = time.perf_counter()
-        try:
-            return fn()
-        finally:
-            ledger.add("environment", wall_s=time.perf_counter() - t0)
-
-    def play(lv: _Live) -> EnvOutcome:
-        gen = torch.Generator().manual_seed(group_seed(run_seed, lv.item, 1000 + lv.index))
-        hint_rng = random.Random(group_seed(run_seed, lv.item, 2000 + lv.index))
-        for turn in range(settings.max_turns):
-            with lock:
-                if settings.hint_in_rollout and hint_source is not None:
-                    _insert_hints([lv], turn, hint_source, hint_rng, encoder)
-                active, budget = _within_budget([lv], settings, encoder, turn)
-            if not active:
-                break
-            req = TokenRequest(lv.ctx + encoder.assistant_header, min(settings.max_new_tokens, budget[0]),
-                               (encoder.im_end,), settings.temperature, settings.top_p)
-            res = batched.generate([req], generator=gen)[0]
-            with lock:
-                _record_turn(lv, res, turn, encoder, tokenizer)
-            out = env_call(lambda: lv.env.step(lv.texts[-1]))
-            with lock:
-                _observe(lv, out, encoder)
-            if lv.done:
-                break
-        return env_call(lambda: _outcome_and_close(lv.env))
-
-    with BatchingEngine(_TimedEngine(engine, ledger, flop_params), max_batch=len(live), window_s=0.01) as batched:
-        with ThreadPoolExecutor(settings.env_workers, thread_name_prefix="rollout-episode") as ex:
-            return list(ex.map(play, live))
 
 
 class EnvPool:

@@ -164,8 +164,7 @@ class _Sources:
         self.stats = StalenessStats()
         r = cfg.rollout
         self.settings = RolloutSettings(r.group_size, r.max_turns, r.max_new_tokens, r.max_context_tokens,
-                                        r.temperature, r.top_p, cfg.guidance.hint_in_rollout, r.env_workers,
-                                        r.overlap)
+                                        r.temperature, r.top_p, cfg.guidance.hint_in_rollout, r.env_workers)
         self.producer: AsyncProducer | None = None
         self.store: WeightStore | None = None
         if cfg.async_.enabled:

@@ -281,38 +281,3 @@ def test_rollouts_record_one_anchor_per_turn() -> None:
         assert len(x.anchors) == x.n_turns
         for k, p in enumerate(x.anchors):
             assert p == -1 or (x.act[p] == 1 and x.turn[p] == k)
-
-
-@pytest.mark.parametrize("workers", [2, 4])
-def test_overlapped_rollouts_do_not_depend_on_the_worker_count(workers: int) -> None:
-    """rollout.overlap: each episode on its own thread, turns batched as they arrive, each episode drawing from its
-    own generator: one episode at a time and several at once give the same trajectories (log-probs up to the float
-    rounding of other batch shapes), and episodes really ran at once."""
-    s = F.setup()
-    s.model.eval()
-    enc = ChatEncoder(s.tokenizer)
-
-    def run(w: int):
-        _SlowEnv.peak = 0
-        settings = RolloutSettings(group_size=4, max_turns=3, max_new_tokens=12, max_context_tokens=4096,
-                                   env_workers=w, overlap=True)
-        engine = KVSampler(s.model, prefix_cache=64, version=2)
-        return run_groups(instances=F.tasks(2), items=[0, 1], make_env=_SlowEnv, engine=engine, encoder=enc,
-                          tokenizer=s.tokenizer, tools=[], checker=F.toy_checker, settings=settings, run_seed=5,
-                          reward_weights=load_config().reward), _SlowEnv.peak
-
-    (serial, peak1), (conc, peak_w) = run(1), run(workers)
-    assert peak1 == 1 and peak_w > 1
-    for ga, gb in zip(serial, conc, strict=True):
-        for a, b in zip(ga, gb, strict=True):
-            assert (a.ids, a.act, a.texts, a.verdicts, a.reward, a.version) == (b.ids, b.act, b.texts, b.verdicts,
-                                                                                b.reward, b.version)
-            assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5)
-
-
-def test_overlap_falls_back_to_lock_step_for_engines_without_row_generators() -> None:
-    from repro.engine import HFEngine
-    from repro.rollout import takes_row_generators
-
-    s = F.setup()
-    assert takes_row_generators(KVSampler(s.model)) and not takes_row_generators(HFEngine(s.model, 0))

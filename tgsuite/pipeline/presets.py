@@ -148,7 +148,7 @@ MINI = Preset(
         "rollout.finish_notice_turns": 2, "optim.lr": 1e-4, "run.progress": False,
         # the trainer on the packed bf16 path (fp32 master weights and AdamW state; repro.precision), the episodes'
         # tool calls and grading on 4 threads beside sampling (rollout.env_workers): benchmarks/rl_step_bench.py
-        "model.precision": "bf16-mixed", "rollout.env_workers": 4, "rollout.overlap": True},
+        "model.precision": "bf16-mixed", "rollout.env_workers": 4},
     # the finish notice 2 turns before the limit (harness EpisodeLimits.finish_notice_turns), in RL and evaluation;
     # in evaluation a turn without a parsable tool call is sampled again up to 3 times (EpisodeLimits.format_retries;
     # the drafts are kept and counted; RL rollouts never resample), measured in docs/RESULTS.md ("Format retries")
