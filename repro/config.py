@@ -114,6 +114,8 @@ class RolloutCfg(_Section):
         "vllm.LLM in this process (repro.vllm_engine; needs the gpu extra and CUDA); vllm_http = an external "
         "`vllm serve` (designed, not built: train rl refuses it)")
     per_exec_timeout_s: float = Field(30.0, gt=0)
+    sampler_threads: int = Field(0, ge=0, description="torch intra-op threads while rollouts sample (synchronous "
+                                 "runs; restored for the trainer); 0 = unchanged (model.threads or torch's default)")
     env_workers: int = Field(4, ge=1, description="episodes of a step whose tool calls and grading run at once, on "
                              "threads, while the model samples (repro.rollout.EnvPool); 1 = one after another. The "
                              "trajectories do not depend on it")

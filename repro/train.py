@@ -17,12 +17,13 @@ small stand-ins.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -214,7 +215,8 @@ class _Sources:
         if self.producer is None:
             was_training = self.setup.model.training
             self.setup.model.eval()
-            groups = self._batch(self.setup.model if self.twin is None else self.twin, self.next_item, step)
+            with sampler_threads(self.cfg.rollout.sampler_threads):
+                groups = self._batch(self.setup.model if self.twin is None else self.twin, self.next_item, step)
             self.setup.model.train(was_training)
             self.next_item += g
             self.stats.consumed += 1
@@ -233,6 +235,22 @@ class _Sources:
     def close(self) -> None:
         if self.producer is not None:
             self.producer.stop()
+
+
+@contextlib.contextmanager
+def sampler_threads(n: int) -> Iterator[None]:
+    """torch's intra-op threads set to ``n`` while rollouts sample (0: unchanged), restored after. With one thread the
+    sampler leaves the other core to the episodes' tool calls and grading, which run beside it (rollout.env_workers);
+    an OpenMP team of two waits on whichever core a tool process holds."""
+    if n <= 0:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _hint_ids_fn(setup: RLSetup, encoder: ChatEncoder, seed: int) -> Callable[[RolloutSample, int], list[int]]:
