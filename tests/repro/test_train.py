@@ -141,3 +141,16 @@ def test_gate_summary_says_when_the_gate_or_the_hint_does_nothing() -> None:
                          "guidance/anchor_p_student": 0.5})
     assert "the hint does not move the teacher" in flat
     assert "no guided turn reached" in gate_summary({**base, "guidance/anchor_tokens": 0})
+
+
+def test_sampler_threads_are_set_for_sampling_and_restored() -> None:
+    import torch
+
+    from repro.train import sampler_threads
+
+    before = torch.get_num_threads()
+    with sampler_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with sampler_threads(0):
+        assert torch.get_num_threads() == before
