@@ -22,6 +22,7 @@ this is the sum over vocabulary tokens whose text starts with ``#``.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -135,32 +136,65 @@ def heading_probability(next_probs: Callable[[list[int]], torch.Tensor], vocab: 
     return walk(list(ids), rest, 1.0)
 
 
-def model_next_probs(model: torch.nn.Module) -> Callable[[list[int]], torch.Tensor]:
-    """``next_probs`` of a causal LM (float32 softmax of the last position's logits, no gradient)."""
-    device = next(model.parameters()).device
+class PrefixLM:
+    """``next_probs`` of a causal LM (float32 softmax of the last position's logits, no gradient) that runs a shared
+    prefix once: after :meth:`set_prefix`, a call whose ids extend that prefix runs only the extension on the
+    prefix's KV cache (cropped back to the prefix after each call); any other call runs in full."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.prefix: list[int] = []
+        self.cache: Any = None
+        # transformers >= 5.x names the KV cache argument ``cache`` (``past_key_values`` is deprecated there)
+        self.cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
     @torch.no_grad()
-    def f(ids: list[int]) -> torch.Tensor:
-        logits = model(torch.tensor([ids], device=device), use_cache=False).logits[0, -1].float()
-        return torch.softmax(logits, -1).cpu()
+    def set_prefix(self, ids: list[int]) -> None:
+        from transformers import DynamicCache
 
-    return f
+        self.prefix, self.cache = list(ids), DynamicCache()
+        if ids:
+            self.model(torch.tensor([ids], device=self.device), use_cache=True, **{self.cache_kw: self.cache})
+
+    @torch.no_grad()
+    def __call__(self, ids: list[int]) -> torch.Tensor:
+        n = len(self.prefix)
+        if n and len(ids) > n and ids[:n] == self.prefix:
+            out = self.model(torch.tensor([ids[n:]], device=self.device), use_cache=True, **{self.cache_kw: self.cache})
+            self.cache.crop(-(len(ids) - n))  # a negative count removes tokens
+        else:
+            out = self.model(torch.tensor([ids], device=self.device), use_cache=False)
+        return torch.softmax(out.logits[0, -1].float(), -1).cpu()
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def probe_headings(model: torch.nn.Module, tokenizer: Any, contexts: Sequence[FinishContext], *,
                    floor: float = 1e-9) -> dict[str, Any]:
     """P(heading) of ``model`` at every context, unprompted and hinted: per-context values and their mean,
-    geometric mean (the values span orders of magnitude) and max."""
+    geometric mean (the values span orders of magnitude) and max. The conversation both views share (everything
+    before the hint) runs once per context (:class:`PrefixLM`)."""
     if not contexts:
         raise ValueError("probe_headings: no finish contexts; build them from finished episodes first")
     was_training = model.training
     model.eval()
-    vocab, f = HeadingVocab(tokenizer), model_next_probs(model)
-    out: dict[str, Any] = {"n": len(contexts), "floor": floor}
-    for view in ("unprompted", "hinted"):
-        vals = [heading_probability(f, vocab, c.ids if view == "unprompted" else c.hinted_ids, c.rest, floor=floor)
-                for c in contexts]
-        out[view] = {"values": vals, "mean": sum(vals) / len(vals), "max": max(vals),
-                     "geomean": math.exp(sum(math.log(max(v, 1e-30)) for v in vals) / len(vals))}
+    vocab, lm = HeadingVocab(tokenizer), PrefixLM(model)
+    vals: dict[str, list[float]] = {"unprompted": [], "hinted": []}
+    for c in contexts:
+        lm.set_prefix(c.ids[:min(_common_prefix(c.ids, c.hinted_ids), len(c.ids) - 1, len(c.hinted_ids) - 1)])
+        vals["unprompted"].append(heading_probability(lm, vocab, c.ids, c.rest, floor=floor))
+        vals["hinted"].append(heading_probability(lm, vocab, c.hinted_ids, c.rest, floor=floor))
     model.train(was_training)
+    out: dict[str, Any] = {"n": len(contexts), "floor": floor}
+    for view, v in vals.items():
+        out[view] = {"values": v, "mean": sum(v) / len(v), "max": max(v),
+                     "geomean": math.exp(sum(math.log(max(x, 1e-30)) for x in v) / len(v))}
     return out

@@ -89,3 +89,16 @@ def test_the_cut_does_not_depend_on_how_the_message_starts(tok) -> None:
     a = finish_context("t1", MESSAGES, enc, tool_schemas(), "h")
     b = finish_context("t1", md, enc, tool_schemas(), "h")
     assert (a.ids, a.rest) == (b.ids, b.rest)
+
+
+def test_prefix_cache_gives_the_full_forward(tok) -> None:
+    from repro.finish_probe import PrefixLM
+    from repro.models import build_model
+
+    model = build_model("nano", len(tok), seed=1).eval()
+    ctx = finish_context("t1", MESSAGES, ChatEncoder(tok), tool_schemas(), "Reminder: use Markdown.")
+    full = PrefixLM(model)  # no prefix: every call runs in full
+    lm = PrefixLM(model)
+    lm.set_prefix(ctx.ids[:40])
+    for ids in (ctx.ids, ctx.ids + [5], ctx.hinted_ids, ctx.ids):  # the cache is cropped back after each call
+        assert torch.allclose(lm(ids), full(ids), atol=1e-5)
