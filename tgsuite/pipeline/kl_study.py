@@ -187,7 +187,8 @@ def run_kl_study(preset: Preset, spec: KLStudySpec, out_dir: str | Path, *, forc
     for name, model_dir in models.items():
         dest = out / "probes" / f"{name}.json"
         rec = runner.run(f"probe_{name}", {"model": _weights_key(model_dir) if name != "start" else start,
-                                           "contexts": canonical_hash(json.loads(contexts_path.read_text()))},
+                                           "contexts": canonical_hash(json.loads(contexts_path.read_text())),
+                                           "code": "finish_probe@2"},
                          lambda m=model_dir, d=dest: _probe_stage(m, contexts_path, d))
         probes[name] = rec["paths"]["probe"]
     window = spec.window or max(1, (steps or 1) // 2)

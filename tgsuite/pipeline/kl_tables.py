@@ -141,7 +141,7 @@ def build(directions: Sequence[str], lambdas: Sequence[float], seeds: Sequence[i
 def _fmt(x: float | None) -> str:
     if x is None:
         return "–"
-    return f"{x:.3g}" if x != 0 and (abs(x) < 0.01 or abs(x) >= 1000) else f"{x:.3f}".rstrip("0").rstrip(".")
+    return f"{x:.3g}" if x != 0 and (abs(x) < 0.01 or abs(x) >= 1000) else f"{x:.4g}"
 
 
 def _fmt_cell(c: dict[str, Any] | None) -> str:
@@ -157,7 +157,7 @@ def markdown(record: dict[str, Any]) -> str:
     lams = [f"λ = {lam:g}" for lam in spec["lambdas"]]
     lines = ["# KL-direction study", "",
              f"Start model: `{record['start']['path']}`; preset `{record['preset']}` RL settings, "
-             f"{record['rl'].get('run.steps')} steps per run; seeds {spec['seeds']}; last window {record['window']} "
+             f"RL steps per run: {record['rl'].get('run.steps')}; seeds {spec['seeds']}; last window {record['window']} "
              f"step(s); {record['contexts']['contexts']} held-out finish contexts (dev task seed "
              f"{spec['dev_task_seed']}). Cells: mean ± sd over seeds (n = seeds with a value). Exploratory: it "
              "chooses defaults, it decides nothing.", ""]
