@@ -64,3 +64,26 @@ def test_tiny_study_runs_and_resumes(tmp_path: Path) -> None:
     again = run_kl_study(TINY, spec, out, echo=lambda s: None)  # resumes: every stage up to date
     assert all(v["skipped"] for v in again["stages"].values())
     assert again["tables"] == record["tables"]
+
+
+def _script():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "kl_direction_study.py"
+    spec = importlib.util.spec_from_file_location("kl_direction_study", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_command_line_parses_the_grid_and_says_what_is_missing(tmp_path: Path) -> None:
+    mod = _script()
+    args = mod.parser().parse_args(["--out", "x", "--lambdas", "0.03,0.3", "--seeds", "0,1", "--directions",
+                                    "forward,jsd", "--steps", "2"])
+    assert args.lambdas == (0.03, 0.3) and args.seeds == (0, 1) and args.directions == ("forward", "jsd")
+    with pytest.raises(SystemExit, match="ships no SFT start model"):
+        mod.main(["--out", str(tmp_path / "o"), "--preset", "smoke"])
+    with pytest.raises(SystemExit, match="bad study settings"):
+        mod.main(["--out", str(tmp_path / "o"), "--start", "x", "--lambdas", "0"])
+    with pytest.raises(SystemExit, match="not a model folder"):
+        mod.main(["--out", str(tmp_path / "o"), "--preset", "smoke", "--start", str(tmp_path)])
