@@ -32,6 +32,8 @@ def test_spec_grid_and_refusals(tmp_path: Path) -> None:
     assert cells(spec)[-1][1] == "grpo" and cells(spec)[0][2] == {"guidance.direction": "reverse", "guidance.lam": 0.03}
     with pytest.raises(ValueError, match="λ > 0"):
         KLStudySpec(start="x", lambdas=(0.0, 0.1))
+    with pytest.raises(ValueError, match="each λ once"):
+        KLStudySpec(start="x", lambdas=(0.1, 0.10))
     with pytest.raises(ValueError, match="preregistered held-out"):
         run_kl_study(SMOKE, KLStudySpec(start="x", dev_task_seed=SMOKE.task_seed), tmp_path / "o")
     with pytest.raises(ValueError, match="not a model folder"):

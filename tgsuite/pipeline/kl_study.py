@@ -62,6 +62,8 @@ class KLStudySpec(BaseModel):
     def _lams(cls, v: tuple[float, ...]) -> tuple[float, ...]:
         if not v or min(v) <= 0:
             raise ValueError(f"lambdas {v}: give one or more λ > 0 (λ = 0 is the grpo reference, reference = true)")
+        if len({f"{x:g}" for x in v}) != len(v):
+            raise ValueError(f"lambdas {v}: each λ once (runs are named by λ, e.g. forward_lam0.1)")
         return v
 
     @field_validator("directions", "seeds")
