@@ -119,6 +119,10 @@ def _rollout_metrics(groups: list[list[RolloutSample]]) -> dict[str, Any]:
     applicable = [v for v in verdicts if v != "NA"]
     traj_ok = [all(v != "FAIL" for v in s.verdicts) for s in flat if any(v != "NA" for v in s.verdicts)]
     echo = [("reminder" in t.lower() or "as requested" in t.lower()) for s in flat for t in s.texts]
+    from harness.tools import parse_tool_calls
+
+    # valid calls / calls over the step's assistant turns (harness.metrics' tool_call_validity); None: no call
+    calls = [c.valid for s in flat for t in s.texts for c in parse_tool_calls(t)]
     out: dict[str, Any] = {
         "reward/total": sum(s.reward for s in flat) / n,
         "task/pass_rate": sum(s.outcome.resolved for s in flat) / n,
@@ -129,6 +133,7 @@ def _rollout_metrics(groups: list[list[RolloutSample]]) -> dict[str, Any]:
         "rollout/truncated_frac": sum(s.truncated for s in flat) / n,
         "rollout/infra_errors": sum(s.outcome.infra_error is not None for s in flat),
         "guidance/hint_echo_rate": (sum(echo) / len(echo)) if echo else None,
+        "rollout/tool_call_validity": (sum(calls) / len(calls)) if calls else None,
     }
     for key in flat[0].rewards:  # the breakdown: R_k (reward/<term>) and sign·w·R_k (reward/contrib/<term>)
         out[f"reward/{key}"] = sum(s.rewards[key] for s in flat) / n
