@@ -83,3 +83,38 @@ def test_the_mini_plan_v4_states_the_preset_design_and_freezes(tmp_path: Path) -
         assert said in " ".join(plan.notes.split()), said
     rec = freeze_plan(with_task_set(plan, name="minirepos-heldout", sha256="ab" * 32), out=tmp_path / "f.json")
     assert rec.protocol.version == "4" and rec.protocol.task_set.sha256 == "ab" * 32
+
+
+def test_evaluate_generalization_evaluates_the_tier_and_reports_it_against_the_sft_start(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    import numpy as np
+
+    from evalsuite.synthetic import SyntheticArm, SyntheticDesign, write_synthetic_runs
+    from tgsuite.pipeline import generalization
+    from tgsuite.pipeline.stages import StageRunner
+
+    paths = pipeline_paths(tmp_path)
+    calls: list[Path] = []
+
+    def fake_eval(run_dir: Path, tasks: Path, arms: dict[str, str], *_a: object) -> dict[str, object]:
+        calls.append(tasks)
+        d = SyntheticDesign(arms=tuple(SyntheticArm(a, 0.5, 0.5, seeds=(0, 1)) for a in ("base", "tg", "grpo")),
+                            n_repos=2, tasks_per_repo=5)
+        (made,) = write_synthetic_runs(tmp_path / "syn", d, rng=np.random.default_rng(0), protocol_hash=None,
+                                       task_set_sha256="x")
+        shutil.move(str(made), run_dir)
+        return {"paths": {"run": str(run_dir)}}
+
+    monkeypatch.setattr(generalization, "stage_eval", fake_eval)
+    runner = StageRunner(tmp_path, echo=lambda _m: None)
+    ckpts = {f"{a}@s{s}": "m" for a in ("base", "tg", "grpo") for s in (0, 1)}
+    assert generalization.evaluate_generalization(runner, paths, MINI, {"sha256": "h"}, ckpts, {}, "p") == []
+    rows = generalization.evaluate_generalization(runner, paths, MINI, {"sha256": "h", "generalization":
+                                                  {"sha256": "g"}}, ckpts, {}, "p")
+    assert calls == [paths["generalization_tasks"]]
+    assert [(r.study, r.label, r.reference) for r in rows] == [("generalization", "base", True),
+                                                                ("generalization", "grpo", False),
+                                                                ("generalization", "tg", False)]
+    assert all(r.rates[1].n == 20 for r in rows)  # 10 tasks x 2 seeds, pooled
