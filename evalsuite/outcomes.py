@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 _ARM_SEED = re.compile(r"^(?P<arm>[A-Za-z0-9_.\-]+)@s(?P<seed>\d+)$")
 BOOL_COLS = ("behaviour_ok", "code_ok", "joint_ok")
 FLOAT_COLS = ("tool_call_validity", "steps", "hallucinations")
-STR_COLS = ("arm", "role", "instance_id", "repo", "difficulty", "template_tier")
+STR_COLS = ("arm", "role", "instance_id", "repo", "difficulty", "template_tier")  # required; "stratum" is optional
 INT_COLS = ("train_seed", "episode_seed")
 
 
@@ -96,7 +96,8 @@ def _row(res: EpisodeResult, arm: str, role: str, train_seed: int, infra: str) -
         "tool_call_validity": np.nan if m.tool_call_validity is None or as_failure else float(m.tool_call_validity),
         "steps": np.nan if as_failure else float(m.steps),
         "hallucinations": np.nan if as_failure else float(m.hallucinations),
-        "difficulty": res.difficulty, "template_tier": res.template_tier, "feedback_kind": res.feedback_kind or "",
+        "difficulty": res.difficulty, "template_tier": res.template_tier, "stratum": res.stratum,
+        "feedback_kind": res.feedback_kind or "",
     }  # fmt: skip
 
 
@@ -319,7 +320,7 @@ def _missing_cells(df: pd.DataFrame, arms: dict[str, str], seeds: dict[str, list
 def _row_columns() -> tuple[str, ...]:
     return (
         "run_id", "arm", "role", "train_seed", "instance_id", "repo", "episode_seed", "status", "counted_as_failure",
-        *BOOL_COLS, *FLOAT_COLS, "difficulty", "template_tier", "feedback_kind",
+        *BOOL_COLS, *FLOAT_COLS, "difficulty", "template_tier", "stratum", "feedback_kind",
     )  # fmt: skip
 
 
@@ -340,6 +341,6 @@ def _fill_missing(
             "repo": info["repo"], "episode_seed": -1, "status": "missing", "counted_as_failure": not ok,
             "behaviour_ok": ok, "code_ok": ok, "joint_ok": ok, "tool_call_validity": np.nan,
             "steps": np.nan, "hallucinations": np.nan, "difficulty": info["difficulty"],
-            "template_tier": info["template_tier"], "feedback_kind": "",
+            "template_tier": info["template_tier"], "stratum": info["stratum"], "feedback_kind": "",
         })  # fmt: skip
     return pd.concat([df, pd.DataFrame(rows, columns=df.columns)], ignore_index=True) if rows else df

@@ -267,7 +267,7 @@ def episode_result(job: EpisodeJob, ctx: EpisodeContext, traj: Trajectory | None
         status=outcome.status, failure_class=outcome.failure_class, infra_kind=outcome.infra_kind,
         error=outcome.error, resolved=resolved, behaviour_ok=behaviour_ok, joint_ok=resolved and behaviour_ok,
         behaviour=behaviour, grade=grade, metrics=metrics, difficulty=inst.difficulty,
-        template_tier=inst.template_tier, split=inst.split,
+        template_tier=inst.template_tier, stratum=inst.stratum, split=inst.split,
         feedback_kind=traj.feedback_kind if traj is not None else None,
         finished_at=utc_now(),
     )

@@ -11,7 +11,12 @@ from reports import format as fmt
 from reports.model import Cell, Section, Table
 from reports.sections import VERDICT_TONE, rate_text
 
-BY_TITLE = {"repo": "repository", "difficulty": "difficulty", "template_tier": "template tier"}
+BY_TITLE = {"repo": "repository", "difficulty": "difficulty", "template_tier": "template tier",
+            "stratum": "held-out stratum"}
+# what each held-out stratum measures (harness.minirepos.primary; docs/HARNESS.md, "The primary held-out set")
+STRATUM_NOTE = ("Strata: twin = the gold fix changes the same lines as a training task's (coding there is recall of a "
+                "trained fix in a new repository); no_twin = no training task's fix does (repair beyond recall); "
+                "generalization = repositories from templates no training task uses.")
 
 
 def variance_section(a: AnalysisResult) -> Section:
@@ -98,12 +103,13 @@ def _breakdown_table(by: str, rows: list[BreakdownRow]) -> Table:
     methods = sorted({r.method for r in rows})
     return Table(id=f"breakdown-{by}", header=[BY_TITLE[by], "endpoint", "tasks", "treatment", "baseline", "Δ",
                                                 "CI of Δ"], rows=body,
-                 caption=f"Per {BY_TITLE[by]} (exploratory; method: {'; '.join(methods)}).")
+                 caption=f"Per {BY_TITLE[by]} (exploratory; method: {'; '.join(methods)})."
+                 + (f" {STRATUM_NOTE}" if by == "stratum" else ""))
 
 
 def breakdowns_section(a: AnalysisResult) -> Section:
     tables, missing = [], []
-    for by in ("repo", "difficulty", "template_tier"):
+    for by in ("repo", "difficulty", "template_tier", "stratum"):
         rows = [r for r in a.breakdowns if r.by == by]
         if rows:
             tables.append(_breakdown_table(by, rows))

@@ -30,6 +30,7 @@ def pipeline_paths(out: Path) -> dict[str, Path]:
     return {
         "train_tasks": out / "tasks" / "train",
         "heldout_tasks": out / "tasks" / "heldout",
+        "generalization_tasks": out / "tasks" / "generalization",  # the unseen-template tier (Preset.heldout)
         "sft": out / "sft",
         "sft_model": out / "sft" / "model",  # the model RL starts from (a shipped coder's folder: stage_sft_start)
         "frozen": out / "protocol" / "frozen.json",
@@ -58,6 +59,19 @@ def stage_tasks(out: Path, split: str, repos: int, per_repo: int, seed: int) -> 
                         overwrite=True)
     ts = load_task_set(out)
     return {"paths": {"tasks": str(out / "tasks.jsonl")}, "sha256": ts.sha256, "name": ts.name, "n": summary.tasks}
+
+
+def stage_heldout(paths: dict[str, Path], preset: Preset) -> dict[str, Any]:
+    """The preset's held-out set: the stratified primary set (``Preset.heldout``, against the training set in
+    ``paths["train_tasks"]``) and its generalization tier; without a design, the unstratified generator."""
+    if preset.heldout is None:
+        return stage_tasks(paths["heldout_tasks"], "heldout", preset.heldout_repos, preset.heldout_tasks_per_repo,
+                           preset.task_seed)
+    from tgsuite.pipeline.heldout import train_signatures_of, write_heldout
+
+    sigs = train_signatures_of(paths["train_tasks"], repos=preset.train_repos,
+                               tasks_per_repo=preset.train_tasks_per_repo, seed=preset.task_seed)
+    return write_heldout(preset.heldout, sigs, paths["heldout_tasks"], paths["generalization_tasks"])
 
 
 def stage_validate(task_dir: Path, preset: Preset, sha256: str) -> dict[str, Any]:
