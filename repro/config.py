@@ -88,6 +88,9 @@ class ModelCfg(_Section):
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     threads: int = Field(0, ge=0, description="torch intra-op threads; 0 = torch default")
     lora: LoraCfg = LoraCfg()
+    activation_checkpointing: bool = Field(
+        False, description="recompute each decoder layer in the backward instead of keeping its activations "
+        "(repro.distributed.activation_checkpointing); the --dry-run plan counts activations accordingly")
 
 
 class TasksCfg(_Section):

@@ -336,10 +336,13 @@ def _train_rl(cfg: TrainConfig, out: Path, ctx: DistContext | None, *, setup: RL
         ctx.barrier()  # every rank has checked the run directory before rank 0 writes into it
     if cfg.model.threads:
         torch.set_num_threads(cfg.model.threads)
+    distributed.wait_turn(ctx)  # under FSDP: ranks build and shard their CPU copies one after another
     if setup is None:  # built once, from the latest checkpoint's weights when resuming
         setup = default_setup(cfg, init_override=latest)
-    model = lora.prepare(setup.model.to(_device(cfg) if ctx is None else ctx.device), cfg.model.lora,
+    # under FSDP the model stays on the CPU until ctx.shard moves it to the GPU one layer's shard at a time
+    model = lora.prepare(setup.model.to(_device(cfg)) if ctx is None else setup.model, cfg.model.lora,
                          seed=cfg.run.seed)  # [model.lora]
+    distributed.activation_checkpointing(model, cfg.model.activation_checkpointing)
     if latest is not None and setup.init_from != latest:
         ck.load_weights(model, latest)
     model.train()
@@ -354,8 +357,9 @@ def _train_rl(cfg: TrainConfig, out: Path, ctx: DistContext | None, *, setup: RL
         params["teacher_copy"] = count_params(root.teacher_lm)["total"]  # ema/fixed: memory only, FLOPs unchanged
     twin = None
     if ctx is not None:  # the unsharded sampling copy, then the shards (repro.distributed)
-        twin = clone_for_producer(model)
+        twin = clone_for_producer(model).to(ctx.device)
         ctx.shard(root, cfg.model.precision)
+    distributed.end_turn(ctx)
     o = cfg.optim
     opt = torch.optim.AdamW(lora.trainable_parameters(model), lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg))

@@ -133,3 +133,20 @@ def test_dry_run_prints_activations_and_the_engine_on_inference_gpus_or_colocate
     # beside 61.1 GB of training state, 4.8 + 1.24 GB of activations: 141.0 GB of 141 GB, over the 0.9 margin
     assert "+ colocated engine): 141.0 GB of 141 GB  <-- does not fit" in out and "not implemented" not in out
     assert "beside the trainer a replica holds ~0 such sequences" in out
+
+
+def test_the_trainer_total_counts_activations_as_the_trainer_keeps_them(capsys: pytest.CaptureFixture[str],
+                                                                        tmp_path: Path) -> None:
+    """model.activation_checkpointing chooses which activation figure enters the trainer total (issue 40: the plan
+    used to assume checkpointing that the trainer did not do)."""
+    totals = {}
+    for value in ("true", "false"):
+        assert main(["train", "rl", "--config", str(PAPER), "--set", f"model.activation_checkpointing={value}",
+                     "--out", str(tmp_path / value), "--dry-run"]) == 0
+        line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("trainer GPU total"))
+        totals[value] = line
+    # 61.1 GB of state + 1.24 GB loss chunk + 4.8 GB checkpointed / 73.5 GB kept activations
+    assert "checkpointed activations (model.activation_checkpointing = true)" in totals["true"]
+    assert ": 67.1 GB of 141 GB" in totals["true"] and "does not fit" not in totals["true"]
+    assert "without checkpointing (model.activation_checkpointing = false)" in totals["false"]
+    assert ": 135.8 GB of 141 GB  <-- does not fit" in totals["false"]

@@ -214,7 +214,8 @@ def memory_lines(cfg: Any, shape: Any, p: dict[str, float]) -> list[str]:
                     gpus=c.trainer_gpus if colocated else c.inference_gpus, tp=c.inference_tp,
                     concurrency=concurrency, tokens_per_sequence=c.tokens_per_trajectory)
     state = (p["train_state_bytes_per_gpu"] + p["teacher_copy_bytes_per_gpu"]) / gb
-    acts = (a["activations_checkpointed_bytes"] + a["loss_chunk_bytes"]) / gb
+    ckpt = cfg.model.activation_checkpointing  # what the trainer does (repro.distributed.activation_checkpointing)
+    acts = ((a["activations_checkpointed_bytes"] if ckpt else a["activations_bytes"]) + a["loss_chunk_bytes"]) / gb
     trainer_total = state + acts + (e["engine_bytes_per_gpu"] / gb if colocated else 0.0)
     teacher = (f" + fp32 {cfg.guidance.teacher} teacher copy (4 B/param)" if p["teacher_copy_bytes_per_gpu"] else "")
     lo = cfg.model.lora
@@ -245,7 +246,9 @@ def memory_lines(cfg: Any, shape: Any, p: dict[str, float]) -> list[str]:
         f"{e['engine_kv_bytes_per_gpu'] / gb:.1f} GB/GPU ({e['engine_sequences_per_replica']:.0f} per replica); "
         f"{e['engine_bytes_per_gpu'] / gb:.1f} GB/GPU in all" + over(e["engine_bytes_per_gpu"] / gb)
         + f"; at 0.9 of a GPU{' beside the trainer' if colocated else ''} a replica holds ~{fit:.0f} such sequences",
-        "trainer GPU total (state + checkpointed activations + loss chunk"
+        "trainer GPU total (state + "
+        + ("checkpointed activations (model.activation_checkpointing = true)" if ckpt else
+           "activations without checkpointing (model.activation_checkpointing = false)") + " + loss chunk"
         + (" + colocated engine" if colocated else "") + f"): {trainer_total:.1f} GB of {c.gpu_memory_gb:.0f} GB"
         + over(trainer_total),
     ]
