@@ -195,10 +195,25 @@ def format_plan(cfg: Any) -> str:
         "tokens when lambda > 0)",
         f"whole run: {p['flops_total']:.3g} FLOP",
     ]
-    if r.engine == "vllm_http":
-        lines.append("NOTE: the external vLLM server engine (vllm_http) is designed (SCALE.md) but not implemented; "
-                     "`train rl` refuses this config for now (rollout.engine = 'vllm' is the colocated engine).")
+    lines += [f"NOTE: `train rl` would refuse this config as it is: {why}" for why in refusals(cfg)]
     return "\n".join(lines)
+
+
+def refusals(cfg: Any) -> list[str]:
+    """What ``train rl`` would refuse in this config when launched as ``cluster`` describes (the launch check of
+    ``repro.distributed`` and the engine's settings), so the plan never reads as a runnable run when it is not."""
+    from repro.config import ConfigError
+    from repro.distributed import Launch, check_launch
+    from repro.wiring import check_engine_choice
+
+    out = []
+    for check in (lambda: check_launch(cfg, Launch(cfg.cluster.trainer_gpus if cfg.cluster.fsdp else 1, 0, 0)),
+                  lambda: check_engine_choice(cfg, None)):
+        try:
+            check()
+        except ConfigError as exc:
+            out.append(str(exc))
+    return out
 
 
 def memory_lines(cfg: Any, shape: Any, p: dict[str, float]) -> list[str]:
