@@ -4,7 +4,7 @@ Parts, in this order (``--parts`` picks some), one printed line each; the JSON s
 ``--out`` is rewritten after every part, so what finished survives a timeout:
 
 1. ``rl`` — RL steps of the ``mini`` model (arm ``tg``) through the real ``repro.train.train_rl`` with the
-   ``hf_sampler`` engine, bf16-mixed; the sampler's log-probs against the trainer's at temperature 0.8 / top-p 0.95
+   ``hf_sampler`` engine, bf16-mixed; the sampler's log-probs against the trainer's at temperature 0.7 / top-p 0.7
    with a bound (``repro.gpu_check_rl``);
 2. ``throughput`` — trainer tokens/s and MFU of a ~0.5 B Qwen3-architecture model, bf16-mixed, packed;
 3. ``kl`` — the chunked full-vocabulary KL at V = 151,936, N = 16,384 against the naive one (time, peak memory);
@@ -69,7 +69,10 @@ def parser() -> argparse.ArgumentParser:
                                 epilog="Parts: " + "; ".join(f"{x.name}: {x.what}" for x in PARTS)
                                 + ". scripts/gpu_check.sh runs this on the lent GPU machine.")
     p.add_argument("--out", default=os.environ.get("OUT") or "runs/gpu_check",
-                   help="directory for the runs and gpu_check.json (default: $OUT, else runs/gpu_check)")
+                   help="directory for gpu_check.json (default: $OUT, else runs/gpu_check)")
+    p.add_argument("--work", default=None,
+                   help="directory for the parts' training runs and checkpoints (default: a new temporary directory, "
+                        "so $OUT receives only the JSON)")
     p.add_argument("--parts", default=",".join(x.name for x in PARTS),
                    help="comma-separated parts to run, in the fixed order (default: all)")
     p.add_argument("--plan", action="store_true", help="print the parts and their time budgets, run nothing")
@@ -79,13 +82,15 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--groups", type=int, default=4)
     g.add_argument("--group-size", type=int, default=8)
     g.add_argument("--max-new-tokens", type=int, default=64, help="per assistant turn")
-    g.add_argument("--temperature", type=float, default=0.8, help="sampling temperature (default 0.8: not 1)")
-    g.add_argument("--top-p", type=float, default=0.95, help="top-p (default 0.95: not 1)")
+    g.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (default 0.7: not 1)")
+    g.add_argument("--top-p", type=float, default=0.7,
+                   help="top-p (default 0.7: not 1; a sampler reporting raw log-probs would be off by ≥ 0.3 nats)")
     g.add_argument("--precision", choices=["fp32", "bf16-mixed"], default="bf16-mixed", help="the trainer's")
-    g.add_argument("--max-mean-logprob-diff", type=float, default=0.05,
-                   help="bound on the mean |sampler - trainer| log-prob difference, nats (default 0.05)")
-    g.add_argument("--max-outside-nucleus", type=float, default=0.02,
-                   help="bound on the share of sampled tokens outside the trainer's top-p nucleus (default 0.02)")
+    g.add_argument("--max-mean-logprob-diff", type=float, default=0.02,
+                   help="bound on the mean |sampler - trainer| log-prob difference, nats (default 0.02)")
+    g.add_argument("--max-outside-nucleus", type=float, default=0.05,
+                   help="bound on the share of sampled tokens outside the trainer's top-p nucleus (default 0.05: "
+                        "a random model's near-uniform tail makes the nucleus edge sensitive to bf16 rounding)")
     g.add_argument("--vllm-dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
     g.add_argument("--gpu-memory-utilization", type=float, default=0.3)
     g = p.add_argument_group("throughput / lora")
@@ -166,15 +171,16 @@ def write_summary(out: Path, summary: dict[str, Any]) -> Path:
 
 
 def run_parts(parts: list[Part], args: argparse.Namespace, out: Path, summary: dict[str, Any], *,
-              device: str = "cuda", runner: Callable[[Part], Callable[..., dict[str, Any]]] | None = None) -> int:
-    """Run ``parts`` in order, each caught on its own; print its line, record it, rewrite the JSON. Returns the exit
-    status (:data:`EXIT_FAILED` when a part failed)."""
+              device: str = "cuda", runner: Callable[[Part], Callable[..., dict[str, Any]]] | None = None,
+              work: Path | None = None) -> int:
+    """Run ``parts`` in order, each caught on its own (their runs under ``work``, default ``out``); print its line,
+    record it, rewrite ``out/gpu_check.json``. Returns the exit status (:data:`EXIT_FAILED` when a part failed)."""
     status = EXIT_OK
     for part in parts:
         fn = runner(part) if runner else getattr(importlib.import_module(part.module), part.func)
         t0 = time.perf_counter()
         try:
-            result = fn(args, out, device=device)
+            result = fn(args, work or out, device=device)
         except Exception as exc:  # noqa: BLE001 - recorded as the part's failure; the next part still runs
             traceback.print_exc()
             result = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
@@ -225,7 +231,11 @@ def main(argv: list[str] | None = None) -> int:
     summary: dict[str, Any] = {"status": "running", "environment": environment(), "args": vars(args), "parts": {}}
     for line in plan_lines(parts):
         print(f"[gpu_check] plan: {line}", flush=True)
-    code = run_parts(parts, args, out, summary)
+    import tempfile
+
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="tgsuite-gpu-check-"))
+    summary["work"] = str(work)
+    code = run_parts(parts, args, out, summary, work=work)
     summary["status"] = "ok" if code == EXIT_OK else "failed"
     path = write_summary(out, summary)
     print(f"[gpu_check] {summary['status']}: summary in {path}", flush=True)

@@ -100,9 +100,13 @@ def build_half_b(device: str, cfg: Any) -> torch.nn.Module:
         return Qwen3ForCausalLM(cfg).train()
 
 
-def packed_batches(vocab: int, budget: int, doc_tokens: int, n_batches: int, seed: int = 0) -> list[Any]:
+def packed_batches(vocab: int, budget: int, doc_tokens: int, n_batches: int, device: str,
+                   seed: int = 0) -> list[Any]:
     """``n_batches`` packed batches of synthetic documents (lengths around ``doc_tokens``) of ≤ ``budget`` tokens,
-    every token a target (the pretraining case; the RL trainer's masks change the loss, not the matmuls)."""
+    every token a target (the pretraining case; the RL trainer's masks change the loss, not the matmuls), on
+    ``device``."""
+    from dataclasses import replace
+
     from repro.packing import pack
 
     rng = random.Random(seed)
@@ -113,7 +117,9 @@ def packed_batches(vocab: int, budget: int, doc_tokens: int, n_batches: int, see
             n = min(room, max(64, int(rng.gauss(doc_tokens, doc_tokens * 0.3))))
             docs.append(([rng.randrange(10, vocab) for _ in range(n)], [1] * n))
             room -= n
-        out.append(pack(docs))
+        b = pack(docs)
+        out.append(replace(b, input_ids=b.input_ids.to(device), position_ids=b.position_ids.to(device),
+                           targets=b.targets.to(device), classes=b.classes.to(device)))
     return out
 
 
@@ -142,7 +148,7 @@ def run_throughput(args: Any, out: Path, device: str = "cuda") -> dict[str, Any]
     model = build_half_b(device, cfg)
     params = count_params(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
-    batches = packed_batches(cfg.vocab_size, args.tokens, args.doc_tokens, args.train_steps + 1)
+    batches = packed_batches(cfg.vocab_size, args.tokens, args.doc_tokens, args.train_steps + 1, device)
     base = reset_peak(device)
     train_step(model, opt, batches[0], device)  # warm-up (kernels, allocator, AdamW state)
     times = [timed(lambda b=b: train_step(model, opt, b, device), device) for b in batches[1:]]
@@ -227,7 +233,7 @@ def run_lora(args: Any, out: Path, device: str = "cuda") -> dict[str, Any]:
     before_base = model.model.layers[0].self_attn.q_proj.base_layer.weight.detach().clone()
     before_b = [p.detach().clone() for n, p in model.named_parameters() if "lora_B" in n]
     opt = torch.optim.AdamW(params, lr=1e-3)
-    batch = packed_batches(cfg.vocab_size, args.tokens, args.doc_tokens, 1, seed=1)[0]
+    batch = packed_batches(cfg.vocab_size, args.tokens, args.doc_tokens, 1, device, seed=1)[0]
     base = reset_peak(device)
     step_s = timed(lambda: train_step(model, opt, batch, device), device)
     after_b = [p.detach() for n, p in model.named_parameters() if "lora_B" in n]

@@ -11,9 +11,10 @@ rarely judged failing, and a step without KL rows would not run the teacher at a
 Log-prob comparison (:class:`MeasuredEngine`): for every sampled token, the log-prob the engine reported against the
 trainer's own forward of the same token under the request's sampling distribution (temperature, then top-p:
 ``harness.policies.sampling.sampling_logprobs``), with the weights of the version that sampled it, under the
-trainer's precision. The check samples at temperature 0.8 and top-p 0.95 by default, where the processed
-distribution differs from the model's raw softmax (at T = 1 and top-p = 1 the two are equal, so a sampler
-reporting raw log-probs would pass unnoticed). A token the trainer places outside its own top-p nucleus has
+trainer's precision. The check samples at temperature 0.7 and top-p 0.7 by default, where the processed
+distribution differs from the model's raw softmax by at least log(1/0.7) ≈ 0.36 nats per token (the top-p
+renormalisation alone; at T = 1 and top-p = 1 the two are equal, so a sampler reporting raw log-probs would pass
+unnoticed), far above the bound of 0.02 nats. A token the trainer places outside its own top-p nucleus has
 log-prob −inf there; such tokens are counted (``outside_nucleus``), not averaged. The part fails when the mean
 absolute difference over the other tokens exceeds ``--max-mean-logprob-diff`` or the share outside the nucleus
 exceeds ``--max-outside-nucleus``.

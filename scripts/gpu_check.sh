@@ -22,11 +22,12 @@
 #
 # Then `python -m repro.gpu_check` (see its --help) runs, in order, printing one line each and rewriting
 # $OUT/gpu_check.json after every part: rl (RL steps of the mini model, arm tg, through train_rl with the hf_sampler
-# engine; sampler-vs-trainer log-prob bound at T=0.8, top-p=0.95), throughput (tokens/s and MFU of a ~0.5B Qwen3,
+# engine; sampler-vs-trainer log-prob bound at T=0.7, top-p=0.7), throughput (tokens/s and MFU of a ~0.5B Qwen3,
 # bf16-mixed, packed), kl (chunked vs naive full-vocabulary KL at V=151,936, N=16,384), lora (one LoRA step),
 # fsdp (FSDP2 on one rank through train_rl), vllm (if importable).
 #
-# Environment: OUT (default runs/gpu_check), GPU_PYTHON (default python3), GPU_CHECK_LIMIT_S (default 460: the
+# Environment: OUT (default runs/gpu_check; it receives gpu_check.json only, the parts' runs go to a temporary
+# directory), GPU_PYTHON (default python3), GPU_CHECK_LIMIT_S (default 460: the
 # check is stopped then, so with start-up the command ends within 8 minutes). Extra arguments go to
 # `python -m repro.gpu_check`, e.g. --parts rl,kl or --plan.
 #

@@ -32,7 +32,7 @@ def test_parts_are_parsed_in_the_fixed_order_and_unknown_ones_refused() -> None:
     with pytest.raises(SystemExit, match="unknown part"):
         chosen_parts("rl,warp")
     args = parser().parse_args([])
-    assert (args.temperature, args.top_p, args.kl_rows, args.kl_vocab, args.vocab) == (0.8, 0.95, 16384, 151936,
+    assert (args.temperature, args.top_p, args.kl_rows, args.kl_vocab, args.vocab) == (0.7, 0.7, 16384, 151936,
                                                                                        151936)
 
 
@@ -56,6 +56,31 @@ def test_the_logprob_bound_counts_tokens_outside_the_nucleus_apart() -> None:
     bad = s.violations(0.01, 0.1)
     assert any("mean" in b for b in bad) and any("outside" in b for b in bad)
     assert LogprobStats(precision="fp32").violations(1, 1) == ["no sampled token could be compared with the trainer"]
+
+
+def test_at_the_default_sampling_settings_raw_logprobs_break_the_bound() -> None:
+    """The comparison is meaningful: an engine reporting the model's raw log-softmax instead of the processed
+    distribution's log-probs (vLLM's default logprobs_mode) fails the default bound by far."""
+    import _rl_fixtures as F
+
+    from harness.policies.sampling import draw, sampling_logprobs
+    from repro.engine import TokenRequest
+    from repro.gpu_check_rl import trainer_logprobs
+
+    args = parser().parse_args([])
+    model = F.setup(seed=0).model
+    gen = torch.Generator().manual_seed(0)
+    stats = LogprobStats(precision="fp32")
+    for start in range(8):
+        req = TokenRequest([1, 5 + start, 9], 16, (2,), args.temperature, args.top_p)
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([list(req.prompt_ids)])).logits[0, -1:].float()
+        tok = int(draw(sampling_logprobs(logits, temperature=req.temperature, top_p=req.top_p), gen)[0])
+        raw = torch.log_softmax(logits, -1)[0, tok:tok + 1]
+        stats.tokens += 1
+        stats.add(raw, trainer_logprobs(model, req, [tok], "fp32"))
+    assert stats.summary()["mean_abs_logprob_diff"] > 0.3
+    assert stats.violations(args.max_mean_logprob_diff, args.max_outside_nucleus)
 
 
 def tiny_args(tmp_path: Path) -> Namespace:
@@ -87,7 +112,7 @@ def test_every_part_runs_on_the_cpu_at_toy_sizes(tmp_path: Path, capsys: pytest.
     assert [ln.split()[1].rstrip(":") for ln in lines] == [p.name for p in PARTS]
     assert all(p["status"] == "ok" for p in parts.values())
     rl = parts["rl"]
-    # the sampler samples from the trainer's own weights in fp32 at T=0.8, top-p=0.95: they agree
+    # the sampler samples from the trainer's own weights in fp32 at T=0.7, top-p=0.7: they agree
     assert rl["tokens"] > 0 and rl["logprob_tokens_compared"] > 0 and rl["mean_abs_logprob_diff"] < 1e-4
     assert all(n > 0 for n in rl["kl_tokens"])
     assert parts["throughput"]["tokens_per_s"] > 0 and parts["throughput"]["mfu"] is None  # no spec peak for a CPU
