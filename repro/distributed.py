@@ -32,8 +32,12 @@ Activation checkpointing (``model.activation_checkpointing``, :func:`activation_
 process): transformers' per-decoder-layer checkpointing (non-reentrant), so the backward keeps each layer's input
 and recomputes the layer — what ``tgsuite train rl --dry-run`` counts when the key is true.
 
-Not covered: the vLLM engines and the async producer (``rollout.engine`` other than ``hf_sampler`` and
-``async.enabled`` are refused with ``cluster.fsdp``), ``run.log_grad_split`` (its
+External vLLM servers (``rollout.engine = "vllm_http"``): no sampling copy; after every optimizer step (and at the
+start) the ranks all-gather the weights one tensor at a time, rank 0 pushes them to the servers
+(:func:`push_sharded`) and every rank then samples its chunks over HTTP. Checkpoints gather the same way.
+
+Not covered: the colocated vLLM engine and the async producer (``rollout.engine = "vllm"`` and ``async.enabled``
+are refused with ``cluster.fsdp``), ``run.log_grad_split`` (its
 per-term ``autograd.grad`` bypasses FSDP's hooks; refused), and gradient accumulation without a reduce-scatter per
 micro-batch.
 """
@@ -90,10 +94,11 @@ def check_launch(cfg: TrainConfig, launch: Launch) -> list[str]:
             raise ConfigError(f"cluster.fsdp = true with cluster.trainer_gpus = {c.trainer_gpus}, but this process is "
                               f"one of {launch.world} (WORLD_SIZE); launch with `{cmd}` or set cluster.trainer_gpus = "
                               f"{launch.world}")
-        if cfg.rollout.engine != "hf_sampler":
-            raise ConfigError(f"cluster.fsdp = true with rollout.engine = {cfg.rollout.engine!r}: only the hf_sampler "
-                              "engine samples under FSDP (each rank with an all-gathered copy); set rollout.engine = "
-                              "'hf_sampler' or cluster.fsdp = false")
+        if cfg.rollout.engine not in ("hf_sampler", "vllm_http"):
+            raise ConfigError(f"cluster.fsdp = true with rollout.engine = {cfg.rollout.engine!r}: under FSDP the "
+                              "hf_sampler engine samples in each rank from an all-gathered copy and vllm_http from "
+                              "external servers that rank 0 pushes the gathered weights to; a colocated vLLM is not "
+                              "implemented: set rollout.engine = 'vllm_http' or 'hf_sampler', or cluster.fsdp = false")
         if cfg.model.lora.enabled:
             raise ConfigError("cluster.fsdp = true with model.lora.enabled = true: LoRA under FSDP is not implemented "
                               "or tested; set one of them to false")
@@ -215,6 +220,32 @@ class DistContext:
             dist.barrier()
         if self.owned:
             dist.destroy_process_group()
+
+
+def gather_full_state(ctx: DistContext, lm: nn.Module, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """``lm``'s unsharded parameters (tied ones once) as CPU tensors (in ``dtype`` when given) on rank 0, ``{}`` on
+    the others. Every rank takes part in each all-gather, one tensor at a time, so no GPU ever holds more than one
+    full tensor beyond its shards (unlike :meth:`DistContext.full_state`, which keeps them all)."""
+    out: dict[str, torch.Tensor] = {}
+    for name, value in lm.named_parameters():
+        full = value.full_tensor() if hasattr(value, "full_tensor") else value
+        if ctx.main:
+            out[name] = full.detach().to("cpu", dtype or full.dtype).contiguous()
+        del full
+    return out
+
+
+def push_sharded(ctx: DistContext, lm: nn.Module, factory: Any, version: int) -> None:
+    """``rollout.engine = "vllm_http"`` under FSDP: rank 0 pushes the gathered weights of ``version`` to the servers
+    (``factory.push``, :class:`repro.vllm_http.HttpRollouts`); every rank waits until they hold them."""
+    if not hasattr(factory, "push"):
+        raise ConfigError(f"cluster.fsdp with rollout.engine = 'vllm_http' needs the RLSetup's engine_factory to be "
+                          f"repro.vllm_http.HttpRollouts, got {type(factory).__name__}")
+    factory.external = True  # the per-batch engines never push from this rank's shards themselves
+    state = gather_full_state(ctx, lm, factory.push_dtype)
+    if ctx.main:
+        factory.push(state, version)
+    ctx.barrier()
 
 
 def mp_policy(precision: str, *, cast_inputs: bool = True) -> Any:

@@ -158,6 +158,8 @@ class _Sources:
                  twin: torch.nn.Module | None = None) -> None:
         self.cfg, self.setup, self.stream, self.ledger, self.flop_params = cfg, setup, stream, ledger, flop_params
         self.ctx, self.twin = ctx, twin  # under FSDP: this rank's place and its unsharded sampling copy
+        if ctx is not None and twin is None:  # FSDP + vllm_http: the servers start from this run's weights
+            distributed.push_sharded(ctx, setup.model, setup.engine_factory, start_step)
         self.streams = cfg.rollout.sampling_streams or (1 if ctx is None else ctx.world)
         self.encoder = ChatEncoder(setup.tokenizer)
         self.next_item = start_item
@@ -229,6 +231,8 @@ class _Sources:
             self.store.publish(version, self.setup.model.state_dict())
         if self.ctx is not None and self.twin is not None:  # FSDP: the sampling copy gets the new weights
             self.twin.load_state_dict(self.ctx.full_state(self.setup.model))
+        elif self.ctx is not None:  # FSDP + vllm_http: rank 0 pushes the gathered weights to the servers
+            distributed.push_sharded(self.ctx, self.setup.model, self.setup.engine_factory, version)
 
     def close(self) -> None:
         if self.producer is not None:
@@ -357,7 +361,8 @@ def _train_rl(cfg: TrainConfig, out: Path, ctx: DistContext | None, *, setup: RL
         params["teacher_copy"] = count_params(root.teacher_lm)["total"]  # ema/fixed: memory only, FLOPs unchanged
     twin = None
     if ctx is not None:  # the unsharded sampling copy, then the shards (repro.distributed)
-        twin = clone_for_producer(model).to(ctx.device)
+        if cfg.rollout.engine == "hf_sampler":  # vllm_http samples on servers: no copy (repro.distributed)
+            twin = clone_for_producer(model).to(ctx.device)
         ctx.shard(root, cfg.model.precision)
     distributed.end_turn(ctx)
     o = cfg.optim

@@ -37,7 +37,9 @@ server receives every weight push).
   ``async.max_lead`` versions old and the trainer drops what is older than ``async.max_staleness``
   (``repro.pipeline_async``), exactly as for the other engines.
 
-Not covered: several trainer ranks (``cluster.fsdp`` refuses engines other than ``hf_sampler``), pushing over NCCL,
+Under FSDP (``cluster.fsdp``) rank 0 pushes the weights all ranks gathered (``repro.distributed.push_sharded``) and
+every rank samples its share of the batch from the servers. Not covered: the async producer under FSDP, pushing
+over NCCL,
 a weights directory holding sharded safetensors (refused: the reload would read the old shards), and servers that
 sample while a push is under way (the loop pushes between batches; nothing else may use the servers then).
 Tested on CPU against a fake server on loopback speaking the same wire format (``tests/vllm_http_fake.py``).
@@ -135,11 +137,15 @@ def parse_choice(request: TokenRequest, answer: Any, version: int, where: str) -
     return TokenResult(ids, logprobs, finish_reason_of(ids, request, choice.get("finish_reason")), version)
 
 
-def write_weights(model: torch.nn.Module, directory: Path, dtype: str) -> Path:
-    """The bound model's weights (HF names, LoRA merged) as ``directory/model.safetensors``, atomically."""
+def weights_of(model: torch.nn.Module, dtype: str) -> dict[str, torch.Tensor]:
+    """The model's weights (HF names, LoRA merged) on the CPU in ``dtype``."""
+    return {name: t.detach().to("cpu", DTYPES[dtype]).contiguous() for name, t in named_weights(model)}
+
+
+def write_weights(tensors: dict[str, torch.Tensor], directory: Path) -> Path:
+    """``tensors`` as ``directory/model.safetensors``, atomically (a temporary file, then a rename)."""
     from safetensors.torch import save_file
 
-    tensors = {name: t.detach().to("cpu", DTYPES[dtype]).contiguous() for name, t in named_weights(model)}
     tmp = directory / f".{WEIGHTS_FILE}.{os.getpid()}.tmp"  # not *.safetensors: a reload never reads it
     save_file(tensors, str(tmp), metadata={"format": "pt"})
     os.replace(tmp, directory / WEIGHTS_FILE)
@@ -203,7 +209,14 @@ class HttpEngine:
     def push_weights(self) -> None:
         if self.source is None:
             raise VLLMHttpError("HttpEngine.push_weights: no source model bound; call bind(model) first")
-        write_weights(self.source, self.directory, self.settings.push_dtype)
+        self.push_tensors(weights_of(self.source, self.settings.push_dtype))
+
+    def push_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Write ``tensors`` to the served directory and have every server reload them (module docstring); the
+        engine's version counts as pushed."""
+        if not self.checked:
+            self.handshake()
+        write_weights(tensors, self.directory)
         for url in self.settings.urls:
             call(url, "/collective_rpc", {"method": "reload_weights", "args": [], "kwargs": {}},
                  timeout=self.settings.timeout_s)
@@ -235,13 +248,29 @@ class HttpEngine:
 
 class HttpRollouts:
     """The ``RLSetup.engine_factory`` for ``rollout.engine = "vllm_http"``: ``(model, pad_id) -> engine``; one
-    :class:`HttpEngine`, rebound to the model it is called with."""
+    :class:`HttpEngine`, rebound to the model it is called with. ``external``: the weights are pushed by someone
+    else (:meth:`push`, rank 0 under FSDP: ``repro.distributed.push_sharded``), so the engines never push."""
 
     def __init__(self, settings: HttpSettings) -> None:
         self.settings = settings
         self.engine: HttpEngine | None = None
+        self.external = False
+
+    @property
+    def push_dtype(self) -> torch.dtype:
+        return DTYPES[self.settings.push_dtype]
 
     def __call__(self, model: torch.nn.Module, pad_id: int) -> HttpEngine:
         if self.engine is None:
             self.engine = HttpEngine(self.settings)
+        if self.external:
+            self.engine.source, self.engine.synced = None, None
+            return self.engine
         return self.engine.bind(model)
+
+    def push(self, tensors: dict[str, torch.Tensor], version: int) -> None:
+        """Push ``tensors`` (the weights of ``version``) to every server."""
+        if self.engine is None:
+            self.engine = HttpEngine(self.settings)
+        self.engine.push_tensors({k: v.to(self.push_dtype) for k, v in tensors.items()})
+        self.engine.synced = version

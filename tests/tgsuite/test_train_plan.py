@@ -30,7 +30,7 @@ def test_dry_run_prints_plan(capsys: pytest.CaptureFixture[str], tmp_path: Path)
     out = capsys.readouterr().out
     assert "30.53 B total" in out and "61.1 GB/GPU" in out and "96 KiB/token" in out
     # the paper config cannot train yet, and the plan says why (the launch check of repro.distributed)
-    assert "NOTE: `train rl` would refuse this config as it is: cluster.fsdp = true with rollout.engine = 'vllm_http'" in out
+    assert "NOTE: `train rl` would refuse this config as it is: cluster.fsdp = true with async.enabled = true" in out
     assert "needs vllm_http.weights_dir" in out
     assert not (tmp_path / "x").exists()
 
