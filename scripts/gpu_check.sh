@@ -17,7 +17,7 @@
 # python3.12 -m pip install --no-index --no-deps --target and `import pydantic` works from that folder.)
 # When `import pydantic` fails, the script installs them with
 #   python3 -m pip install --no-index --no-deps --target /tmp/tgsuite-gpu-site .whl/*.whl
-# and puts that folder on PYTHONPATH. vLLM is not needed (its wheel is far over what can be carried): the vllm part
+# (without pip: it unzips them there) and puts that folder on PYTHONPATH. vLLM is not needed (its wheel is far over what can be carried): the vllm part
 # says "skipped: no vLLM" without it.
 #
 # Then `python -m repro.gpu_check` (see its --help) runs, in order, printing one line each and rewriting
@@ -60,9 +60,14 @@ fi
 if [ "$DRY" = 0 ] && ! "$PY" -c 'import pydantic' >/dev/null 2>&1; then
   if ls "$ROOT"/.whl/*.whl >/dev/null 2>&1; then
     log "pydantic is not importable: installing the carried wheels of .whl/ into $SITE"
-    if ! "$PY" -m pip install --quiet --disable-pip-version-check --no-index --no-deps --target "$SITE" \
-        "$ROOT"/.whl/*.whl; then
-      summary missing_dependency "pip could not install the wheels of .whl/ (wrong Python version or platform?)"
+    if "$PY" -m pip --version >/dev/null 2>&1; then
+      "$PY" -m pip install --quiet --disable-pip-version-check --no-index --no-deps --target "$SITE" "$ROOT"/.whl/*.whl
+    else  # no pip: a wheel is a zip of the files to put on the path (these five have no install-time scripts)
+      "$PY" -c 'import sys, zipfile; [zipfile.ZipFile(w).extractall(sys.argv[1]) for w in sys.argv[2:]]' \
+        "$SITE" "$ROOT"/.whl/*.whl
+    fi
+    if ! PYTHONPATH="$SITE" "$PY" -c 'import pydantic' >/dev/null 2>&1; then
+      summary missing_dependency "the wheels of .whl/ did not give an importable pydantic (wrong Python version?)"
       exit 3
     fi
   else

@@ -8,13 +8,9 @@ CPU has no per-process peak-allocation counter, and the resident set of a small 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
-import pytest
+from torchrun_helper import run_workers
 
 WORKER = r'''
 import json, os, sys, time
@@ -88,17 +84,8 @@ def step_state(ctx) -> dict:  # type: ignore[no-untyped-def]
 
 
 def test_two_ranks_each_hold_half_the_training_state_of_one_process(tmp_path: Path) -> None:
-    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
-    if torchrun is None:
-        pytest.skip("torchrun not found next to the interpreter")
-    worker = tmp_path / "worker.py"
-    worker.write_text(WORKER)
     out = tmp_path / "out.json"
-    env = {**os.environ, "TESTS_DIR": str(Path(__file__).resolve().parents[1]), "OUT": str(out),
-           "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "2", str(worker)], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    run_workers(WORKER, tmp_path, {"OUT": str(out)})
     ranks = json.loads(out.read_text())
     single = step_state(None)
     total = single["params"] + single["grads"] + single["moments"]

@@ -5,14 +5,12 @@ server; the checkpoint's HF weights are gathered without a copy too."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import _rl_fixtures as F
 import pytest
+from torchrun_helper import run_workers
 from vllm_http_fake import FakeServer
 
 WORKER = r'''
@@ -50,20 +48,11 @@ def test_vllm_http_on_two_fsdp_ranks_equals_one_process(tmp_path: Path) -> None:
     import torch
     from safetensors.torch import load_file
 
-    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
-    if torchrun is None:
-        pytest.skip("torchrun not found next to the interpreter")
     start = tmp_path / "start"
     F.setup(seed=0).model.save_pretrained(start, safe_serialization=True)
     dirs = {n: shutil.copytree(start, tmp_path / f"served_{n}") for n in ("fsdp", "single")}
-    worker = tmp_path / "worker.py"
-    worker.write_text(WORKER)
     with FakeServer(dirs["fsdp"]) as srv:
-        env = {**os.environ, "TESTS_DIR": str(Path(__file__).resolve().parents[1]), "OUT": str(tmp_path / "fsdp"),
-               "SERVED": str(dirs["fsdp"]), "URL": srv.url, "OMP_NUM_THREADS": "1"}
-        proc = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "2", str(worker)], env=env,
-                              capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, proc.stderr[-4000:]
+        run_workers(WORKER, tmp_path, {"OUT": str(tmp_path / "fsdp"), "SERVED": str(dirs["fsdp"]), "URL": srv.url})
         assert srv.reloads == 3  # version 0 at the start, then after each of the 2 steps: rank 0 only
     with FakeServer(dirs["single"]) as srv:
         torch.set_num_threads(1)
