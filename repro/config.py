@@ -88,6 +88,9 @@ class ModelCfg(_Section):
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     threads: int = Field(0, ge=0, description="torch intra-op threads; 0 = torch default")
     lora: LoraCfg = LoraCfg()
+    activation_checkpointing: bool = Field(
+        False, description="recompute each decoder layer in the backward instead of keeping its activations "
+        "(repro.distributed.activation_checkpointing); the --dry-run plan counts activations accordingly")
 
 
 class TasksCfg(_Section):
@@ -111,8 +114,8 @@ class RolloutCfg(_Section):
     sandbox: Literal["local", "docker"] = "local"
     engine: Literal["hf_sampler", "vllm", "vllm_http"] = Field(
         "hf_sampler", description="hf_sampler = our KV-cached sampler (repro.sampler) or HFEngine; vllm = a colocated "
-        "vllm.LLM in this process (repro.vllm_engine; needs the gpu extra and CUDA); vllm_http = an external "
-        "`vllm serve` (designed, not built: train rl refuses it)")
+        "vllm.LLM in this process (repro.vllm_engine; needs the gpu extra and CUDA); vllm_http = external "
+        "`vllm serve` processes over HTTP ([vllm_http], repro.vllm_http)")
     per_exec_timeout_s: float = Field(30.0, gt=0)
     sampler_threads: int = Field(0, ge=0, description="torch intra-op threads while rollouts sample (synchronous "
                                  "runs; restored for the trainer); 0 = unchanged (model.threads or torch's default)")
@@ -241,6 +244,21 @@ class VllmCfg(_Section):
     max_num_seqs: int = Field(0, ge=0, description="sequences decoded at once; 0 = rollout.groups x group_size")
 
 
+class VllmHttpCfg(_Section):
+    """External ``vllm serve`` processes (``rollout.engine = "vllm_http"``, ``repro.vllm_http``); ignored by other
+    engines."""
+
+    urls: tuple[str, ...] = Field(("http://127.0.0.1:8000",), min_length=1, description="base URLs of the servers "
+                                  "(requests spread round-robin; every server gets every weight push)")
+    weights_dir: str | None = Field(None, description="the directory every server was started from (`vllm serve "
+                                    "DIR`), shared with the trainer: it writes model.safetensors there and asks the "
+                                    "servers to reload it")
+    model: str = Field("", description="the served model name; '' = the first of GET /v1/models")
+    push_dtype: Literal["bfloat16", "float16", "float32"] = Field("bfloat16", description="dtype of pushed weights")
+    timeout_s: float = Field(600.0, gt=0, description="per HTTP request")
+    concurrency: int = Field(64, ge=1, description="completion requests in flight at once")
+
+
 class ShapeCfg(_Section):
     """Model shape for the dry-run plan; all 0 = take it from the model preset."""
 
@@ -270,6 +288,7 @@ class TrainConfig(_Section):
     distill: DistillCfg = DistillCfg()
     cluster: ClusterCfg = ClusterCfg()
     vllm: VllmCfg = VllmCfg()
+    vllm_http: VllmHttpCfg = VllmHttpCfg()
     shape: ShapeCfg = ShapeCfg()
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)

@@ -164,6 +164,8 @@ class _Sources:
                  twin: torch.nn.Module | None = None) -> None:
         self.cfg, self.setup, self.stream, self.ledger, self.flop_params = cfg, setup, stream, ledger, flop_params
         self.ctx, self.twin = ctx, twin  # under FSDP: this rank's place and its unsharded sampling copy
+        if ctx is not None and twin is None:  # FSDP + vllm_http: the servers start from this run's weights
+            distributed.push_sharded(ctx, setup.model, setup.engine_factory, start_step)
         self.streams = cfg.rollout.sampling_streams or (1 if ctx is None else ctx.world)
         self.encoder = ChatEncoder(setup.tokenizer)
         self.next_item = start_item
@@ -236,6 +238,8 @@ class _Sources:
             self.store.publish(version, self.setup.model.state_dict())
         if self.ctx is not None and self.twin is not None:  # FSDP: the sampling copy gets the new weights
             self.twin.load_state_dict(self.ctx.full_state(self.setup.model))
+        elif self.ctx is not None:  # FSDP + vllm_http: rank 0 pushes the gathered weights to the servers
+            distributed.push_sharded(self.ctx, self.setup.model, self.setup.engine_factory, version)
 
     def close(self) -> None:
         if self.producer is not None:
@@ -359,10 +363,13 @@ def _train_rl(cfg: TrainConfig, out: Path, ctx: DistContext | None, *, setup: RL
         ctx.barrier()  # every rank has checked the run directory before rank 0 writes into it
     if cfg.model.threads:
         torch.set_num_threads(cfg.model.threads)
+    distributed.wait_turn(ctx)  # under FSDP: ranks build and shard their CPU copies one after another
     if setup is None:  # built once, from the latest checkpoint's weights when resuming
         setup = default_setup(cfg, init_override=latest)
-    model = lora.prepare(setup.model.to(_device(cfg) if ctx is None else ctx.device), cfg.model.lora,
+    # under FSDP the model stays on the CPU until ctx.shard moves it to the GPU one layer's shard at a time
+    model = lora.prepare(setup.model.to(_device(cfg)) if ctx is None else setup.model, cfg.model.lora,
                          seed=cfg.run.seed)  # [model.lora]
+    distributed.activation_checkpointing(model, cfg.model.activation_checkpointing)
     if latest is not None and setup.init_from != latest:
         ck.load_weights(model, latest)
     model.train()
@@ -377,8 +384,10 @@ def _train_rl(cfg: TrainConfig, out: Path, ctx: DistContext | None, *, setup: RL
         params["teacher_copy"] = count_params(root.teacher_lm)["total"]  # ema/fixed: memory only, FLOPs unchanged
     twin = None
     if ctx is not None:  # the unsharded sampling copy, then the shards (repro.distributed)
-        twin = clone_for_producer(model)
+        if cfg.rollout.engine == "hf_sampler":  # vllm_http samples on servers: no copy (repro.distributed)
+            twin = clone_for_producer(model).to(ctx.device)
         ctx.shard(root, cfg.model.precision)
+    distributed.end_turn(ctx)
     o = cfg.optim
     opt = torch.optim.AdamW(lora.trainable_parameters(model), lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg))

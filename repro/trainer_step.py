@@ -14,7 +14,6 @@ turn's assistant header, cut after the last failing turn, position map asserted 
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, get_args
@@ -22,6 +21,7 @@ from typing import Any, Literal, NamedTuple, get_args
 import torch
 from torch import nn
 
+from repro.compute import device_clock
 from repro.guidance import plan_guidance
 from repro.losses import (
     chunked_kl_loss,
@@ -353,7 +353,7 @@ class LossRoot(nn.Module):
         t_weight = None if self.teacher_lm is None else self.teacher_lm.get_output_embeddings().weight
         need_teacher = g.lam > 0 and mb.teacher is not None and mb.kl_idx.numel() > 0
         ht = None
-        t0 = time.perf_counter()
+        t0 = device_clock(mb.student.ids.device)  # synchronised: on a GPU the teacher's kernels run asynchronously
         ht_full = None
         if need_teacher:
             assert mb.teacher is not None
@@ -365,7 +365,7 @@ class LossRoot(nn.Module):
             # (one-token) teacher forward so the layers' all-gathers line up across ranks
             with torch.no_grad():
                 self._teacher_hidden(make_seqs([mb.student.ids[0, :1].tolist()], 0, packed=False))
-        teacher_s = time.perf_counter() - t0
+        teacher_s = device_clock(mb.student.ids.device) - t0
         h = self._hidden(mb.student)
         hr = h[mb.act_rows]
         hr_pg = hr if self.temperature == 1.0 else hr / self.temperature

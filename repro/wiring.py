@@ -136,7 +136,7 @@ EngineFactory = Callable[[torch.nn.Module, int], RolloutEngine]  # (model, pad i
 def engine_factory_for(cfg: TrainConfig) -> EngineFactory:
     """The engine ``rollout.engine`` chooses: :func:`default_engine` for ``hf_sampler``; for ``vllm`` one colocated
     ``vllm.LLM`` (``repro.vllm_engine.VLLMRollouts``, built on first use; the weights follow the model it is called
-    with). ``vllm_http`` is refused: designed, not built."""
+    with); for ``vllm_http`` ``repro.vllm_http.HttpRollouts`` (external ``vllm serve`` processes)."""
     kind = cfg.rollout.engine
     if kind == "hf_sampler":
         return default_engine
@@ -144,22 +144,29 @@ def engine_factory_for(cfg: TrainConfig) -> EngineFactory:
         from repro.vllm_engine import VLLMRollouts, VLLMSettings
 
         return VLLMRollouts(VLLMSettings.from_config(cfg))
-    raise ConfigError(f"rollout.engine = {kind!r} (an external `vllm serve` over HTTP) is designed (SCALE.md §2.2) but "
-                      "not implemented; use rollout.engine = 'vllm' (a colocated vLLM engine, CUDA + the gpu extra) "
-                      "or 'hf_sampler', or --dry-run to check a paper-scale plan")
+    from repro.vllm_http import HttpRollouts, HttpSettings, VLLMHttpError
+
+    try:
+        return HttpRollouts(HttpSettings.from_config(cfg))
+    except VLLMHttpError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def check_engine_choice(cfg: TrainConfig, factory: EngineFactory | None) -> None:
-    """Refuses ``vllm_http`` (not built), and a setup built by hand (``factory``; None: :func:`default_setup` will
-    build it) whose engine is not the one the configuration names (its config.toml says which engine sampled)."""
-    if cfg.rollout.engine == "vllm_http":
-        engine_factory_for(cfg)  # raises the refusal that says what to use instead
+    """Refuses a setup built by hand (``factory``; None: :func:`default_setup` will build it) whose engine is not the
+    one the configuration names (its config.toml says which engine sampled), and ``vllm_http`` without
+    ``vllm_http.weights_dir``."""
+    if cfg.rollout.engine == "vllm_http" and not cfg.vllm_http.weights_dir:
+        engine_factory_for(cfg)  # raises the error that says what to set
     if factory is None:
         return
     from repro.vllm_engine import VLLMRollouts
+    from repro.vllm_http import HttpRollouts
 
-    if (cfg.rollout.engine == "vllm") != isinstance(factory, VLLMRollouts):
-        got = type(factory).__name__ if isinstance(factory, VLLMRollouts) else getattr(factory, "__name__", "?")
+    kinds = {"vllm": VLLMRollouts, "vllm_http": HttpRollouts}
+    got_kind = next((k for k, cls in kinds.items() if isinstance(factory, cls)), "hf_sampler")
+    if got_kind != cfg.rollout.engine:
+        got = getattr(factory, "__name__", type(factory).__name__)
         raise ConfigError(f"rollout.engine = {cfg.rollout.engine!r} but the RLSetup's engine_factory is {got}; "
                           "build the setup with engine_factory=repro.wiring.engine_factory_for(cfg)")
 

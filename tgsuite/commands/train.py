@@ -235,10 +235,25 @@ def format_plan(cfg: Any) -> str:
         "tokens when lambda > 0)",
         f"whole run: {p['flops_total']:.3g} FLOP",
     ]
-    if r.engine == "vllm_http":
-        lines.append("NOTE: the external vLLM server engine (vllm_http) is designed (SCALE.md) but not implemented; "
-                     "`train rl` refuses this config for now (rollout.engine = 'vllm' is the colocated engine).")
+    lines += [f"NOTE: `train rl` would refuse this config as it is: {why}" for why in refusals(cfg)]
     return "\n".join(lines)
+
+
+def refusals(cfg: Any) -> list[str]:
+    """What ``train rl`` would refuse in this config when launched as ``cluster`` describes (the launch check of
+    ``repro.distributed`` and the engine's settings), so the plan never reads as a runnable run when it is not."""
+    from repro.config import ConfigError
+    from repro.distributed import Launch, check_launch
+    from repro.wiring import check_engine_choice
+
+    out = []
+    for check in (lambda: check_launch(cfg, Launch(cfg.cluster.trainer_gpus if cfg.cluster.fsdp else 1, 0, 0)),
+                  lambda: check_engine_choice(cfg, None)):
+        try:
+            check()
+        except ConfigError as exc:
+            out.append(str(exc))
+    return out
 
 
 def memory_lines(cfg: Any, shape: Any, p: dict[str, float]) -> list[str]:
@@ -254,7 +269,8 @@ def memory_lines(cfg: Any, shape: Any, p: dict[str, float]) -> list[str]:
                     gpus=c.trainer_gpus if colocated else c.inference_gpus, tp=c.inference_tp,
                     concurrency=concurrency, tokens_per_sequence=c.tokens_per_trajectory)
     state = (p["train_state_bytes_per_gpu"] + p["teacher_copy_bytes_per_gpu"]) / gb
-    acts = (a["activations_checkpointed_bytes"] + a["loss_chunk_bytes"]) / gb
+    ckpt = cfg.model.activation_checkpointing  # what the trainer does (repro.distributed.activation_checkpointing)
+    acts = ((a["activations_checkpointed_bytes"] if ckpt else a["activations_bytes"]) + a["loss_chunk_bytes"]) / gb
     trainer_total = state + acts + (e["engine_bytes_per_gpu"] / gb if colocated else 0.0)
     teacher = (f" + fp32 {cfg.guidance.teacher} teacher copy (4 B/param)" if p["teacher_copy_bytes_per_gpu"] else "")
     lo = cfg.model.lora
@@ -285,7 +301,9 @@ def memory_lines(cfg: Any, shape: Any, p: dict[str, float]) -> list[str]:
         f"{e['engine_kv_bytes_per_gpu'] / gb:.1f} GB/GPU ({e['engine_sequences_per_replica']:.0f} per replica); "
         f"{e['engine_bytes_per_gpu'] / gb:.1f} GB/GPU in all" + over(e["engine_bytes_per_gpu"] / gb)
         + f"; at 0.9 of a GPU{' beside the trainer' if colocated else ''} a replica holds ~{fit:.0f} such sequences",
-        "trainer GPU total (state + checkpointed activations + loss chunk"
+        "trainer GPU total (state + "
+        + ("checkpointed activations (model.activation_checkpointing = true)" if ckpt else
+           "activations without checkpointing (model.activation_checkpointing = false)") + " + loss chunk"
         + (" + colocated engine" if colocated else "") + f"): {trainer_total:.1f} GB of {c.gpu_memory_gb:.0f} GB"
         + over(trainer_total),
     ]
