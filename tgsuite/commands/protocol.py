@@ -212,7 +212,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("plan", help="plan TOML, e.g. protocols/plans/paper_claims.toml")
     p.add_argument("--out", help="record path (default: ./<plan>.frozen.json)")
-    p.add_argument("--overwrite", action="store_true", help="replace a record with a different hash")
+    p.add_argument("--overwrite", action="store_true", help="replace a record with a different hash (the prereg ref keeps the earlier record at that path, "
+                   "so an analysis under the new one is INCONCLUSIVE: prefer a new file)")
     p.add_argument("--sign-key", help="Ed25519 private key (PEM, from `protocol keygen`) to sign the record")
     p.set_defaults(func=_freeze)
     p = sub.add_parser("keygen", help="make an Ed25519 key pair for signing frozen records")
