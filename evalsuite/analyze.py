@@ -23,7 +23,7 @@ from evalsuite import assurance, describe, integrity, sensitivity
 from evalsuite.checks import seed_claim_block
 from evalsuite.decide import CriterionOutcome, DecisionOutcome, decide
 from evalsuite.outcomes import LoadedRun, OutcomeTable, build_outcome_table, load_run
-from evalsuite.power import power_ni_crossed
+from evalsuite.power import power_artifact, power_ni_crossed
 from evalsuite.power_sim import power_range
 from evalsuite.primary import primary_estimate
 from evalsuite.schema import (
@@ -186,19 +186,28 @@ def _missing(table: OutcomeTable, proto: Protocol) -> MissingData:
 
 
 def power_summaries(proto: Protocol) -> list[PowerSummary]:
-    """Analytic power of each criterion under the plan's stated assumptions (method estimand only)."""
+    """Analytic power of each criterion under the plan's stated assumptions (both estimands)."""
     pa = proto.power
-    if pa is None or proto.estimand != "method":
+    if pa is None:
         return []
     d = proto.design
+    npr = pa.tasks_per_repo or d.n_tasks / d.n_repositories
     out = []
     for c in proto.ordered_criteria():
         delta1 = pa.expected_differences.get(c.endpoint, pa.true_difference)
+        dual = c.threshold if c.kind == "dual" else None
+        if proto.estimand == "artifact":
+            r = power_artifact(margin=-c.bar, true_difference=delta1, n_tasks=d.n_tasks, tasks_per_repo=npr, tau=pa.tau,
+                               icc_repo=pa.icc_repo, sigma_e2=pa.sigma_e2 / d.episodes_per_task,
+                               alpha=c.alpha_one_sided, min_estimate=dual)  # fmt: skip
+            out.append(PowerSummary(endpoint=c.endpoint, kind=c.kind, power=r.power, se=r.se, df=r.df, seeds_per_arm=1,
+                                    n_tasks=d.n_tasks, method="analytic, noncentral t on G - 1 df (paired tasks, "
+                                    "one checkpoint per arm)"))  # fmt: skip
+            continue
         r = power_ni_crossed(
             margin=-c.bar, true_difference=delta1, seeds_treatment=d.seeds_per_arm, seeds_baseline=d.seeds_per_arm,
-            n_tasks=d.n_tasks, tasks_per_repo=pa.tasks_per_repo or d.n_tasks / d.n_repositories,
-            sigma_seed=pa.sigma_seed, tau=pa.tau, icc_repo=pa.icc_repo, sigma_e2=pa.sigma_e2 / d.episodes_per_task,
-            alpha=c.alpha_one_sided, min_estimate=c.threshold if c.kind == "dual" else None,
+            n_tasks=d.n_tasks, tasks_per_repo=npr, sigma_seed=pa.sigma_seed, tau=pa.tau, icc_repo=pa.icc_repo,
+            sigma_e2=pa.sigma_e2 / d.episodes_per_task, alpha=c.alpha_one_sided, min_estimate=dual,
         )  # fmt: skip
         low, high, rng_s, note = power_range(proto, c)
         out.append(PowerSummary(endpoint=c.endpoint, kind=c.kind, power=r.power, se=r.se, df=r.df,

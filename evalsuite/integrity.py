@@ -17,7 +17,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from evalsuite.outcomes import EvalDataError, LoadedRun, parse_arm
+from evalsuite.outcomes import EvalDataError, LoadedRun, parse_arm, single_seed
 from harness.rundir import RESULT_FILE, attempt_indices, episode_dirs, read_result
 from protocols.schema import Protocol
 
@@ -51,7 +51,7 @@ def checkpoint_identity(proto: Protocol, runs: list[LoadedRun]) -> None:
         m = r.manifest
         spec_policy = {}
         for a in m.arms:
-            arm, seed = parse_arm(a.name, m, planned)
+            arm, seed = parse_arm(a.name, m, planned, single_seed(proto))
             if arm not in planned:
                 continue
             spec_policy[a.name] = a.policy

@@ -4,7 +4,9 @@ How a run encodes "arm × training seed" (decided here; the runner and the pipel
 1. preferred: the runner's arm name is ``<arm>@s<train_seed>``, e.g. ``tg@s0``, ``grpo@s3`` — one run can then hold
    every arm and seed;
 2. otherwise the arm name is the plain protocol arm name (``tg``) and the run's manifest has an ``ArmSpec`` of that
-   name with ``train_seed`` set — typically one run per training seed.
+   name with ``train_seed`` set — typically one run per training seed;
+3. a plan with one training seed per arm (a single-checkpoint plan) also takes the plain arm name (``cand``) as
+   that seed.
 Anything else is an error naming the run and the fix. ``EpisodeResult.seed`` is the *episode* (sampling) seed:
 the K episodes of a (arm, training seed, task) cell have distinct episode seeds.
 
@@ -71,14 +73,24 @@ def load_run(run_dir: str | Path) -> LoadedRun:
     return LoadedRun(root, manifest, latest.results, latest.superseded)
 
 
-def parse_arm(arm: str, manifest: RunManifest, protocol_arms: set[str]) -> tuple[str, int]:
-    """Map a runner arm name to (protocol arm, training seed) by the rules in the module docstring."""
+def single_seed(protocol: Protocol) -> int | None:
+    """The one preregistered training seed of a single-checkpoint plan (one seed per arm), else None."""
+    seeds = protocol.design.planned_seeds
+    return seeds[0] if len(seeds) == 1 else None
+
+
+def parse_arm(arm: str, manifest: RunManifest, protocol_arms: set[str], single: int | None = None) -> tuple[str, int]:
+    """Map a runner arm name to (protocol arm, training seed) by the rules in the module docstring; with ``single``
+    (a single-checkpoint plan's one seed, :func:`single_seed`) a plain protocol arm name such as ``cand`` maps to
+    that seed."""
     m = _ARM_SEED.match(arm)
     if m:
         return m["arm"], int(m["seed"])
     spec = next((a for a in manifest.arms if a.name == arm), None)
     if spec is not None and spec.train_seed is not None:
         return arm, int(spec.train_seed)
+    if single is not None and arm in protocol_arms:
+        return arm, single
     raise EvalDataError(
         f"run {manifest.run_id}: arm {arm!r} carries no training seed; name runner arms '<arm>@s<seed>' (e.g. "
         f"'{arm}@s0') or set ArmSpec.train_seed in the manifest. Protocol arms: {sorted(protocol_arms)}"
@@ -183,13 +195,15 @@ def _collect_rows(
     runs: list[LoadedRun], protocol: Protocol, infra: str
 ) -> tuple[list[dict[str, object]], set[str], int, int, list[str]]:
     roles = {a.name: a.role for a in protocol.arms}
+    pc = protocol.assay_sensitivity.positive_control
+    ctrl = {pc.arm} if pc else set()
     rows: list[dict[str, object]] = []
     invalid: set[str] = set()
     n_infra_ex = n_infra_ct = 0
     foreign: set[str] = set()
     for run in runs:
         for res in run.results:
-            arm, seed = parse_arm(res.arm, run.manifest, set(roles))
+            arm, seed = parse_arm(res.arm, run.manifest, set(roles) | ctrl, single_seed(protocol))
             if arm not in roles:
                 foreign.add(arm)
                 continue

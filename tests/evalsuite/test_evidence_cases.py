@@ -342,3 +342,39 @@ def test_8b_a_relabelled_seed_is_refused_by_its_checkpoint_record(tmp_path):
     with pytest.raises(EvalDataError, match=r"arm 'tg@s2' is labelled training seed 2 but .*checkpoint.json records "
                                             r"seed 12.*seeds cannot be relabelled"):  # fmt: skip
         analyze(rec, [run])
+
+
+# issue 36: single-checkpoint plans -----------------------------------------------------------------------------------
+def test_single_checkpoint_plan_maps_plain_arm_names(tmp_path):
+    """A user who evaluated arms `cand`/`prod` (no '@s0', no train_seed) under a one-seed plan is not refused."""
+    plan = _plan(criteria=NI, n_tasks=40, estimand="artifact", seeds=1).model_copy()
+    data = plan.model_dump(mode="json")
+    data["arms"] = [{"name": "cand", "role": "treatment", "artifact_seed": 0},
+                    {"name": "prod", "role": "baseline", "artifact_seed": 0}]  # fmt: skip
+    plan = Protocol.model_validate(data)
+    rec = freeze_plan(plan, now=T0)
+    d = SyntheticDesign(arms=(SyntheticArm("cand", 0.5, 0.6, (0,)), SyntheticArm("prod", 0.5, 0.6, (0,))), n_repos=8,
+                        tasks_per_repo=5, arm_style="per_run")  # fmt: skip
+    runs = _runs(tmp_path, rec, d)
+    for r in runs:
+        m = RunManifest.model_validate_json((r / "manifest.json").read_text())
+        _manifest(r, arms=[a.model_copy(update={"train_seed": None}) for a in m.arms])
+    res = analyze(rec, runs)
+    assert res.arms == {"treatment": "cand", "baseline": "prod"} and res.missing_data.coverage == 1.0
+    two_seeds = freeze_plan(_plan(criteria=NI), now=T0)
+    for r in runs:
+        _manifest(r, protocol_hash=two_seeds.sha256)
+    with pytest.raises(EvalDataError, match="arm 'cand' carries no training seed"):
+        analyze(two_seeds, runs)
+
+
+def test_protocol_power_works_for_single_checkpoint_plans(capsys):
+    from tgsuite.commands.protocol import _power
+
+    class A:
+        plan, seeds, tasks, simulate = "protocols/plans/artifact_checkpoint.toml", None, None, 200
+
+    assert _power(A()) == 0
+    out = capsys.readouterr().out
+    assert "one checkpoint per arm (artifact estimand)" in out and "code_ok" in out
+    assert "simulated (200 sims of the plan's own [power] model, analysed with the interval `tgsuite analyze` uses)" in out
