@@ -51,9 +51,9 @@ def checkpoint_identity(proto: Protocol, runs: list[LoadedRun]) -> None:
         m = r.manifest
         spec_policy = {}
         for a in m.arms:
+            if a.name.split("@")[0] not in planned:
+                continue  # another arm of the run (e.g. the base model): not part of this comparison
             arm, seed = parse_arm(a.name, m, planned, single_seed(proto))
-            if arm not in planned:
-                continue
             spec_policy[a.name] = a.policy
             key = (arm, seed)
             policies[key].add(a.policy)
