@@ -378,3 +378,24 @@ def test_protocol_power_works_for_single_checkpoint_plans(capsys):
     out = capsys.readouterr().out
     assert "one checkpoint per arm (artifact estimand)" in out and "code_ok" in out
     assert "simulated (200 sims of the plan's own [power] model, analysed with the interval `tgsuite analyze` uses)" in out
+
+
+# the CLI agrees with the library ------------------------------------------------------------------------------------
+def test_cli_agrees_inconclusive_for_removed_tasks_and_refuses_relabelled_seeds(tmp_path, capsys):
+    from tgsuite.cli import main
+
+    rec_path = tmp_path / "rec" / "t.frozen.json"
+    rec = freeze_plan(_plan(criteria=NI), out=rec_path, now=T0)
+    run = _runs(tmp_path / "runs", rec, NI_DESIGN)[0]
+    m = RunManifest.model_validate_json((run / "manifest.json").read_text())
+    _manifest(run, instance_ids=m.instance_ids[:-2])
+    for t in m.instance_ids[-2:]:
+        shutil.rmtree(run / "episodes" / t)
+    assert main(["analyze", "--protocol", str(rec_path), "--runs", str(run), "--out", str(tmp_path / "a.json")]) == 0
+    out = capsys.readouterr().out
+    assert "decision: INCONCLUSIVE" in out and "reason: the runs list 38 instances, the plan pinned n_tasks = 40" in out
+    _manifest(run, instance_ids=m.instance_ids,
+              arms=[s.model_copy(update={"train_seed": 9}) if s.name == "tg@s4" else s for s in m.arms])
+    assert main(["analyze", "--protocol", str(rec_path), "--runs", str(run), "--out", str(tmp_path / "b.json")]) == 2
+    err = capsys.readouterr().err
+    assert "arm 'tg@s4' is labelled training seed 4 but its manifest records train_seed 9" in err
