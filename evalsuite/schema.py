@@ -254,7 +254,7 @@ class MissingCell(_Frozen):
     arm: str
     seed: int
     instance_id: str
-    reason: Literal["no_result", "infra_after_retries", "invalid_instance", "missing_seed"]
+    reason: Literal["no_result", "infra_after_retries", "invalid_instance", "missing_seed", "partial"]
 
 
 class MissingData(_Frozen):

@@ -174,6 +174,10 @@ class DecisionRule(Frozen):
     order: list[BinaryEndpoint] = Field(default_factory=list)
     df_rule: Literal["satterthwaite", "conservative"] = "satterthwaite"
     fallback_method: Literal["newcombe", "tango"] = "newcombe"  # used when the crossed variance is 0
+    # --- issue #37 (evidence): a superiority-type criterion (superiority, superiority_margin, dual) is not
+    # evaluated when the two arms together have fewer than `min_events` of the rarer outcome on its endpoint
+    # (successes, or failures near the ceiling): a handful of events cannot show a difference. ---
+    min_events: int = Field(default=10, ge=0)
 
 
 class PositiveControl(Frozen):
@@ -189,16 +193,24 @@ class AssaySensitivity(Frozen):
     non-inferiority criterion: the baseline arm's rate on its endpoint must lie in [min_baseline_rate,
     max_baseline_rate], and the optional positive control must fail. Otherwise the criterion is not evaluated."""
 
-    min_baseline_rate: float = Field(default=0.05, ge=0.0, lt=1.0)
+    # --- issue #37: min_baseline_rate left out means twice the criterion's margin (2δ): below it the NI test's
+    # type-I error was measured above α (0.0425 at a 0.10 baseline with δ 0.05 under a fixed 0.05 minimum). ---
+    min_baseline_rate: float | None = Field(default=None, ge=0.0, lt=1.0)
     max_baseline_rate: float = Field(default=0.95, gt=0.0, le=1.0)
     positive_control: PositiveControl | None = None
     rationale: str = ""
 
     @model_validator(mode="after")
     def _order(self) -> AssaySensitivity:
-        if self.min_baseline_rate >= self.max_baseline_rate:
+        if self.min_baseline_rate is not None and self.min_baseline_rate >= self.max_baseline_rate:
             raise ValueError("assay_sensitivity: min_baseline_rate must be below max_baseline_rate")
         return self
+
+    def min_rate(self, margin: float | None) -> float:
+        """The minimum baseline rate for a criterion with this NI ``margin``: the plan's value, else 2 × margin."""
+        if self.min_baseline_rate is not None:
+            return self.min_baseline_rate
+        return 2.0 * float(margin or 0.0)
 
 
 class MissingDataRule(Frozen):
