@@ -18,7 +18,15 @@ memory.
    0.05/6 halved: P(ever harm) under H0 and for drops of 3, 10, 20 and 30 points, and the share caught while the
    canary arm was still below 200 units.
 
-Run: PYTHONPATH=. .venv/bin/python benchmarks/canary_bench.py [--reps 10000] [--pipeline-reps 200] [--only 1,2,3,4,5]
+6. The product's own rule in its own monitor (issue #37): ``evalsuite.canary.monitor.monitor`` with a one-metric
+   plan (task completion, margin 0.02, one-sided harm bound, looks every 24 h, the bundled plan's burn-in and
+   durations) on i.i.d. Bernoulli units (p = 0.6, 10 % canary, 20,000 units over 21 days): P(false ROLLBACK) under
+   H0 and P(ROLLBACK for harm) at a 3-point drop, at a per-metric alpha of 0.05 (one harm metric) and of 0.05/6
+   (the bundled plan's Bonferroni share). These are the figures a user of `tgsuite canary` gets; sections 1 and 5
+   use the closed forms on every 50th unit.
+
+Run: PYTHONPATH=. .venv/bin/python benchmarks/canary_bench.py [--reps 10000] [--pipeline-reps 200]
+     [--monitor-reps 1000] [--only 1,2,3,4,5,6]
 """
 
 from __future__ import annotations
@@ -77,7 +85,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=10_000)
     ap.add_argument("--pipeline-reps", type=int, default=200)
-    ap.add_argument("--only", default="1,2,3,4,5", help="comma list of sections to run")
+    ap.add_argument("--monitor-reps", type=int, default=1000)
+    ap.add_argument("--only", default="1,2,3,4,5,6", help="comma list of sections to run")
     a = ap.parse_args()
     only = set(a.only.split(","))
     rng = np.random.default_rng(20261201)
@@ -96,6 +105,38 @@ def main() -> None:
     if "5" in only:
         for d in (0.0, -0.03, -0.10, -0.20, -0.30):
             _timed(f"5. exact fast path, effect {d:+.2f}", a.reps, lambda d=d: simulate.fast_path(a.reps, rng=rng, delta=d))
+    if "6" in only:
+        for alpha in (0.05, 0.05 / 6):
+            for d in (0.0, -0.03):
+                _timed(f"6. product monitor, per-metric alpha {alpha:.4g}, effect {d:+.2f}", a.monitor_reps,
+                       lambda alpha=alpha, d=d: _product_monitor(a.monitor_reps, rng, alpha=alpha, delta=d))
+
+
+def _iid_table(rng: np.random.Generator, *, n_units: int, share: float, p: float, delta: float,
+               hours: float) -> aggregate.EpisodeTable:  # fmt: skip
+    """One episode per unit, arrivals uniform over ``hours``: the table `tgsuite canary` builds from a log."""
+    t = np.sort(rng.uniform(0.0, hours, n_units))
+    can = rng.random(n_units) < share
+    cols = {c: np.zeros(n_units) for c in aggregate.COLUMNS}
+    cols["task_completed"] = (rng.random(n_units) < np.where(can, p + delta, p)).astype(float)
+    cols["episodes"] = np.ones(n_units)
+    return aggregate.EpisodeTable(start=datetime(2026, 3, 2, tzinfo=UTC), unit_ids=tuple(map(str, range(n_units))),
+                                  unit_canary=can, unit_start=t, ep_unit=np.arange(n_units), ep_hours=t,
+                                  ep_crossover=np.zeros(n_units, dtype=bool), columns=cols, watermark=float(t[-1]))  # fmt: skip
+
+
+def _product_monitor(reps: int, rng: np.random.Generator, *, alpha: float, delta: float) -> dict[str, float]:
+    primary = next(m for m in small_plan().metrics if m.name == "task_completion").model_dump()
+    plan = small_plan(metrics=[primary], alpha_rollback=alpha, canary_share=0.1, horizon_units=20_000,
+                      min_units_per_arm=200, min_duration_hours=168, max_duration_hours=504)  # fmt: skip
+    harm = other = promote = 0
+    for _ in range(reps):
+        looks = monitor(plan, _iid_table(rng, n_units=20_000, share=0.1, p=0.6, delta=delta, hours=504.0))
+        last = looks[-1]
+        harm += last.decision == "ROLLBACK" and last.reasons[0].startswith("harm on")
+        other += last.decision == "ROLLBACK" and not last.reasons[0].startswith(("harm on", "horizon"))
+        promote += last.decision == "PROMOTE"
+    return {"rollback_harm": harm / reps, "rollback_gate": other / reps, "promote": promote / reps}
 
 
 def _section1(reps: int, rng: np.random.Generator) -> None:

@@ -2,7 +2,9 @@
 
 Refuses (``ProtocolError``) a plan whose hash differs from its frozen record, a run whose manifest names another
 protocol hash (or none), a run created before the freeze, and a run on another task set — unless a matching
-:class:`protocols.schema.Deviation` is recorded; every recorded deviation is copied into the result.
+:class:`protocols.schema.Deviation` is recorded; every recorded deviation is copied into the result. Refuses
+(``EvalDataError``, ``evalsuite.integrity``) two checkpoints behind one arm and seed, a relabelled seed, and an agent
+outcome re-run as a new attempt.
 Decision: SHIP / NO_SHIP by the intersection–union rule (``decide.py``); INCONCLUSIVE when coverage is below the
 plan's threshold, a criterion cannot be evaluated (degenerate data with no fallback, too few seeds or
 repositories for the estimand, the artifact seed missing).
@@ -17,11 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
-from evalsuite import assurance, describe, sensitivity
+from evalsuite import assurance, describe, integrity, sensitivity
 from evalsuite.checks import seed_claim_block
 from evalsuite.decide import CriterionOutcome, DecisionOutcome, decide
 from evalsuite.outcomes import LoadedRun, OutcomeTable, build_outcome_table, load_run
-from evalsuite.power import power_ni_crossed
+from evalsuite.power import power_artifact, power_ni_crossed
 from evalsuite.power_sim import power_range
 from evalsuite.primary import primary_estimate
 from evalsuite.schema import (
@@ -184,19 +186,28 @@ def _missing(table: OutcomeTable, proto: Protocol) -> MissingData:
 
 
 def power_summaries(proto: Protocol) -> list[PowerSummary]:
-    """Analytic power of each criterion under the plan's stated assumptions (method estimand only)."""
+    """Analytic power of each criterion under the plan's stated assumptions (both estimands)."""
     pa = proto.power
-    if pa is None or proto.estimand != "method":
+    if pa is None:
         return []
     d = proto.design
+    npr = pa.tasks_per_repo or d.n_tasks / d.n_repositories
     out = []
     for c in proto.ordered_criteria():
         delta1 = pa.expected_differences.get(c.endpoint, pa.true_difference)
+        dual = c.threshold if c.kind == "dual" else None
+        if proto.estimand == "artifact":
+            r = power_artifact(margin=-c.bar, true_difference=delta1, n_tasks=d.n_tasks, tasks_per_repo=npr, tau=pa.tau,
+                               icc_repo=pa.icc_repo, sigma_e2=pa.sigma_e2 / d.episodes_per_task,
+                               alpha=c.alpha_one_sided, min_estimate=dual)  # fmt: skip
+            out.append(PowerSummary(endpoint=c.endpoint, kind=c.kind, power=r.power, se=r.se, df=r.df, seeds_per_arm=1,
+                                    n_tasks=d.n_tasks, method="analytic, noncentral t on G - 1 df (paired tasks, "
+                                    "one checkpoint per arm)"))  # fmt: skip
+            continue
         r = power_ni_crossed(
             margin=-c.bar, true_difference=delta1, seeds_treatment=d.seeds_per_arm, seeds_baseline=d.seeds_per_arm,
-            n_tasks=d.n_tasks, tasks_per_repo=pa.tasks_per_repo or d.n_tasks / d.n_repositories,
-            sigma_seed=pa.sigma_seed, tau=pa.tau, icc_repo=pa.icc_repo, sigma_e2=pa.sigma_e2 / d.episodes_per_task,
-            alpha=c.alpha_one_sided, min_estimate=c.threshold if c.kind == "dual" else None,
+            n_tasks=d.n_tasks, tasks_per_repo=npr, sigma_seed=pa.sigma_seed, tau=pa.tau, icc_repo=pa.icc_repo,
+            sigma_e2=pa.sigma_e2 / d.episodes_per_task, alpha=c.alpha_one_sided, min_estimate=dual,
         )  # fmt: skip
         low, high, rng_s, note = power_range(proto, c)
         out.append(PowerSummary(endpoint=c.endpoint, kind=c.kind, power=r.power, se=r.se, df=r.df,
@@ -226,12 +237,26 @@ def _warnings(record: FrozenProtocol, runs: list[LoadedRun], table: OutcomeTable
     return warns
 
 
+def task_list_reason(proto: Protocol, runs: list[LoadedRun], devs: list[Deviation]) -> str | None:
+    """Why the runs' instance list is not the one the plan pinned at freeze (design.n_tasks of the pinned task set),
+    or None; a recorded ``data_exclusion`` deviation says why and lifts it."""
+    n = len({i for r in runs for i in r.manifest.instance_ids})
+    if n == proto.design.n_tasks or covers(devs, "data_exclusion"):
+        return None
+    return (f"the runs list {n} instances, the plan pinned n_tasks = {proto.design.n_tasks} of task set "
+            f"{proto.task_set.sha256[:12]}…; tasks removed from (or added to) a manifest after freezing are not the "
+            "preregistered comparison: evaluate every instance, or record why with `tgsuite protocol deviation "
+            "--kind data_exclusion`")  # fmt: skip
+
+
 def _verdict(dec: DecisionOutcome, proto: Protocol, missing: MissingData, table: OutcomeTable,
-             runs: list[LoadedRun], assay: list[Check], prereg: list[Check]) -> tuple[str, list[str], list[str]]:  # fmt: skip
-    """Final verdict, reasons and claims: coverage, failed preregistration checks and a failed positive control make
-    it INCONCLUSIVE; the worst case for missing cells and too few seeds keep a SHIP from standing."""
+             runs: list[LoadedRun], assay: list[Check], prereg: list[Check],
+             devs: list[Deviation]) -> tuple[str, list[str], list[str]]:  # fmt: skip
+    """Final verdict, reasons and claims: coverage, an instance list other than the pinned one, failed
+    preregistration checks and a failed positive control make it INCONCLUSIVE; the worst case for missing cells and
+    too few seeds keep a SHIP from standing."""
     verdict, reasons, claims = dec.verdict, list(dec.reasons), list(dec.claims)
-    hard = []
+    hard = [r for r in [task_list_reason(proto, runs, devs)] if r]
     if not missing.coverage_ok:
         per_arm = ", ".join(f"{a} {v:.3f}" for a, v in sorted(missing.per_arm_coverage.items()))
         hard.append(f"coverage {missing.coverage:.3f} is below the preregistered {proto.coverage_threshold:.3f} "
@@ -263,7 +288,7 @@ def _assay(ests: list[EffectEstimate], criteria: list[CriterionSpec], proto: Pro
             a = proto.assay_sensitivity
             out.append(Check(name=f"evidence:{c.endpoint}", status="pass",
                              detail=f"outcomes vary and the baseline rate is within the preregistered "
-                             f"[{a.min_baseline_rate:.3f}, {a.max_baseline_rate:.3f}]"))  # fmt: skip
+                             f"[{a.min_rate(c.margin):.3f}, {a.max_baseline_rate:.3f}]"))  # fmt: skip
     return out + assurance.positive_control_checks(proto, runs)
 
 
@@ -290,6 +315,8 @@ def analyze(
     proto = record.protocol
     runs = [load_run(r) for r in run_dirs]
     check_provenance(record, runs, devs, plan=plan, frozen_path=frozen_path or "FROZEN.json")
+    integrity.checkpoint_identity(proto, runs)
+    integrity.attempt_history(runs)
     table = build_outcome_table(proto, runs)
     criteria = proto.ordered_criteria()
     ests = [primary_estimate(table, c, proto) for c in criteria]
@@ -297,7 +324,7 @@ def analyze(
     missing = _missing(table, proto)
     assay = _assay(ests, criteria, proto, runs)
     prereg = assurance.prereg_checks(frozen_path, runs, public_key=public_key)
-    verdict, reasons, claims = _verdict(dec, proto, missing, table, runs, assay, prereg)
+    verdict, reasons, claims = _verdict(dec, proto, missing, table, runs, assay, prereg, devs)
     results = []
     for i, (c, e, o) in enumerate(zip(criteria, ests, dec.per_criterion, strict=True)):
         sens = _sensitivities(table, c, proto, record, o, i, runs)

@@ -5,17 +5,16 @@ cells, the preregistration anchor, and the CONSORT-NI items the analysis covers.
   the baseline, analysed exactly like the treatment; a pass (or no data) means the evaluation cannot detect a loss.
 - ``worst_case``: every missing cell scored against the treatment (a failure in the treatment arm, a success in
   the baseline arm); a SHIP that does not survive it is not a SHIP.
-- ``prereg_checks``: ``protocols.anchor_verify.verify_anchor`` with the checkpoint and run times of the analysed runs.
+- ``prereg_checks``: ``protocols.anchor_verify.verify_anchor`` with the checkpoint times and two clocks per run (the
+  manifest's ``created_at`` and its first episode's ``finished_at``).
 - ``consort_items``: the CONSORT-NI items (Piaggio et al., JAMA 2012;308:2594–2604) this analysis reports.
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from evalsuite.checks import control_protocol
 from evalsuite.decide import criterion_verdict
+from evalsuite.integrity import checkpoint_info
 from evalsuite.outcomes import EvalDataError, LoadedRun, build_outcome_table
 from evalsuite.primary import primary_estimate
 from evalsuite.schema import Check, ConsortItem, CriterionResult, MissingData
@@ -65,19 +64,25 @@ def _checkpoint_times(runs: list[LoadedRun]) -> dict[str, str]:
     out: dict[str, str] = {}
     for r in runs:
         for a in r.manifest.arms:
-            if not a.policy.startswith("hf:"):
-                continue
-            for cand in (Path(a.policy[3:]) / "checkpoint.json", Path(a.policy[3:]).parent / "checkpoint.json"):
-                if cand.is_file():
-                    created = json.loads(cand.read_text(encoding="utf-8")).get("created_at", "")
-                    out[f"{a.name} ({cand.parent.name})"] = created or "unknown"
-                    break
+            info = checkpoint_info(a.policy)
+            if info is not None:
+                out[f"{a.name} ({info[0].parent.name})"] = str(info[1].get("created_at", "") or "unknown")
+    return out
+
+
+def _result_times(runs: list[LoadedRun]) -> dict[str, str]:
+    """Every run's ``created_at`` and the earliest ``finished_at`` of its episodes: two clocks, so that moving the
+    manifests' ``created_at`` after a re-freeze does not reorder results that were finished before it."""
+    out = {r.manifest.run_id: r.manifest.created_at for r in runs}
+    for r in runs:
+        done = sorted(x.finished_at for x in r.results if x.finished_at)
+        if done:
+            out[f"{r.manifest.run_id} (first episode finished)"] = done[0]
     return out
 
 
 def prereg_checks(frozen_path: str | None, runs: list[LoadedRun], *, public_key: str | None = None) -> list[Check]:
-    results = {r.manifest.run_id: r.manifest.created_at for r in runs}
-    checks = verify_anchor(frozen_path, checkpoint_times=_checkpoint_times(runs), result_times=results,
+    checks = verify_anchor(frozen_path, checkpoint_times=_checkpoint_times(runs), result_times=_result_times(runs),
                            public_key=public_key)  # fmt: skip
     return [Check(name=c.name, status=c.status, detail=c.detail) for c in checks]
 

@@ -33,7 +33,8 @@ def _counts(table: OutcomeTable, endpoint: str, role: str) -> tuple[int, int]:
 
 def not_evidence(table: OutcomeTable, c: CriterionSpec, proto: Protocol) -> str | None:
     """Why this criterion's data cannot be evidence, or None. Checks: both arms constant at the same value; for
-    non-inferiority, the baseline rate outside the plan's [min_baseline_rate, max_baseline_rate]."""
+    superiority-type criteria, fewer than the plan's ``decision.min_events`` of the rarer outcome in both arms
+    together; for non-inferiority, the baseline rate outside the plan's [min_baseline_rate, max_baseline_rate]."""
     xt, nt = _counts(table, c.endpoint, "treatment")
     xc, nc = _counts(table, c.endpoint, "baseline")
     if nt == 0 or nc == 0:
@@ -42,11 +43,19 @@ def not_evidence(table: OutcomeTable, c: CriterionSpec, proto: Protocol) -> str 
         side = "fails" if xt == 0 else "passes"
         return (f"{c.endpoint}: not evidence — every episode in both arms {side} ({xt}/{nt} vs {xc}/{nc}); outcomes "
                 "stuck at the floor or ceiling cannot show a difference, nor its absence")  # fmt: skip
+    events = min(xt + xc, nt + nc - xt - xc)
+    if c.kind != "noninferiority" and events < proto.decision.min_events:
+        which = "successes" if xt + xc <= nt + nc - xt - xc else "failures"
+        return (f"{c.endpoint}: not evidence — {events} {which} in both arms together ({xt}/{nt} vs {xc}/{nc}), "
+                f"fewer than the preregistered decision.min_events = {proto.decision.min_events}; a superiority "
+                "claim needs more events")  # fmt: skip
     a = proto.assay_sensitivity
     rate = xc / nc
-    if c.kind == "noninferiority" and not (a.min_baseline_rate <= rate <= a.max_baseline_rate):
-        where = "below the preregistered minimum" if rate < a.min_baseline_rate else "above the preregistered maximum"
-        bound = a.min_baseline_rate if rate < a.min_baseline_rate else a.max_baseline_rate
+    lo = a.min_rate(c.margin)
+    if c.kind == "noninferiority" and not (lo <= rate <= a.max_baseline_rate):
+        where = "below the preregistered minimum" if rate < lo else "above the preregistered maximum"
+        where += "" if a.min_baseline_rate is not None or rate >= lo else " (2 x the margin: the default)"
+        bound = lo if rate < lo else a.max_baseline_rate
         return (f"{c.endpoint}: assay sensitivity not shown — the baseline rate {xc}/{nc} = {rate:.3f} is {where} "
                 f"{bound:.3f}; at this rate the evaluation cannot detect a loss of {c.margin:.3f} "
                 f"(treatment {xt}/{nt})")  # fmt: skip

@@ -61,8 +61,11 @@ def breakdowns(table: OutcomeTable) -> list[BreakdownRow]:
     ep = table.episodes
     t_arm, c_arm = table.arms["treatment"], table.arms["baseline"]
     rows = []
-    by_cols: tuple[Literal["repo", "difficulty", "template_tier"], ...] = ("repo", "difficulty", "template_tier")
+    by_cols: tuple[Literal["repo", "difficulty", "template_tier", "stratum"], ...] = (
+        "repo", "difficulty", "template_tier", "stratum")
     for by in by_cols:
+        if by not in ep.columns:  # "stratum": tables built before it existed
+            continue
         levels = sorted(ep[by].astype(str).unique())
         if by != "repo" and len(levels) < 2:
             continue

@@ -4,14 +4,18 @@ How a run encodes "arm × training seed" (decided here; the runner and the pipel
 1. preferred: the runner's arm name is ``<arm>@s<train_seed>``, e.g. ``tg@s0``, ``grpo@s3`` — one run can then hold
    every arm and seed;
 2. otherwise the arm name is the plain protocol arm name (``tg``) and the run's manifest has an ``ArmSpec`` of that
-   name with ``train_seed`` set — typically one run per training seed.
+   name with ``train_seed`` set — typically one run per training seed;
+3. a plan with one training seed per arm (a single-checkpoint plan) also takes the plain arm name (``cand``) as
+   that seed.
 Anything else is an error naming the run and the fix. ``EpisodeResult.seed`` is the *episode* (sampling) seed:
 the K episodes of a (arm, training seed, task) cell have distinct episode seeds.
 
 Rules applied (and counted, never silently): the highest ``attempt`` per (run, instance, arm, episode seed) wins;
 instances marked ``invalid_instance`` are dropped from every arm; an infra failure on the final attempt is excluded
 (``infra = "exclude"``) or scored as a failure on every endpoint (``"count_as_failure"``); a (arm, seed, task) cell
-with no scored episode is "missing". Expected cells are preregistered seeds × the manifests' instances × K.
+with no scored episode is "missing", one with fewer than K is "partial" (missing for coverage, the drop-task rule
+and the worst case); a cell holding one episode seed twice is refused. Expected cells are preregistered seeds ×
+the manifests' instances × K. ``evalsuite.integrity`` adds the checkpoint and attempt rules.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ log = logging.getLogger(__name__)
 _ARM_SEED = re.compile(r"^(?P<arm>[A-Za-z0-9_.\-]+)@s(?P<seed>\d+)$")
 BOOL_COLS = ("behaviour_ok", "code_ok", "joint_ok")
 FLOAT_COLS = ("tool_call_validity", "steps", "hallucinations")
-STR_COLS = ("arm", "role", "instance_id", "repo", "difficulty", "template_tier")
+STR_COLS = ("arm", "role", "instance_id", "repo", "difficulty", "template_tier")  # required; "stratum" is optional
 INT_COLS = ("train_seed", "episode_seed")
 
 
@@ -69,14 +73,24 @@ def load_run(run_dir: str | Path) -> LoadedRun:
     return LoadedRun(root, manifest, latest.results, latest.superseded)
 
 
-def parse_arm(arm: str, manifest: RunManifest, protocol_arms: set[str]) -> tuple[str, int]:
-    """Map a runner arm name to (protocol arm, training seed) by the rules in the module docstring."""
+def single_seed(protocol: Protocol) -> int | None:
+    """The one preregistered training seed of a single-checkpoint plan (one seed per arm), else None."""
+    seeds = protocol.design.planned_seeds
+    return seeds[0] if len(seeds) == 1 else None
+
+
+def parse_arm(arm: str, manifest: RunManifest, protocol_arms: set[str], single: int | None = None) -> tuple[str, int]:
+    """Map a runner arm name to (protocol arm, training seed) by the rules in the module docstring; with ``single``
+    (a single-checkpoint plan's one seed, :func:`single_seed`) a plain protocol arm name such as ``cand`` maps to
+    that seed."""
     m = _ARM_SEED.match(arm)
     if m:
         return m["arm"], int(m["seed"])
     spec = next((a for a in manifest.arms if a.name == arm), None)
     if spec is not None and spec.train_seed is not None:
         return arm, int(spec.train_seed)
+    if single is not None and arm in protocol_arms:
+        return arm, single
     raise EvalDataError(
         f"run {manifest.run_id}: arm {arm!r} carries no training seed; name runner arms '<arm>@s<seed>' (e.g. "
         f"'{arm}@s0') or set ArmSpec.train_seed in the manifest. Protocol arms: {sorted(protocol_arms)}"
@@ -96,7 +110,8 @@ def _row(res: EpisodeResult, arm: str, role: str, train_seed: int, infra: str) -
         "tool_call_validity": np.nan if m.tool_call_validity is None or as_failure else float(m.tool_call_validity),
         "steps": np.nan if as_failure else float(m.steps),
         "hallucinations": np.nan if as_failure else float(m.hallucinations),
-        "difficulty": res.difficulty, "template_tier": res.template_tier, "feedback_kind": res.feedback_kind or "",
+        "difficulty": res.difficulty, "template_tier": res.template_tier, "stratum": res.stratum,
+        "feedback_kind": res.feedback_kind or "",
     }  # fmt: skip
 
 
@@ -181,13 +196,15 @@ def _collect_rows(
     runs: list[LoadedRun], protocol: Protocol, infra: str
 ) -> tuple[list[dict[str, object]], set[str], int, int, list[str]]:
     roles = {a.name: a.role for a in protocol.arms}
+    pc = protocol.assay_sensitivity.positive_control
+    ctrl = {pc.arm} if pc else set()
     rows: list[dict[str, object]] = []
     invalid: set[str] = set()
     n_infra_ex = n_infra_ct = 0
     foreign: set[str] = set()
     for run in runs:
         for res in run.results:
-            arm, seed = parse_arm(res.arm, run.manifest, set(roles))
+            arm, seed = parse_arm(res.arm, run.manifest, set(roles) | ctrl, single_seed(protocol))
             if arm not in roles:
                 foreign.add(arm)
                 continue
@@ -211,10 +228,7 @@ def _expected_tasks(runs: list[LoadedRun], protocol: Protocol) -> tuple[list[str
             f"runs use different task sets {sorted(s[:12] for s in shas)}; analyse runs of one held-out set together"
         )
     tasks = sorted({i for r in runs for i in r.manifest.instance_ids})
-    warnings = []
-    if len(tasks) != protocol.design.n_tasks:
-        warnings.append(f"the runs list {len(tasks)} instances, the plan preregistered n_tasks={protocol.design.n_tasks}")
-    return tasks, warnings
+    return tasks, []  # an instance list other than the plan's n_tasks: evalsuite.analyze.task_list_reason
 
 
 MissingFill = Literal["plan", "worst_case"]
@@ -282,13 +296,17 @@ def build_outcome_table(
             warnings.append(f"arm {a}: preregistered training seed(s) {miss} have no results"
                             + (" and are scored as failures (intention to treat)" if fill == "failure" else ""))
     if fill != "none" and missing:
-        df = _fill_missing(df, missing, arms, worst_case=fill == "worst_case")
+        df = _fill_missing(df, missing, arms, worst_case=fill == "worst_case", k=k)
     missing_tasks = set() if fill != "none" else {t for _, _, t, r in missing if r != "missing_seed"}
     repo_of = dict(zip(df["instance_id"], df["repo"], strict=False))
     tasks = [t for t in expected_tasks if t not in missing_tasks and t in repo_of]
     n_scored = int((df["status"] != "missing").sum())
     df = df[df["instance_id"].isin(tasks)].reset_index(drop=True)
+    partial = {(a, s, t) for a, s, t, r in missing if r == "partial"}
     real = df[df["status"] != "missing"]
+    in_partial = [(a, s, t) in partial for a, s, t in zip(real["arm"], real["train_seed"], real["instance_id"],
+                                                           strict=True)] if partial else False  # fmt: skip
+    real = real[~np.asarray(in_partial, dtype=bool)] if partial else real
     per_arm = {a: int((real["arm"] == a).sum()) for a in arms.values()}
     n_plan = len(protocol.design.planned_seeds)
     if missing_tasks:
@@ -305,6 +323,17 @@ def build_outcome_table(
 
 def _missing_cells(df: pd.DataFrame, arms: dict[str, str], seeds: dict[str, list[int]], tasks: list[str],
                    k: int) -> list[tuple[str, int, str, str]]:  # fmt: skip
+    """Cells without K scored episodes: none ("no_result") or fewer than K ("partial": a partly observed cell is
+    missing for coverage and the worst case, so deleting one bad episode of a cell cannot pass as observed)."""
+    dup = df.groupby(["arm", "train_seed", "instance_id", "episode_seed"]).size()
+    dup = dup[dup > 1]
+    if len(dup):
+        a, s, t, e = dup.index[0]
+        raise EvalDataError(
+            f"{len(dup)} cells hold the same episode seed more than once (e.g. arm {a} seed {s} task {t}: episode "
+            f"seed {e} x{int(dup.iloc[0])}); each of a cell's K episodes is its own sampling seed, so a copy is not a "
+            "new episode: remove the copied result.json (or duplicate run) and re-run that episode"
+        )
     counts = df.groupby(["arm", "train_seed", "instance_id"]).size()
     over = counts[counts > k]
     if len(over):
@@ -312,34 +341,37 @@ def _missing_cells(df: pd.DataFrame, arms: dict[str, str], seeds: dict[str, list
             f"{len(over)} cells have more than K={k} scored episodes (e.g. {over.index[0]}); the plan says "
             f"episodes_per_task = {k}: remove duplicate runs or fix design.episodes_per_task"
         )
-    have = set(counts.index)
-    return [(a, s, t, "no_result") for a in arms.values() for s in seeds[a] for t in tasks if (a, s, t) not in have]
+    have = counts.to_dict()
+    return [(a, s, t, "no_result" if (a, s, t) not in have else "partial") for a in arms.values() for s in seeds[a]
+            for t in tasks if have.get((a, s, t), 0) < k]  # fmt: skip
 
 
 def _row_columns() -> tuple[str, ...]:
     return (
         "run_id", "arm", "role", "train_seed", "instance_id", "repo", "episode_seed", "status", "counted_as_failure",
-        *BOOL_COLS, *FLOAT_COLS, "difficulty", "template_tier", "feedback_kind",
+        *BOOL_COLS, *FLOAT_COLS, "difficulty", "template_tier", "stratum", "feedback_kind",
     )  # fmt: skip
 
 
 def _fill_missing(
-    df: pd.DataFrame, missing: list[tuple[str, int, str, str]], arms: dict[str, str], *, worst_case: bool
+    df: pd.DataFrame, missing: list[tuple[str, int, str, str]], arms: dict[str, str], *, worst_case: bool, k: int
 ) -> pd.DataFrame:
-    """Add a row per missing cell and episode slot: a failure (ITT), or with ``worst_case`` a failure in the
-    treatment arm and a success in the baseline arm. Rows have status 'missing' (never counted as observed)."""
+    """Add a row per missing episode slot of each missing or partly observed cell: a failure (ITT), or with
+    ``worst_case`` a failure in the treatment arm and a success in the baseline arm. Rows have status 'missing'
+    (never counted as observed)."""
     role_of = {v: k for k, v in arms.items()}
     meta = df.drop_duplicates("instance_id").set_index("instance_id")
+    have = df.groupby(["arm", "train_seed", "instance_id"]).size().to_dict()
     rows = []
     for arm, seed, task, _ in missing:
         if task not in meta.index:
             continue
         info, ok = meta.loc[task], worst_case and role_of[arm] == "baseline"
-        rows.append({
+        rows += [{
             "run_id": "", "arm": arm, "role": role_of[arm], "train_seed": seed, "instance_id": task,
             "repo": info["repo"], "episode_seed": -1, "status": "missing", "counted_as_failure": not ok,
             "behaviour_ok": ok, "code_ok": ok, "joint_ok": ok, "tool_call_validity": np.nan,
             "steps": np.nan, "hallucinations": np.nan, "difficulty": info["difficulty"],
-            "template_tier": info["template_tier"], "feedback_kind": "",
-        })  # fmt: skip
+            "template_tier": info["template_tier"], "stratum": info["stratum"], "feedback_kind": "",
+        }] * max(k - have.get((arm, seed, task), 0), 1)  # fmt: skip
     return pd.concat([df, pd.DataFrame(rows, columns=df.columns)], ignore_index=True) if rows else df

@@ -81,6 +81,29 @@ def power_ni_crossed(
     return PowerResult(power=power, se=math.sqrt(var), df=float(df), var_total=float(var))
 
 
+def power_artifact(*, margin: float, n_tasks: int, tasks_per_repo: float, tau: float, icc_repo: float,
+                   sigma_e2: float, true_difference: float = 0.0, alpha: float = 0.025,
+                   min_estimate: float | None = None) -> PowerResult:  # fmt: skip
+    """Analytic power of P(L > −margin) for the artifact estimand (one checkpoint per arm, the paired per-task
+    difference clustered by repository on t(G − 1)): V = τ²·DEFF/n + 2σ_e²/n, DEFF = 1 + (n̄ − 1)ρ, no seed piece
+    (the estimand conditions on the two checkpoints). ``min_estimate`` as in :func:`power_ni_crossed`."""
+    if n_tasks < 2 or tasks_per_repo <= 0 or n_tasks / tasks_per_repo < 2:
+        raise StatsInputError("power_artifact needs n_tasks >= 2 and at least 2 repositories (n_tasks/tasks_per_repo)")
+    for name, v in (("tau", tau), ("sigma_e2", sigma_e2), ("icc_repo", icc_repo)):
+        if not (math.isfinite(v) and v >= 0):
+            raise StatsInputError(f"{name} must be a finite number >= 0, got {v!r}")
+    deff = 1.0 + (tasks_per_repo - 1.0) * icc_repo
+    var = (tau**2 * deff + 2.0 * sigma_e2) / n_tasks
+    if var <= 0:
+        raise StatsInputError("power_artifact: tau and sigma_e2 are 0; state plausible values")
+    df = n_tasks / tasks_per_repo - 1.0
+    lam = (true_difference + margin) / math.sqrt(var)
+    crit = float(stats.t.ppf(1 - alpha, df))
+    if min_estimate is not None:
+        crit = max(crit, (min_estimate + margin) / math.sqrt(var))
+    return PowerResult(power=float(stats.nct.sf(crit, df, lam)), se=math.sqrt(var), df=float(df), var_total=float(var))
+
+
 def power_ni_independent(p_t: float, p_c: float, *, margin: float, alpha: float = 0.025, power: float = 0.8) -> float:
     """Per-arm n for H0: p_T − p_C <= −margin (one-sided ``alpha``): n = (p_Tq_T + p_Cq_C)((z_{1−α}+z_{1−β})/(p_T−p_C+δ))²."""
     for name, v in (("p_t", p_t), ("p_c", p_c)):

@@ -2,8 +2,9 @@
 
 ``simulate_plan_power`` draws seed × task cell means from exactly the model ``power.power_ni_crossed`` assumes
 (probability scale: arm mean + seed effect σ_seed + task × arm interaction τ with repository share ρ + cell noise
-σ_e²/K) and analyses each replication with the crossed estimator and the criterion's rule, so simulated and analytic
-power agree within simulation error (the analytic value is a noncentral-t approximation). Endpoints are simulated
+σ_e²/K; for the artifact estimand one checkpoint per arm and no seed effect) and analyses each replication with the
+interval ``tgsuite analyze`` uses (score-type crossed or paired bound) and the criterion's rule; the analytic value is
+a noncentral-t approximation of the Wald bound. Endpoints are simulated
 independently (the plan states no correlation between them), so the all-pass value is for independent endpoints.
 
 ``seed_sd_interval``: σ_seed is usually estimated on few degrees of freedom (a pilot with m seeds in a arms has
@@ -23,7 +24,7 @@ from scipy import stats
 
 from evalsuite.power import power_ni_crossed
 from evalsuite.rates import StatsInputError
-from evalsuite.variance import crossed_effect
+from evalsuite.score_variance import crossed_score, paired_score
 from protocols.schema import CriterionSpec, Protocol
 
 
@@ -48,8 +49,15 @@ def _draw(rng: np.random.Generator, *, m: int, n_repos: int, per_repo: int, sigm
     return cells[0], cells[1], repo
 
 
-def _passes(yt: np.ndarray, yc: np.ndarray, repo: np.ndarray, c: CriterionSpec, df_rule: str) -> bool:
-    e = crossed_effect(yt, yc, repo, alpha_one_sided=c.alpha_one_sided, df_rule=df_rule)  # type: ignore[arg-type]
+def _passes(yt: np.ndarray, yc: np.ndarray, repo: np.ndarray, c: CriterionSpec, proto: Protocol) -> bool:
+    """The criterion's rule on the interval ``tgsuite analyze`` uses: the score-type crossed (method) or paired
+    (artifact) bound, with the plan's df rule and weighting."""
+    k = proto.design.episodes_per_task
+    if proto.estimand == "artifact":
+        e = paired_score(yt[0], yc[0], repo, k=k, alpha_one_sided=c.alpha_one_sided)
+    else:
+        e = crossed_score(yt, yc, repo, k=k, alpha_one_sided=c.alpha_one_sided, df_rule=proto.decision.df_rule,
+                          weighting=proto.weighting)  # fmt: skip
     ok = (not e.degenerate) and e.lower_one_sided > c.bar
     return bool(ok and c.estimate_passes(e.estimate))
 
@@ -57,8 +65,9 @@ def _passes(yt: np.ndarray, yc: np.ndarray, repo: np.ndarray, c: CriterionSpec, 
 def simulate_plan_power(proto: Protocol, *, n_sims: int, rng: np.random.Generator) -> PlanPowerSim:
     """Monte Carlo power of each criterion (and all-pass) under the plan's [power] model (module docstring)."""
     pa, d = proto.power, proto.design
-    if pa is None or proto.estimand != "method":
-        raise StatsInputError(f"plan {proto.name}: simulated power needs the method estimand and a [power] section")
+    if pa is None:
+        raise StatsInputError(f"plan {proto.name}: simulated power needs a [power] section")
+    artifact = proto.estimand == "artifact"
     per_repo = max(1, round(pa.tasks_per_repo or d.n_tasks / d.n_repositories))
     hits: dict[str, int] = {c.endpoint: 0 for c in proto.criteria}
     joint = 0
@@ -66,10 +75,10 @@ def simulate_plan_power(proto: Protocol, *, n_sims: int, rng: np.random.Generato
         ok_all = True
         for c in proto.ordered_criteria():
             delta = pa.expected_differences.get(c.endpoint, pa.true_difference)
-            yt, yc, repo = _draw(rng, m=d.seeds_per_arm, n_repos=d.n_repositories, per_repo=per_repo,
-                                 sigma_seed=pa.sigma_seed, tau=pa.tau, icc=pa.icc_repo,
-                                 sigma_e2=pa.sigma_e2 / d.episodes_per_task, delta=delta)  # fmt: skip
-            ok = _passes(yt, yc, repo, c, proto.decision.df_rule)
+            yt, yc, repo = _draw(rng, m=1 if artifact else d.seeds_per_arm, n_repos=d.n_repositories,
+                                 per_repo=per_repo, sigma_seed=0.0 if artifact else pa.sigma_seed, tau=pa.tau,
+                                 icc=pa.icc_repo, sigma_e2=pa.sigma_e2 / d.episodes_per_task, delta=delta)  # fmt: skip
+            ok = _passes(yt, yc, repo, c, proto)
             hits[c.endpoint] += ok
             ok_all &= ok
         joint += ok_all

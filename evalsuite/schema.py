@@ -235,9 +235,9 @@ class SecondaryResult(_Frozen):
 
 
 class BreakdownRow(_Frozen):
-    """Exploratory per-group result (repository, difficulty or template tier) for one endpoint."""
+    """Exploratory per-group result (repository, difficulty, template tier or held-out stratum) for one endpoint."""
 
-    by: Literal["repo", "difficulty", "template_tier"]
+    by: Literal["repo", "difficulty", "template_tier", "stratum"]
     level: str
     endpoint: str
     n_tasks: int
@@ -254,7 +254,7 @@ class MissingCell(_Frozen):
     arm: str
     seed: int
     instance_id: str
-    reason: Literal["no_result", "infra_after_retries", "invalid_instance", "missing_seed"]
+    reason: Literal["no_result", "infra_after_retries", "invalid_instance", "missing_seed", "partial"]
 
 
 class MissingData(_Frozen):

@@ -176,8 +176,9 @@ class CanDoRow(Frozen):
 class LabelRates(Frozen):
     """Held-out rates of one study model family (a label, all its seeds' episodes pooled), descriptive."""
 
-    study: Literal["ablations", "production_loop"]
-    label: str  # an arm preset (ablations), "loop" (the production recipe), or the reference ("tg")
+    # generalization: the main models on the unseen-template tier (tgsuite.pipeline.generalization), reference "base"
+    study: Literal["ablations", "production_loop", "generalization"]
+    label: str  # an arm preset (ablations), "loop" (the production recipe), a main arm, or the reference
     reference: bool = False  # the main-run model the study's labels are read against
     seeds: list[int]
     rates: list[RateCI]  # behaviour_ok, code_ok, joint_ok: Wilson 95 % over pooled episodes, repository-clustered SE
@@ -189,4 +190,4 @@ class Exploratory(Frozen):
     can_do_vs_does_do: list[CanDoResult] = Field(default_factory=list)
     hint_probes: list[HintProbeResult] = Field(default_factory=list)  # empty: the study was not run
     behaviour_tiers: BehaviourTiersResult | None = None  # None: the study was not run
-    label_rates: list[LabelRates] = Field(default_factory=list)  # ablations and the production loop; empty: not run
+    label_rates: list[LabelRates] = Field(default_factory=list)  # ablations, production loop, generalization tier

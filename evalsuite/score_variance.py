@@ -12,8 +12,9 @@ statistic T(Δ0) = (Δ̂ − Δ0)/√V(Δ0) is referred to the estimator's t on 
 because every variance piece is scaled by the same factor; the interval inverts T. At p ≈ 0.5 the factor B(p̃)/B(p̂)
 is ≈ 1 and the result is the Wald interval.
 
-Covered: two-sided CI, one-sided lower bound and p-values for any null value. Not covered: a separate DEFF per arm
-(one pooled design effect is used), designs where either arm is constant (not estimable: handled upstream).
+Covered: two-sided CI, one-sided lower bound and p-values for any null value; one arm constant (the variance is
+then floored at the restricted-MLE binomial variance, ``null_variance``). Not covered: a separate DEFF per arm (one
+pooled design effect is used), designs where both arms are constant (not estimable: handled upstream).
 
 References: Farrington CP, Manning G, Stat Med 1990;9:1447–1454; Miettinen O, Nurminen M, Stat Med 1985;4:213–226;
 Donner A, Klar N, Design and Analysis of Cluster Randomization Trials (2000), ch. 6 (design-effect-adjusted tests).
@@ -59,10 +60,17 @@ def _ratio(p_new: float, p_old: float) -> float:
 
 
 def null_variance(s: ScoreInputs, delta0: float) -> float:
-    """V(Δ0): each arm's piece scaled by (g(p̃)/g(p̂))^EXPONENT, g(p) = p(1 − p), p̃ the restricted MLE at Δ0."""
+    """V(Δ0): each arm's piece scaled by (g(p̃)/g(p̂))^EXPONENT, g(p) = p(1 − p), p̃ the restricted MLE at Δ0.
+
+    When an arm is constant (p̂ = 0 or 1) its observed variance is 0 and no scaling can restore it, so V(Δ0) is
+    floored at the Farrington–Manning variance of independent episodes at the restricted rates,
+    g(p̃_T)/N_T + g(p̃_C)/N_C (issue #37: 2/500 vs 0/500 otherwise "passed" superiority, Fisher p = 0.25)."""
     pt1, pt2 = restricted_mle(s.p_t * s.n_t, s.n_t, s.p_c * s.n_c, s.n_c, delta0)
     r_t, r_c = _ratio(pt1, s.p_t), _ratio(pt2, s.p_c)
-    return s.v_t * r_t + s.v_c * r_c + s.v_rest * 0.5 * (r_t + r_c)
+    var = s.v_t * r_t + s.v_c * r_c + s.v_rest * 0.5 * (r_t + r_c)
+    if _g(s.p_t) <= 0 or _g(s.p_c) <= 0:
+        var = max(var, _g(pt1) / s.n_t + _g(pt2) / s.n_c)
+    return var
 
 
 def score_stat(est: EffectEstimate, s: ScoreInputs, delta0: float) -> float:

@@ -123,3 +123,32 @@ def type_one_error(d: SimDesign, *, baseline: float, margin: float, n_sims: int,
     rate = hits / n_sims
     return TypeOneResult(baseline, margin, hits, n_sims, rate, math.sqrt(max(rate * (1 - rate), 1e-12) / n_sims),
                          undefined)  # fmt: skip
+
+
+def superiority_type_one_error(d: SimDesign, *, baseline: float, n_sims: int, rng: np.random.Generator,
+                               min_events: int = 0, estimator: Estimator = "score") -> TypeOneResult:  # fmt: skip
+    """Share of replications with equal marginal rates (true Δ = 0) whose lower bound exceeds 0 (superiority).
+
+    Like the analysis (``evalsuite.checks.not_evidence``), a replication is not evaluated (no rejection, counted in
+    ``undefined``) when both arms are constant or the two arms together have fewer than ``min_events`` of the rarer
+    outcome (successes or failures).
+    """
+    mu, _ = null_logits(d, baseline, 0.0)
+    if d.estimand == "artifact" and d.seeds != 1:
+        raise ValueError("the artifact design compares one checkpoint per arm: seeds must be 1")
+    hits = undefined = 0
+    for _ in range(n_sims):
+        yt, yc, repo = draw(d, mu, mu, rng)
+        both = np.concatenate([yt.ravel(), yc.ravel()]) * d.episodes
+        events = min(float(both.sum()), float(d.episodes * both.size - both.sum()))
+        if np.ptp(both) == 0 or events < min_events:
+            undefined += 1
+            continue
+        low = _lower(d, yt, yc, repo, estimator)
+        if math.isnan(low):
+            undefined += 1
+        elif low > 0:
+            hits += 1
+    rate = hits / n_sims
+    return TypeOneResult(baseline, 0.0, hits, n_sims, rate, math.sqrt(max(rate * (1 - rate), 1e-12) / n_sims),
+                         undefined)  # fmt: skip

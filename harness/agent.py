@@ -15,7 +15,9 @@
 Turn bookkeeping: assistant turns are numbered 0, 1, ... in order; each tool observation and each hint carries the
 number of the turn it answers / precedes. Limits (``EpisodeLimits``): ``max_turns`` assistant turns,
 ``max_tokens`` generated tokens (the policy's token ids when given, else an estimate of ceil(utf-8 bytes / 4)),
-``wall_s`` seconds since ``reset()`` (checked between turns; a policy call is not interrupted), and a
+``wall_s`` seconds since ``reset()`` (checked between turns; a policy that declares ``accepts_time_left`` — the
+``openai:`` policy — is given what is left and stops its request there, ``PolicyDeadline``, which ends the episode
+with a ``wall_time`` limit; other policy calls are not interrupted), and a
 ``context`` limit when the policy reports ``finish_reason == "context"``. Hitting a limit ends the episode and is
 recorded in ``Trajectory.limit_hit``. Each assistant message records the policy's ``finish_reason`` and
 ``policy_version`` (``PolicyOutput``; None when the caller of ``step`` did not give them).
@@ -47,7 +49,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from harness.interfaces import EpisodeLimits, FeedbackProvider, Hint, Policy, PolicyOutput, finish_notice
+from harness.interfaces import (
+    EpisodeLimits,
+    FeedbackProvider,
+    Hint,
+    Policy,
+    PolicyDeadline,
+    PolicyOutput,
+    finish_notice,
+)
 from harness.sandbox import Sandbox
 from harness.schema import LimitHit, LimitKind, Message, TaskInstance, ToolCall, Trajectory, TurnFinishReason
 from harness.tools import ToolExecutor, parse_tool_calls, tool_schemas
@@ -156,6 +166,13 @@ class AgentEnv:
 
     def elapsed(self) -> float:
         return self._clock() - self._t0
+
+    def end_at_wall(self, policy_s: float = 0.0) -> None:
+        """End the episode with a ``wall_time`` limit now (a policy reported ``PolicyDeadline`` after waiting
+        ``policy_s`` seconds, counted in ``timings["policy_s"]``)."""
+        self._policy_s += policy_s
+        if not self.done:
+            self._hit("wall_time", self.limits.wall_s)
 
     def check_wall(self) -> bool:
         """End the episode with a ``wall_time`` limit if the budget is spent; returns True if it ended."""
@@ -313,7 +330,11 @@ class AgentEnv:
 
 def _act(policy: Policy, env: AgentEnv, tools: list[dict[str, Any]], rng: random.Random) -> tuple[PolicyOutput, float]:
     t0 = time.perf_counter()
-    out = policy.act(list(env.messages), tools=tools, rng=rng)
+    if getattr(policy, "accepts_time_left", False):
+        left = max(0.0, env.limits.wall_s - env.elapsed())
+        out = policy.act(list(env.messages), tools=tools, rng=rng, time_left_s=left)  # type: ignore[call-arg]
+    else:
+        out = policy.act(list(env.messages), tools=tools, rng=rng)
     return out, time.perf_counter() - t0
 
 
@@ -389,20 +410,12 @@ def run_episode(
     while not env.done:
         if env.check_wall():
             break
-        if fb is not None:
-            hint = fb.hint_for(instance, list(env.messages), env.turn, fb_rng)
-            if hint is not None:
-                env.add_hint(hint)
-        out, dt = _act(policy, env, tools, rng)
-        if fb is not None and hasattr(fb, "review_draft") and out.finish_reason != "context":
-            draft = _draft(env, out)
-            hint = fb.review_draft(instance, list(env.messages), draft, env.turn, fb_rng)
-            if hint is not None:
-                env.discard_draft(draft, n_tokens=_n_tokens(out))
-                env.add_hint(hint)
-                out, dt2 = _act(policy, env, tools, rng)
-                dt += dt2
-        out, dt = _retry_format(policy, env, tools, rng, out, dt)
+        t0 = time.perf_counter()
+        try:
+            out, dt = _turn(policy, env, tools, rng, instance, fb, fb_rng)
+        except PolicyDeadline:  # the request was cut at the wall-clock limit: no turn to record
+            env.end_at_wall(policy_s=time.perf_counter() - t0)
+            break
         env.step(
             out.text,
             token_ids=out.token_ids,
@@ -412,3 +425,22 @@ def run_episode(
             policy_version=out.policy_version,
         )
     return env.trajectory(policy=policy.name, seed=seed)
+
+
+def _turn(policy: Policy, env: AgentEnv, tools: list[dict[str, Any]], rng: random.Random, instance: TaskInstance,
+          fb: Any, fb_rng: random.Random) -> tuple[PolicyOutput, float]:
+    """The turn to record: the policy's sample after any feedback review and format retries (``run_episode``)."""
+    if fb is not None:
+        hint = fb.hint_for(instance, list(env.messages), env.turn, fb_rng)
+        if hint is not None:
+            env.add_hint(hint)
+    out, dt = _act(policy, env, tools, rng)
+    if fb is not None and hasattr(fb, "review_draft") and out.finish_reason != "context":
+        draft = _draft(env, out)
+        hint = fb.review_draft(instance, list(env.messages), draft, env.turn, fb_rng)
+        if hint is not None:
+            env.discard_draft(draft, n_tokens=_n_tokens(out))
+            env.add_hint(hint)
+            out, dt2 = _act(policy, env, tools, rng)
+            dt += dt2
+    return _retry_format(policy, env, tools, rng, out, dt)

@@ -56,8 +56,8 @@ off inside a quote); it is code when it holds a bracket, ``=``, ``<``, ``>``, ``
 ``'grades'`` are not code. A call with arguments is a name directly followed by a bracketed argument list
 (``letter(90)``; ``add()`` is rule 4's; the plural ``file(s)`` is not one). Why: under v2 a short reply such as
 ``Sorry, I changed 'return round((x - 32, 1)`` passed (no bare identifier), and 9 of the 10 held-out episodes per
-arm that passed ``markdown@v2`` in the mini run at c5b1a02 were such replies (README, *What the mini world
-reaches*). Same hint texts as v1 and v2.
+arm that passed ``markdown@v2`` in the mini run at c5b1a02 were such replies (docs/RESULTS.md, *Run at
+c5b1a02 (2026-12-01), and what changed before 8ed4248*). Same hint texts as v1 and v2.
 """
 
 from __future__ import annotations

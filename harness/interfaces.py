@@ -33,9 +33,16 @@ class PolicyOutput:
     info: dict[str, Any] = field(default_factory=dict)
 
 
+class PolicyDeadline(Exception):
+    """Raised by a policy that was given ``time_left_s`` (it declares ``accepts_time_left = True``) when the
+    episode's wall-clock budget ran out before the turn was written: the agent loop ends the episode with a
+    ``wall_time`` limit, as it would had the turn come back after the limit."""
+
+
 @runtime_checkable
 class Policy(Protocol):
-    """Anything that writes the next assistant turn from the conversation so far."""
+    """Anything that writes the next assistant turn from the conversation so far. A policy may also declare
+    ``accepts_time_left = True`` and take ``act(..., time_left_s=...)`` (``PolicyDeadline``)."""
 
     name: str
 

@@ -157,6 +157,9 @@ def run_attempt(job: EpisodeJob, policy: Policy, ctx: EpisodeContext) -> Episode
 
                 fb = ctx.feedback_by_arm.get(job.arm, ctx.feedback)
                 traj = run_episode(job.instance, policy, sb, ctx.limits, feedback=fb, seed=job.episode_seed)
+                end = getattr(policy, "end_episode", None)
+                if end is not None:  # a policy driven by another process (harness.mcp_bridge) answers its last call
+                    end(traj)
             write_trajectory(d / "trajectory.jsonl", traj)
             phase = "extract"
             with timer.phase("extract"):
@@ -266,7 +269,7 @@ def episode_result(job: EpisodeJob, ctx: EpisodeContext, traj: Trajectory | None
         status=outcome.status, failure_class=outcome.failure_class, infra_kind=outcome.infra_kind,
         error=outcome.error, resolved=resolved, behaviour_ok=behaviour_ok, joint_ok=resolved and behaviour_ok,
         behaviour=behaviour, grade=grade, metrics=metrics, difficulty=inst.difficulty,
-        template_tier=inst.template_tier, split=inst.split,
+        template_tier=inst.template_tier, stratum=inst.stratum, split=inst.split,
         feedback_kind=traj.feedback_kind if traj is not None else None,
         finished_at=utc_now(),
     )

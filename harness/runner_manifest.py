@@ -5,7 +5,8 @@ name/hash/instance ids, image digests, arm policy specs (with checkpoint hashes 
 ``checkpoint_sha256``), seeds, sandbox kind and isolation, limits, grader version, behaviour checkers, the frozen
 protocol's sha256 when one is given, and host facts. On resume the manifest is rewritten with the union of arms
 and seeds, keeping ``created_at``; a different task set, a different policy behind an arm name, other weights behind
-an arm (its checkpoint hash), other episode limits or other hints (``feedback``) behind an arm are refused.
+an arm (its checkpoint hash), other episode limits, other hints (``feedback``) or other generation settings
+(``ArmSpec.generation``, when both manifests record them) behind an arm are refused.
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ def build_manifest(*, run_id: str, task_set: TaskSet, arm_specs: dict[str, str],
                    policies: dict[str, Any], feedback: dict[str, str] | None = None) -> RunManifest:
     """A manifest for this invocation, merged with the one already in the run directory (if any)."""
     arms = [ArmSpec(name=n, policy=s, checkpoint_sha256=getattr(_inner(policies.get(n)), "checkpoint_sha256", None),
-                    train_seed=getattr(_inner(policies.get(n)), "train_seed", None)) for n, s in arm_specs.items()]
+                    train_seed=getattr(_inner(policies.get(n)), "train_seed", None),
+                    generation=generation_of(policies.get(n))) for n, s in arm_specs.items()]
     commit, dirty = git_state()
     checkers = sorted({c for i in task_set.instances for c in i.behaviour})
     return RunManifest(
@@ -86,6 +88,28 @@ def build_manifest(*, run_id: str, task_set: TaskSet, arm_specs: dict[str, str],
 
 def _inner(policy: Any) -> Any:
     return getattr(policy, "inner", policy)
+
+
+def generation_of(policy: Any) -> dict[str, Any]:
+    """The policy's ``generation_settings()`` (what it sends / samples with), {} when it has none."""
+    settings = getattr(_inner(policy), "generation_settings", None)
+    return dict(settings()) if callable(settings) else {}
+
+
+def _same_generation(path: Path, old: RunManifest, new: RunManifest) -> None:
+    """Refuse a resume whose arm would sample with other settings than its finished episodes (both recorded)."""
+    before = {a.name: a.generation for a in old.arms}
+    for arm in new.arms:
+        was = before.get(arm.name) or {}
+        if not was or not arm.generation:
+            continue
+        changed = [f"{k} {was.get(k)!r} -> {arm.generation.get(k)!r}" for k in sorted(set(was) | set(arm.generation))
+                   if was.get(k) != arm.generation.get(k)]
+        if changed:
+            raise ValueError(f"{path}: arm {arm.name!r} ran with other generation settings ({', '.join(changed)}); "
+                             "its finished episodes would be mixed with these. fix: resume with the settings it ran "
+                             "with (--temperature / --top-p / --max-tokens as recorded in manifest.json, arms[]."
+                             "generation), or use a new --out")
 
 
 def _same_checkpoints_and_limits(path: Path, old: RunManifest, new: RunManifest) -> None:
@@ -124,6 +148,7 @@ def write_manifest(out_dir: Path, new: RunManifest) -> RunManifest:
             raise ValueError(f"{Path(out_dir) / MANIFEST_FILE}: run was started under protocol "
                              f"{old.protocol_hash[:12]}, now {new.protocol_hash[:12]}; fix: use a new --out")
         _same_checkpoints_and_limits(Path(out_dir) / MANIFEST_FILE, old, new)
+        _same_generation(Path(out_dir) / MANIFEST_FILE, old, new)
         new = new.model_copy(update={"created_at": old.created_at, "arms": list(arms.values()), "seeds": seeds,
                                      "protocol_hash": new.protocol_hash or old.protocol_hash})
     Path(out_dir).mkdir(parents=True, exist_ok=True)

@@ -159,6 +159,9 @@ class LocalSandbox(Sandbox):
             "TMPDIR": str(self._aux / "tmp"),
             "LANG": "C.UTF-8",
             "PYTHONNOUSERSITE": "1",
+            # the host interpreter's pytest plugins (hypothesis, anyio, ...) are not the task's environment (the
+            # Docker image has none), and loading them doubled every run_tests call (0.4 s -> 0.2 s measured)
+            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
         }
         return {**base, **self.spec.env, **(env or {}), MARKER: self.id}
 

@@ -27,6 +27,9 @@ class _Frozen(BaseModel):
 
 Split = Literal["train", "heldout", "test", "dev"]
 TemplateTier = Literal["seen_templates", "unseen_templates", "n/a"]
+# Held-out strata (harness.minirepos.primary): "twin" = the gold fix changes the same lines as a training task's,
+# "no_twin" = no training task's does, "generalization" = a repository from templates no training task uses
+Stratum = Literal["twin", "no_twin", "generalization", "n/a"]
 
 
 class TaskInstance(_Frozen):
@@ -56,6 +59,7 @@ class TaskInstance(_Frozen):
     split: Split = "heldout"
     difficulty: str = "unknown"
     template_tier: TemplateTier = "n/a"
+    stratum: Stratum = "n/a"
     bug_family: str | None = None
     visible_test_cmd: str | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
@@ -233,6 +237,7 @@ class EpisodeResult(_Frozen):
     metrics: EpisodeMetrics = Field(default_factory=EpisodeMetrics)
     difficulty: str = "unknown"
     template_tier: TemplateTier = "n/a"
+    stratum: Stratum = "n/a"
     split: Split = "heldout"
     feedback_kind: str | None = None
     finished_at: str = ""
@@ -259,6 +264,9 @@ class ArmSpec(_Frozen):
     policy: str
     checkpoint_sha256: str | None = None
     train_seed: int | None = None
+    # what the arm's policy sends / samples with (``generation_settings()`` of the policy: temperature, top_p,
+    # max_tokens, ...); {} for policies that do not sample or do not say (and manifests written before this field)
+    generation: dict[str, Any] = Field(default_factory=dict)
 
 
 class RunManifest(_Frozen):

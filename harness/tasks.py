@@ -72,6 +72,7 @@ _FIELD_FIXES = {
     "test_patch": "give the hidden tests as a unified diff string",
     "split": "use one of train, heldout, test, dev",
     "template_tier": "use one of seen_templates, unseen_templates, n/a",
+    "stratum": "use one of twin, no_twin, generalization, n/a",
 }
 
 
@@ -181,7 +182,7 @@ def _read_records(tasks_file: Path) -> list[tuple[int, TaskInstance]]:
 
 # Fields added after task sets were published, with their defaults: hashed only when set to something else, so
 # adding a field does not change the content hash (and break the resume) of every existing task set.
-_LATER_FIELDS: dict[str, Any] = {"test_log_parser": "junit"}
+_LATER_FIELDS: dict[str, Any] = {"test_log_parser": "junit", "stratum": "n/a"}
 
 
 def canonical_record(instance: TaskInstance) -> str:

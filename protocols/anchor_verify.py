@@ -1,8 +1,9 @@
 """Verify a frozen record's anchor (``protocols.anchor``): each check is reported as pass / fail / not available.
 
-Checks: ``anchor`` (the anchor file exists and names this record's bytes), ``commit_exists``, ``on_prereg_ref``
-(the commit is on the prereg ref's history: the ref was not rewritten), ``record_in_commit`` (the commit's tree holds
-the record byte for byte), ``before_checkpoints`` and ``before_results`` (the commit is older than the first training
+Checks: ``anchor`` (the anchor file exists and names this record's bytes; a record file without one fails),
+``commit_exists``, ``on_prereg_ref`` (the commit is on the prereg ref's history: the ref was not rewritten),
+``record_in_commit`` (the commit's tree holds the record byte for byte), ``first_record`` (no earlier commit on the
+ref holds a different record at the same path: the plan was not re-frozen in place), ``before_checkpoints`` and ``before_results`` (the commit is older than the first training
 checkpoint and than every run), ``code_ancestor`` (the code commit recorded at freeze is an ancestor of the current
 HEAD of the repository, when both exist), ``signature``.
 """
@@ -53,6 +54,23 @@ def _time_check(name: str, anchor_t: datetime | None, times: dict[str, str], wha
     return AnchorCheck(name, "pass", f"the prereg commit is older than all {len(times)} {what}(s)")
 
 
+def _first_record(anchor: FreezeAnchor, data: bytes) -> AnchorCheck:
+    """The prereg ref's history at the record's path: every earlier version must be these bytes. A record frozen,
+    run, and then re-frozen with ``--overwrite`` leaves the first one on the ref, and that one is binding."""
+    ok, listed = _git_ok(["rev-list", "--reverse", anchor.ref, "--", anchor.path_in_repo], anchor.repo)
+    if not ok:
+        return AnchorCheck("first_record", "fail", f"cannot read the history of {anchor.ref} in {anchor.repo}")
+    for c in listed.split():
+        if c == anchor.commit:
+            break
+        if _git_bytes(["show", f"{c}:{anchor.path_in_repo}"], anchor.repo) != data:
+            return AnchorCheck("first_record", "fail",
+                               f"{anchor.ref} holds an earlier, different record at {anchor.path_in_repo} (commit "
+                               f"{c[:12]}): the plan was re-frozen at the same path, so results may predate this "
+                               "version; a changed plan goes to a new file with a recorded deviation")  # fmt: skip
+    return AnchorCheck("first_record", "pass", f"no earlier, different record at {anchor.path_in_repo} on {anchor.ref}")
+
+
 def verify_anchor(record_path: str | Path | None, *, checkpoint_times: dict[str, str] | None = None,
                   result_times: dict[str, str] | None = None, public_key: str | None = None) -> list[AnchorCheck]:  # fmt: skip
     """Every anchor check for the record at ``record_path`` (None: an in-memory record, nothing to verify)."""
@@ -60,7 +78,10 @@ def verify_anchor(record_path: str | Path | None, *, checkpoint_times: dict[str,
         return [AnchorCheck("anchor", "not_available", "the record was passed in memory, not as a file")]
     rec, apath = Path(record_path), anchor_path(record_path)
     if not apath.is_file():
-        return [AnchorCheck("anchor", "not_available", f"no {apath.name}: the record was frozen without a git anchor")]
+        return [AnchorCheck("anchor", "fail", f"no {apath.name} next to the record: nothing binds these bytes to a "
+                            "time before the results (a loosened plan can be re-hashed and its anchor deleted); "
+                            f"restore {apath.name} from where the record was frozen, or freeze the plan before "
+                            "running (`tgsuite protocol freeze PLAN --out RECORD` writes both)")]  # fmt: skip
     try:
         anchor = FreezeAnchor.model_validate_json(apath.read_text(encoding="utf-8"))
     except ValidationError as exc:
@@ -81,6 +102,7 @@ def verify_anchor(record_path: str | Path | None, *, checkpoint_times: dict[str,
     out.append(AnchorCheck("record_in_commit", "pass" if same else "fail",
                            "the commit holds this record byte for byte" if same else
                            "the record differs from the committed one (or the commit lacks it)"))  # fmt: skip
+    out.append(_first_record(anchor, data))
     ok_t, ct = _git_ok(["show", "-s", "--format=%cI", anchor.commit], anchor.repo)
     anchor_t = _ts(ct) if ok_t else None
     out.append(_time_check("before_checkpoints", anchor_t, checkpoint_times or {}, "training checkpoint"))

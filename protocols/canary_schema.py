@@ -103,6 +103,10 @@ class CanaryPlan(Frozen):
     alpha_promote: float = Field(default=0.025, gt=0.0, lt=0.5)  # one-sided, per NI claim (IUT: no adjustment)
     alpha_srm: float = Field(default=0.001, gt=0.0, lt=0.5)
     srm_prior_k: float = Field(default=100.0, gt=0.0)
+    # --- issue #37: PROMOTE waits until the SRM test would flag a true canary share of `srm_detectable_share`
+    # (default 0.8 x canary_share, e.g. 0.08 against 0.10) with probability `srm_power` ---
+    srm_detectable_share: float | None = Field(default=None, gt=0.0, lt=1.0)
+    srm_power: float = Field(default=0.8, gt=0.0, lt=1.0)
     require_superiority: bool = False  # the primary metric must also be superior (L > 0) to PROMOTE
     method: Literal["msprt", "gst"] = "msprt"  # PROMOTE path; ROLLBACK always uses the anytime-valid bounds
     look_every_hours: float = Field(default=24.0, gt=0.0)  # the look schedule `tgsuite canary` replays
@@ -130,9 +134,16 @@ class CanaryPlan(Frozen):
             raise ValueError("on_horizon_inconclusive = 'extend' is valid only with method = 'msprt'")
         if self.crossover_block < self.crossover_warn:
             raise ValueError("crossover_block must be >= crossover_warn")
+        if abs(self.srm_detect_share - self.canary_share) < 1e-9:
+            raise ValueError("srm_detectable_share must differ from canary_share (it is the mismatch to detect)")
         if self.canary_model == self.control_model:
             raise ValueError("canary_model and control_model must differ (they name what each arm serves)")
         return self
+
+    @property
+    def srm_detect_share(self) -> float:
+        """The canary share the SRM check must be able to flag before PROMOTE (``srm_detectable_share``)."""
+        return self.srm_detectable_share if self.srm_detectable_share is not None else 0.8 * self.canary_share
 
     def primary(self) -> CanaryMetric:
         return next(m for m in self.metrics if m.role == "primary")

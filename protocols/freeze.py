@@ -93,7 +93,8 @@ def freeze_plan(
             raise ProtocolError(
                 f"{out}: already holds a frozen plan with hash {old.sha256[:12]}…, the plan now hashes to "
                 f"{record.sha256[:12]}…; record a deviation (tgsuite protocol deviation) and write the new record "
-                "to a new file, or pass --overwrite if nothing has been run yet"
+                "to a new file (--overwrite replaces it, but the prereg ref keeps the earlier record at this path and "
+                "`tgsuite analyze` then reports INCONCLUSIVE)"
             )
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(out.suffix + ".tmp")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 PROTOCOL_SCHEMA_VERSION = 1
 
@@ -174,6 +174,10 @@ class DecisionRule(Frozen):
     order: list[BinaryEndpoint] = Field(default_factory=list)
     df_rule: Literal["satterthwaite", "conservative"] = "satterthwaite"
     fallback_method: Literal["newcombe", "tango"] = "newcombe"  # used when the crossed variance is 0
+    # --- issue #37 (evidence): a superiority-type criterion (superiority, superiority_margin, dual) is not
+    # evaluated when the two arms together have fewer than `min_events` of the rarer outcome on its endpoint
+    # (successes, or failures near the ceiling): a handful of events cannot show a difference. ---
+    min_events: int = Field(default=10, ge=0)
 
 
 class PositiveControl(Frozen):
@@ -189,16 +193,24 @@ class AssaySensitivity(Frozen):
     non-inferiority criterion: the baseline arm's rate on its endpoint must lie in [min_baseline_rate,
     max_baseline_rate], and the optional positive control must fail. Otherwise the criterion is not evaluated."""
 
-    min_baseline_rate: float = Field(default=0.05, ge=0.0, lt=1.0)
+    # --- issue #37: min_baseline_rate left out means twice the criterion's margin (2δ): below it the NI test's
+    # type-I error was measured above α (0.0425 at a 0.10 baseline with δ 0.05 under a fixed 0.05 minimum). ---
+    min_baseline_rate: float | None = Field(default=None, ge=0.0, lt=1.0)
     max_baseline_rate: float = Field(default=0.95, gt=0.0, le=1.0)
     positive_control: PositiveControl | None = None
     rationale: str = ""
 
     @model_validator(mode="after")
     def _order(self) -> AssaySensitivity:
-        if self.min_baseline_rate >= self.max_baseline_rate:
+        if self.min_baseline_rate is not None and self.min_baseline_rate >= self.max_baseline_rate:
             raise ValueError("assay_sensitivity: min_baseline_rate must be below max_baseline_rate")
         return self
+
+    def min_rate(self, margin: float | None) -> float:
+        """The minimum baseline rate for a criterion with this NI ``margin``: the plan's value, else 2 × margin."""
+        if self.min_baseline_rate is not None:
+            return self.min_baseline_rate
+        return 2.0 * float(margin or 0.0)
 
 
 class MissingDataRule(Frozen):
@@ -227,6 +239,33 @@ class PowerAssumptions(Frozen):
     source: str = ""
 
 
+# --------------------------------------------------------------------------------------------------------------
+# Pinned evaluation settings: the optional [eval] table (issue 36). `tgsuite eval --protocol` refuses a run whose
+# settings differ from a pinned value. Left out of a plan, it is left out of the plan's canonical JSON too, so the
+# hashes of plans frozen before this table existed do not change (Protocol._drop_unpinned_eval).
+# --------------------------------------------------------------------------------------------------------------
+
+
+class EvalPin(Frozen):
+    """Settings of `tgsuite eval` the plan fixes; a field left out is not pinned. Decoding applies to every model
+    arm (hf: and openai:); the limits and hints to every arm."""
+
+    temperature: float | None = Field(default=None, ge=0.0)  # --temperature (0 = greedy)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)  # --top-p
+    max_tokens: int | None = Field(default=None, ge=1)  # --max-tokens: most tokens per assistant turn
+    max_turns: int | None = Field(default=None, ge=1)  # --max-turns
+    wall_s: float | None = Field(default=None, gt=0.0)  # --wall-s
+    finish_notice: int | None = Field(default=None, ge=0)  # --finish-notice
+    format_retries: int | None = Field(default=None, ge=0)  # --format-retries
+    feedback: str | None = None  # --feedback, as written (e.g. "none", "correct")
+
+    def pinned(self) -> dict[str, float | int | str]:
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+# --------------------------------------------------------------------------------------------------------------
+
+
 class Protocol(Frozen):
     """A preregistered analysis plan (one TOML file)."""
 
@@ -253,6 +292,14 @@ class Protocol(Frozen):
     power: PowerAssumptions | None = None
     exploratory: list[str] = Field(default_factory=list)
     notes: str = ""
+    eval: EvalPin | None = None  # the [eval] table (pinned evaluation settings; block above)
+
+    @model_serializer(mode="wrap")
+    def _drop_unpinned_eval(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        data: dict[str, object] = handler(self)
+        if data.get("eval", 0) is None:
+            del data["eval"]
+        return data
 
     @model_validator(mode="after")
     def _consistency(self) -> Protocol:

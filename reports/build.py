@@ -24,6 +24,7 @@ from reports import (
     assurance,
     details,
     episodes,
+    judged,
     pages,
     paper,
     probes,
@@ -87,11 +88,23 @@ def _resolve_run_dirs(a: AnalysisResult, run_dirs: Sequence[str | Path], base: P
     return found, warn
 
 
-def _header(a: AnalysisResult, now: str, n_runs: int) -> list[KeyValue]:
+def _header(a: AnalysisResult, now: str, n_runs: int, manifests: Sequence[RunManifest] = ()) -> list[KeyValue]:
+    from reports.descriptive import generation_facts
+
+    recorded = {f"generation.{arm.name}.{k}": v for m in manifests for arm in m.arms
+                for k, v in arm.generation.items() if v is None or isinstance(v, str | int | float | bool)}
     return [KeyValue(key=k, value=v) for k, v in (
         ("protocol sha256", a.protocol_hash), ("frozen at", a.frozen_at), ("estimand", a.estimand),
         ("treatment arm", a.arms.get("treatment", fmt.DASH)), ("baseline arm", a.arms.get("baseline", fmt.DASH)),
+        *(generation_facts(recorded) if recorded else []),
         ("analysis created", a.created_at), ("report generated", now), ("evaluation runs", str(n_runs)))]
+
+
+def _study_sections(a: AnalysisResult, paper_plan: bool) -> list[Any]:
+    """The exploratory study panels; for a plan that is not the paper's, only those that were run."""
+    secs = [studies.noisy_section(a), studies.equal_compute_section(a), studies.can_do_section(a),
+            studies.label_rates_section(a), probes.hint_probes_section(a), tiers.behaviour_tiers_section(a)]
+    return secs if paper_plan else [s for s in secs if s.available]
 
 
 def build_view(
@@ -106,17 +119,20 @@ def build_view(
     extra_warnings: Sequence[str] = (),
     now: str,
 ) -> ReportView:
-    """Assemble the whole view model (pure: no file access)."""
+    """Assemble the whole view model (pure: no file access). A plan that is not the paper's
+    (``reports.paper.is_paper_plan``) gets no paper panel and only the study panels that were run."""
+    paper_plan = paper.is_paper_plan(a)
+    unjudged = judged.unjudged_plan_arms(eps)
+    touched = {s.arm: judged.tests_touched(eps, s.arm, plan_arm=True) for s in a.arm_summaries} if eps else None
     secs = [
-        sections.criteria_section(a), sections.outcomes_section(a), reach.reach_section(eps),
+        sections.criteria_section(a), sections.outcomes_section(a, unjudged, touched),
+        reach.reach_section(eps, paper=paper_plan),
         details.variance_section(a),
         details.sensitivity_section(a), studies.training_section(
             training_runs, arm_order=[a.arms[r] for r in ("treatment", "baseline") if r in a.arms]),
-        paper.paper_section(a, training_runs, arms=(a.arms.get("treatment"), a.arms.get("baseline"))),
-        studies.noisy_section(a),
-        studies.equal_compute_section(a), studies.can_do_section(a), studies.label_rates_section(a),
-        probes.hint_probes_section(a),
-        tiers.behaviour_tiers_section(a),
+        *([paper.paper_section(a, training_runs, arms=(a.arms.get("treatment"), a.arms.get("baseline")))]
+          if paper_plan else []),
+        *_study_sections(a, paper_plan),
         details.breakdowns_section(a),
         details.secondary_section(a), details.missing_section(a), assurance.assurance_section(a),
         provenance.prereg_section(a, protocol, manifests),
@@ -126,7 +142,8 @@ def build_view(
     return ReportView(
         title=f"{a.plan_name} (plan version {a.plan_version})",
         subtitle=f"Evaluation report: {a.arms.get('treatment', '?')} vs {a.arms.get('baseline', '?')}",
-        generated_at=now, facts=_header(a, now, len(a.runs)), verdict=sections.verdict_view(a), warnings=warnings,
+        generated_at=now, facts=_header(a, now, len(a.runs), manifests), verdict=sections.verdict_view(a),
+        warnings=warnings,
         sections=secs, episodes=pages.episodes_view(eps, paged, cap=max_pages),
         nav=[("verdict", "Verdict"), *[(s.id, s.title.split(" (")[0]) for s in secs], ("episodes", "Episodes")],
     )

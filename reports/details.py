@@ -6,12 +6,17 @@ verdict are flagged (``agrees_with_primary is False``), never hidden; they are p
 
 from __future__ import annotations
 
-from evalsuite.schema import AnalysisResult, BreakdownRow
+from evalsuite.schema import AnalysisResult, BreakdownRow, SensitivityResult
 from reports import format as fmt
 from reports.model import Cell, Section, Table
 from reports.sections import VERDICT_TONE, rate_text
 
-BY_TITLE = {"repo": "repository", "difficulty": "difficulty", "template_tier": "template tier"}
+BY_TITLE = {"repo": "repository", "difficulty": "difficulty", "template_tier": "template tier",
+            "stratum": "held-out stratum"}
+# what each held-out stratum measures (harness.minirepos.primary; docs/HARNESS.md, "The primary held-out set")
+STRATUM_NOTE = ("Strata: twin = the gold fix changes the same lines as a training task's (coding there is recall of a "
+                "trained fix in a new repository); no_twin = no training task's fix does (repair beyond recall); "
+                "generalization = repositories from templates no training task uses.")
 
 
 def variance_section(a: AnalysisResult) -> Section:
@@ -47,11 +52,20 @@ def variance_section(a: AnalysisResult) -> Section:
     return Section(id="variance", title="Where the uncertainty comes from", tables=tables)
 
 
+ZERO_SE = "not informative: a zero-width interval (standard error 0, no variation to measure)"
+
+
+def zero_width(s: SensitivityResult) -> bool:
+    """A sensitivity analysis that ran but whose interval has no width: its verdict carries no information."""
+    return s.status == "ok" and s.ci_low is not None and s.ci_high is not None and s.ci_low == s.ci_high
+
+
 def sensitivity_section(a: AnalysisResult) -> Section:
     rows, disagree = [], []
     for c in a.criteria:
         for s in c.sensitivity:
-            flag = s.agrees_with_primary is False
+            degenerate = zero_width(s)
+            flag = s.agrees_with_primary is False and not degenerate
             if flag:
                 disagree.append(f"{c.endpoint}: {s.name} gives {s.verdict.upper()} while the primary gives "
                                 f"{c.verdict.upper()}")
@@ -62,10 +76,13 @@ def sensitivity_section(a: AnalysisResult) -> Section:
                 Cell(text=est), Cell(text=fmt.interval(s.ci_low, s.ci_high, scale=scale, digits=1 if scale == "pp" else 3)),
                 Cell(text=(fmt.pp(s.lower_one_sided) if s.scale == "risk_difference" else fmt.num(s.lower_one_sided))
                      + f" vs {fmt.pp(c.bar)}"),
-                Cell(text=s.verdict.replace("_", " ").upper(), tone=VERDICT_TONE[s.verdict]),
-                Cell(text={True: "agrees", False: "DISAGREES", None: "n/a"}[s.agrees_with_primary],
-                     tone="fail" if flag else ("pass" if s.agrees_with_primary else "na")),
-                Cell(text=s.note or fmt.DASH),
+                Cell(text=f"{s.verdict.replace('_', ' ').upper()} (not informative)" if degenerate else
+                     s.verdict.replace("_", " ").upper(), tone="na" if degenerate else VERDICT_TONE[s.verdict],
+                     title=ZERO_SE if degenerate else ""),
+                Cell(text="n/a" if degenerate else {True: "agrees", False: "DISAGREES", None: "n/a"}[
+                    s.agrees_with_primary],
+                     tone="fail" if flag else ("pass" if s.agrees_with_primary and not degenerate else "na")),
+                Cell(text="; ".join(x for x in (ZERO_SE if degenerate else "", s.note) if x) or fmt.DASH),
             ])
     if not rows:
         return Section(id="sensitivity", title="Sensitivity analyses", available=False,
@@ -86,12 +103,13 @@ def _breakdown_table(by: str, rows: list[BreakdownRow]) -> Table:
     methods = sorted({r.method for r in rows})
     return Table(id=f"breakdown-{by}", header=[BY_TITLE[by], "endpoint", "tasks", "treatment", "baseline", "Δ",
                                                 "CI of Δ"], rows=body,
-                 caption=f"Per {BY_TITLE[by]} (exploratory; method: {'; '.join(methods)}).")
+                 caption=f"Per {BY_TITLE[by]} (exploratory; method: {'; '.join(methods)})."
+                 + (f" {STRATUM_NOTE}" if by == "stratum" else ""))
 
 
 def breakdowns_section(a: AnalysisResult) -> Section:
     tables, missing = [], []
-    for by in ("repo", "difficulty", "template_tier"):
+    for by in ("repo", "difficulty", "template_tier", "stratum"):
         rows = [r for r in a.breakdowns if r.by == by]
         if rows:
             tables.append(_breakdown_table(by, rows))

@@ -84,8 +84,8 @@ class EpisodeRow(_View):
     status: str
     failure: str
     resolved: bool
-    behaviour: bool
-    joint: bool
+    behaviour: bool | None  # None: not judged (graded patches without a conversation, ``reports.judged``)
+    joint: bool | None
     difficulty: str
     tier: str
     link: str | None  # relative href of the trajectory page, None when no page was written

@@ -18,6 +18,7 @@ from itertools import zip_longest
 from harness.schema import EpisodeResult, Message
 from reports import format as fmt
 from reports.episodes import EpisodeFiles
+from reports.judged import unjudged_arms
 from reports.model import Cell, DiffLine, EpisodeRow, EpisodesView, KeyValue, MessageView, Table, TrajectoryView
 
 MAX_MESSAGE_CHARS = 20_000
@@ -59,12 +60,17 @@ def select_pages(episodes: Sequence[EpisodeResult], cap: int) -> set[str]:
 
 
 def episode_rows(episodes: Iterable[EpisodeResult], paged: set[str]) -> list[EpisodeRow]:
+    """Rows of the table; behaviour and joint are None (shown "n/a") for arms that were not judged
+    (``reports.judged``: graded patches without a conversation)."""
+    eps = list(episodes)
+    unjudged = unjudged_arms(eps)
     return [
         EpisodeRow(run=e.run_id, instance=e.instance_id, repo=e.repo, arm=e.arm, seed=e.seed, attempt=e.attempt,
-                   status=e.status, failure=e.failure_class, resolved=e.resolved, behaviour=e.behaviour_ok,
-                   joint=e.joint_ok, difficulty=e.difficulty, tier=e.template_tier,
+                   status=e.status, failure=e.failure_class, resolved=e.resolved,
+                   behaviour=None if e.arm in unjudged else e.behaviour_ok,
+                   joint=None if e.arm in unjudged else e.joint_ok, difficulty=e.difficulty, tier=e.template_tier,
                    link=page_name(e) if episode_key(e) in paged else None)
-        for e in episodes
+        for e in eps
     ]
 
 

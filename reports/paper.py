@@ -71,6 +71,16 @@ def _heldout_text(a: AnalysisResult | None, arm: str | None, endpoint: str) -> s
     return f"{fmt.DASH} (not in the analysis)"
 
 
+PAPER_ARMS = frozenset({"tg", "grpo"})
+
+
+def is_paper_plan(a: AnalysisResult) -> bool:
+    """The plan asks the paper's question: its arms are the reproduction's ``tg`` and ``grpo`` (the bundled plans
+    ``smoke``, ``mini``, ``paper_claims``). Reports of other plans (your own two agents) show no paper panel, no
+    TG/GRPO labels and no study panel that was not run."""
+    return {a.arms.get("treatment"), a.arms.get("baseline")} == PAPER_ARMS
+
+
 def paper_section(a: AnalysisResult | None,
                   runs: Mapping[str, Mapping[str, list[dict[str, float]]]] | None, *,
                   arms: Sequence[str | None] = (None, None), window: int = PAPER_WINDOW) -> Section:
@@ -99,4 +109,4 @@ def paper_section(a: AnalysisResult | None,
     return Section(id="paper", title="The paper's numbers beside ours", tables=[table])
 
 
-__all__ = ["PAPER_ROWS", "PAPER_SCALE", "PAPER_WINDOW", "PaperCell", "paper_section"]
+__all__ = ["PAPER_ARMS", "PAPER_ROWS", "PAPER_SCALE", "PAPER_WINDOW", "PaperCell", "is_paper_plan", "paper_section"]

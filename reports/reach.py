@@ -5,16 +5,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from harness.schema import EpisodeResult
+from reports.judged import unjudged_arms
 from reports.model import Cell, Section, Table
 
-INTRO = (
-    "The verdict compares rates; it cannot say whether the episodes ever got to the point the question is about. "
+INTRO_PAPER = (
     "The paper's behaviour is a property of the agent's reply to the user (its finish summary). When the models "
     "rarely reach that turn, or rarely solve anything, both arms score about zero on both endpoints and the verdict "
-    "says nothing about targeted guidance. This panel counts, per arm and from the episodes' own result files (no "
-    "statistics): how many episodes ended with a reply (finish) and how many at a limit, how many turns the "
-    "behaviour checkers judged and passed, and how many tasks were resolved; and it says in words when the counts "
-    "leave the question unanswered.")
+    "says nothing about targeted guidance. ")
+INTRO_COUNTS = (
+    "This panel counts, per arm and from the episodes' own result files (no statistics): how many episodes ended "
+    "with a reply (finish) and how many at a limit, how many turns the behaviour checkers judged and passed, and "
+    "how many tasks were resolved; and it says in words when the counts leave the question unanswered.")
+INTRO_HEAD = "The verdict compares rates; it cannot say whether the episodes ever got to the point the question is about. "
+INTRO = INTRO_HEAD + INTRO_PAPER + INTRO_COUNTS
 LIMITS = ("limit_turns", "limit_tokens", "limit_time", "limit_context")
 FEW = 0.2  # "most episodes" below this share; a wording threshold for the notes, never a criterion
 NEAR_ZERO = 0.05  # "near zero" below this share (same: wording only)
@@ -24,11 +27,15 @@ def _share(k: int, n: int) -> str:
     return f"{k:,} / {n:,} ({100 * k / n:.0f}%)" if n else "0 / 0"
 
 
-def reach_section(eps: Sequence[EpisodeResult]) -> Section:
-    scored = [e for e in eps if e.scored]
+def reach_section(eps: Sequence[EpisodeResult], *, paper: bool = True) -> Section:
+    """The panel; ``paper``: the plan asks the paper's question (TG vs GRPO), so the closing note may say that the
+    verdict does not answer it. Arms without a conversation (``reports.judged``) are left out, with a note."""
+    unjudged = unjudged_arms(eps)
+    scored = [e for e in eps if e.scored and e.arm not in unjudged]
     if not scored:
-        return Section(id="reach", title="What the episodes reached", available=False,
-                       absent="No scored episodes were found next to the analysis (pass the run directories).")
+        why = ("Only graded patches without a conversation: there is no episode to follow." if unjudged else
+               "No scored episodes were found next to the analysis (pass the run directories).")
+        return Section(id="reach", title="What the episodes reached", available=False, absent=why)
     arms = sorted({e.arm for e in scored}, key=lambda a: (a.split("@")[0] != "base", a))
     checkers = sorted({b.checker for e in scored for b in e.behaviour})
     rows, notes = [], []
@@ -69,15 +76,18 @@ def reach_section(eps: Sequence[EpisodeResult]) -> Section:
     share = f"{tot['resolved']:,} of {n:,} episodes ({tot['resolved'] / max(1, n):.0%})"
     if tot["resolved"] < NEAR_ZERO * n:
         notes.append(f"Only {share} resolved their task. With coding success near zero in every arm, 'coding held' "
-                     "is met trivially and says nothing about whether targeted guidance protects it.")
+                     "is met trivially and says nothing about whether "
+                     + ("targeted guidance protects it." if paper else "the treatment protects it."))
     elif tot["resolved"] < FEW * n:
         notes.append(f"Only {share} resolved their task: the coding comparison rests on those few successes.")
-    if notes:
+    if notes and paper:
         why = ("models that cannot yet do the tasks" if tot["resolved"] < NEAR_ZERO * n
                else "models that rarely reach the reply the question is about")
         notes.append("In this state the verdict does not answer the paper's question (does TG teach the behaviour "
-                     f"while coding holds?): it is the honest result of {why}. The README section 'What the mini "
-                     "world reaches' gives the measurements and the reasons.")
+                     f"while coding holds?): it is the honest result of {why}. docs/RESULTS.md (the mini reproduction, "
+                     "run by run) gives the measurements and the reasons.")
+    if unjudged:
+        notes.append(f"{', '.join(sorted(unjudged))}: not listed (graded patches without a conversation).")
     table = Table(
         id="reach-table",
         header=["arm", "episodes", "ended with a reply (finish)", "stopped at a limit",
@@ -86,5 +96,6 @@ def reach_section(eps: Sequence[EpisodeResult]) -> Section:
         caption="Counted from the episodes' result files (scored episodes only). A turn is judged when a behaviour "
                 "checker applies to it (NA otherwise); an episode's behaviour is OK when none of its judged turns "
                 "failed.")
-    return Section(id="reach", title="What the episodes reached", intro=INTRO,
+    return Section(id="reach", title="What the episodes reached",
+                   intro=INTRO if paper else INTRO_HEAD + INTRO_COUNTS,
                    tables=[table], notes=notes)

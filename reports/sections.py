@@ -8,10 +8,13 @@ table's counts into row percentages for reading.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from evalsuite.schema import AnalysisResult, ArmSummary, CriterionResult, JointTable, RateCI
 from protocols.schema import at_least
 from reports import figures
 from reports import format as fmt
+from reports.judged import JUDGED_ENDPOINTS, NOT_JUDGED, NOT_JUDGED_WHY, TOUCHED_CAPTION, touched_text
 from reports.model import Cell, Figure, Section, Table, Tone, VerdictView
 
 ENDPOINT_LABEL = {
@@ -42,12 +45,25 @@ def _bar_text(c: CriterionResult) -> str:
     return f"> {fmt.pp(c.bar)}"
 
 
+def distinct_reasons(texts: list[str], endpoint: str | None = None) -> list[str]:
+    """Each reason once: a leading ``"<endpoint>: "`` is dropped (the line already names the endpoint), exact
+    repeats are dropped, and so is a reason that only wraps another one of the list (e.g. "no valid lower bound
+    (X)" next to X)."""
+    prefix = f"{endpoint}: " if endpoint else None
+    out: list[str] = []
+    for t in texts:
+        t = t[len(prefix):] if prefix and t.startswith(prefix) else t
+        if t not in out:
+            out.append(t)
+    return [t for t in out if not any(o != t and o in t for o in out)]
+
+
 def criterion_reason(c: CriterionResult) -> Cell:
     """One sentence per criterion for the banner: the bound, the bar it must clear and the verdict."""
     level = f"{100 * (1 - c.alpha_one_sided):g}%"
     head = f"{c.endpoint} — {KIND_LABEL[c.kind]}"
     if c.verdict == "not_evaluated" or c.lower_one_sided is None:
-        why = "; ".join(c.notes) or "no estimate could be formed"
+        why = "; ".join(distinct_reasons(list(c.notes), c.endpoint)) or "no estimate could be formed"
         return Cell(text=f"{head}: not evaluated ({why})", tone="na")
     cmp = ">" if c.lower_one_sided > c.bar else "≤"
     text = f"{head}: one-sided {level} lower bound {fmt.pp(c.lower_one_sided)} {cmp} {fmt.pp(c.bar)}"
@@ -72,9 +88,22 @@ def verdict_view(a: AnalysisResult) -> VerdictView:
         headline=headline,
         rule=a.decision.rule,
         criterion_reasons=[criterion_reason(c) for c in a.criteria],
-        decision_reasons=list(a.decision.reasons),
+        decision_reasons=_new_reasons(a),
         claims=f"Endpoints individually claimed ({a.decision.claims_procedure.replace('_', ' ')}): {claims}",
     )
+
+
+def _said_in_banner(c: CriterionResult) -> list[str]:
+    """The notes of ``c`` that its banner line already says (those of a criterion that was not evaluated)."""
+    return list(c.notes) if c.verdict == "not_evaluated" or c.lower_one_sided is None else []
+
+
+def _new_reasons(a: AnalysisResult) -> list[str]:
+    """The decision's reasons that the criterion lines do not already say: a reason repeating a criterion's note
+    (the bound of an evaluated criterion, or why one was not evaluated) or wrapping one is dropped."""
+    said = [t for c in a.criteria for t in distinct_reasons(list(c.notes), c.endpoint)]
+    return [r for r in distinct_reasons(list(a.decision.reasons))
+            if not any(t in r for t in said)]
 
 
 def _criterion_row(c: CriterionResult) -> list[Cell]:
@@ -95,7 +124,10 @@ def _criterion_row(c: CriterionResult) -> list[Cell]:
 
 
 def _criterion_notes(c: CriterionResult) -> list[str]:
-    notes = [n if n.startswith(c.endpoint) else f"{c.endpoint}: {n}" for n in c.notes]
+    """Notes under the criteria table: what the banner does not already say about ``c``."""
+    if _said_in_banner(c):
+        return []
+    notes = [n if n.startswith(c.endpoint) else f"{c.endpoint}: {n}" for n in distinct_reasons(list(c.notes))]
     if c.degenerate:
         notes.append(f"{c.endpoint}: the variance estimate was 0; fallback used: {c.fallback_used or 'none recorded'}")
     return notes
@@ -154,22 +186,34 @@ def joint_table_view(arm: str, label: str, jt: JointTable) -> Table:
     )
 
 
-def outcomes_section(a: AnalysisResult) -> Section:
+def outcomes_section(a: AnalysisResult, unjudged: frozenset[str] = frozenset(),
+                     touched: Mapping[str, tuple[int, int]] | None = None) -> Section:
+    """Per-arm rates, 2×2 tables and per-seed rates; ``unjudged``: plan arms whose episodes had no conversation
+    (``reports.judged``), shown "n/a" for behaviour and joint instead of 0; ``touched``: plan arm → (graded patches
+    that touched tests, graded patches), counted from the episodes (a column when given)."""
     if not a.arm_summaries:
         return Section(id="outcomes", title="Outcomes per arm", available=False,
                        absent="The analysis carries no per-arm summaries.")
     endpoints = sorted({r.endpoint for s in a.arm_summaries for r in s.rates})
+
+    def rate(s: ArmSummary, e: str) -> str:
+        if s.arm in unjudged and e in JUDGED_ENDPOINTS:
+            return NOT_JUDGED
+        return rate_text(next((r for r in s.rates if r.endpoint == e), None))
+
+    extra = ["tests touched"] if touched is not None else []
     rates = Table(
-        id="arm-rates", header=["arm", "role", "seeds", "scored episodes", *endpoints],
+        id="arm-rates", header=["arm", "role", "seeds", "scored episodes", *endpoints, *extra],
         rows=[[Cell(text=s.arm), Cell(text=s.role), Cell(text=", ".join(map(str, s.seeds))),
-               Cell(text=f"{s.n_scored_episodes:,}"),
-               *[Cell(text=rate_text(next((r for r in s.rates if r.endpoint == e), None))) for e in endpoints]]
+               Cell(text=f"{s.n_scored_episodes:,}"), *[Cell(text=rate(s, e)) for e in endpoints],
+               *([Cell(text=touched_text(touched.get(s.arm, (0, 0))))] if touched is not None else [])]
               for s in a.arm_summaries],
         caption="Rates with their CI as computed by the analysis (method per rate: "
-        + ", ".join(sorted({r.method for s in a.arm_summaries for r in s.rates})) + ").",
+        + ", ".join(sorted({r.method for s in a.arm_summaries for r in s.rates})) + ")."
+        + (" " + TOUCHED_CAPTION if touched is not None else ""),
     )
     tables = [rates]
-    tables += [_joint_table(s) for s in a.arm_summaries]
+    tables += [_joint_table(s) for s in a.arm_summaries if s.arm not in unjudged]
     seed_eps = sorted({r.endpoint for s in a.arm_summaries for r in s.per_seed})
     seeds = []
     for s in a.arm_summaries:
@@ -181,4 +225,6 @@ def outcomes_section(a: AnalysisResult) -> Section:
     if seeds:
         tables.append(Table(id="per-seed", header=["arm", "training seed", *seed_eps], rows=seeds,
                             caption="Per training seed (one checkpoint each), with each rate's CI."))
-    return Section(id="outcomes", title="Outcomes per arm", tables=tables)
+    notes = [f"{', '.join(sorted(unjudged))}: behaviour and joint are {NOT_JUDGED} ({NOT_JUDGED_WHY})."] \
+        if unjudged else []
+    return Section(id="outcomes", title="Outcomes per arm", tables=tables, notes=notes)

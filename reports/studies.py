@@ -190,7 +190,8 @@ def _rate_text(r: RateCI) -> str:
     return f"{fmt.pct(r.rate)} {fmt.interval(r.ci_low, r.ci_high, scale='pct')} ({r.successes:g} / {r.n}{se})"
 
 
-STUDY_TITLES = {"ablations": "ablation arm", "production_loop": "production loop (distill → RL → distill)"}
+STUDY_TITLES = {"ablations": "ablation arm", "production_loop": "production loop (distill → RL → distill)",
+                "generalization": "main arm on unseen-template repositories (never a primary endpoint)"}
 
 
 def label_rates_section(a: AnalysisResult) -> Section:
@@ -201,13 +202,16 @@ def label_rates_section(a: AnalysisResult) -> Section:
     rows = []
     for r in rows_in:
         by = {x.endpoint: x for x in r.rates}
-        kind = f"reference: main {r.label} runs (RL alone)" if r.reference else STUDY_TITLES[r.study]
+        kind = (("reference: the SFT start" if r.study == "generalization" else f"reference: main {r.label} runs "
+                 "(RL alone)") if r.reference else STUDY_TITLES[r.study])
         rows.append([Cell(text=r.study), Cell(text=r.label), Cell(text=kind),
                      *[Cell(text=_rate_text(by[e]) if e in by else fmt.DASH) for e in ("behaviour_ok", "code_ok",
                                                                                        "joint_ok")],
                      Cell(text=", ".join(str(s) for s in r.seeds))])
     return Section(
-        id="labels", title="Ablations and the production loop (exploratory)",
+        id="labels", title="Ablations and the production loop (exploratory)" if not any(
+            r.study == "generalization" for r in rows_in) else "Generalization tier, ablations and the production "
+        "loop (exploratory)",
         intro="Each study model's held-out rates, its seeds' episodes pooled, beside the main runs it changes one "
         "thing of. Wilson 95 % intervals over pooled episodes (they ignore that episodes of one repository or one "
         "seed are correlated; the repository-clustered SE says how much that matters). Descriptive: no test, no "

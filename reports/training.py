@@ -27,6 +27,12 @@ log = logging.getLogger(__name__)
 CURVE_METRICS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("behaviour/compliance",), "behaviour compliance"),
     (("task/pass_rate", "reward/task"), "pass rate"),
+    # the gate diagnostics of targeted guidance (repro.trainer_step, METHOD §6.11): how many turns the gate guides,
+    # and the divergence and the teacher-student gap P_T(v*) - P_S(v*) at the behaviour's first token; an inactive
+    # gate or a hint that does not move the teacher shows as 0 here (GRPO runs log no teacher: no curve)
+    (("guidance/guided_turn_frac",), "share of turns gated"),
+    (("guidance/anchor_kl",), "KL at the behaviour's first token"),
+    (("guidance/anchor_gap",), "P_T − P_S at the behaviour's first token"),
 )
 DEFAULT_WINDOW = 32
 CONTRIB_PREFIX = "reward/contrib/"  # sign·w·R_k per reward term (repro.rewards); reward/<term> is R_k itself

@@ -88,6 +88,17 @@ class ComputeLedger:
                 getattr(self, key).update(state.get(key, {}))
 
 
+def device_clock(device: Any) -> float:
+    """``time.perf_counter()`` after the device's queued work has finished (``torch.cuda.synchronize`` on a CUDA
+    device; nothing to wait for on the CPU). CUDA kernels run asynchronously, so a phase timed without it (the
+    teacher forward inside the trainer step) measures only the kernel launches."""
+    if getattr(device, "type", device) == "cuda":
+        import torch
+
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
 def count_params(model: Any) -> dict[str, int]:
     """Total parameters, and the ones that enter the matmul FLOPs (everything but the input embedding)."""
     total = sum(p.numel() for p in model.parameters())

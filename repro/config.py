@@ -99,6 +99,9 @@ class ModelCfg(_Section):
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     threads: int = Field(0, ge=0, description="torch intra-op threads; 0 = torch default")
     lora: LoraCfg = LoraCfg()
+    activation_checkpointing: bool = Field(
+        False, description="recompute each decoder layer in the backward instead of keeping its activations "
+        "(repro.distributed.activation_checkpointing); the --dry-run plan counts activations accordingly")
 
 
 class TasksCfg(_Section):
@@ -122,9 +125,14 @@ class RolloutCfg(_Section):
     sandbox: Literal["local", "docker"] = "local"
     engine: Literal["hf_sampler", "vllm", "vllm_http"] = Field(
         "hf_sampler", description="hf_sampler = our KV-cached sampler (repro.sampler) or HFEngine; vllm = a colocated "
-        "vllm.LLM in this process (repro.vllm_engine; needs the gpu extra and CUDA); vllm_http = an external "
-        "`vllm serve` (designed, not built: train rl refuses it)")
+        "vllm.LLM in this process (repro.vllm_engine; needs the gpu extra and CUDA); vllm_http = external "
+        "`vllm serve` processes over HTTP ([vllm_http], repro.vllm_http)")
     per_exec_timeout_s: float = Field(30.0, gt=0)
+    sampler_threads: int = Field(0, ge=0, description="torch intra-op threads while rollouts sample (synchronous "
+                                 "runs; restored for the trainer); 0 = unchanged (model.threads or torch's default)")
+    env_workers: int = Field(4, ge=1, description="episodes of a step whose tool calls and grading run at once, on "
+                             "threads, while the model samples (repro.rollout.EnvPool); 1 = one after another. The "
+                             "trajectories do not depend on it")
     sampling_streams: int = Field(
         0, ge=0, description="each step's groups are sampled in this many contiguous chunks, one seeded run_groups "
         "call each (repro.distributed); 0 = one per process (1 single-process, one per rank under cluster.fsdp). "
@@ -185,6 +193,9 @@ class OptimCfg(_Section):
     warmup_steps: int = Field(0, ge=0)
     schedule: Literal["constant", "cosine"] = "constant"
     micro_batch: int = Field(4, ge=1, description="trajectories per forward/backward")
+    padding_free: bool = Field(True, description="pack a micro-batch's sequences into one row (no pad tokens, no "
+                               "attention across sequences; repro.packing) as TRL's padding_free does; false = "
+                               "right-padded [B, T] with an attention mask")
 
 
 class AsyncCfg(_Section):
@@ -244,6 +255,21 @@ class VllmCfg(_Section):
     max_num_seqs: int = Field(0, ge=0, description="sequences decoded at once; 0 = rollout.groups x group_size")
 
 
+class VllmHttpCfg(_Section):
+    """External ``vllm serve`` processes (``rollout.engine = "vllm_http"``, ``repro.vllm_http``); ignored by other
+    engines."""
+
+    urls: tuple[str, ...] = Field(("http://127.0.0.1:8000",), min_length=1, description="base URLs of the servers "
+                                  "(requests spread round-robin; every server gets every weight push)")
+    weights_dir: str | None = Field(None, description="the directory every server was started from (`vllm serve "
+                                    "DIR`), shared with the trainer: it writes model.safetensors there and asks the "
+                                    "servers to reload it")
+    model: str = Field("", description="the served model name; '' = the first of GET /v1/models")
+    push_dtype: Literal["bfloat16", "float16", "float32"] = Field("bfloat16", description="dtype of pushed weights")
+    timeout_s: float = Field(600.0, gt=0, description="per HTTP request")
+    concurrency: int = Field(64, ge=1, description="completion requests in flight at once")
+
+
 class ShapeCfg(_Section):
     """Model shape for the dry-run plan; all 0 = take it from the model preset."""
 
@@ -273,6 +299,7 @@ class TrainConfig(_Section):
     distill: DistillCfg = DistillCfg()
     cluster: ClusterCfg = ClusterCfg()
     vllm: VllmCfg = VllmCfg()
+    vllm_http: VllmHttpCfg = VllmHttpCfg()
     shape: ShapeCfg = ShapeCfg()
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)

@@ -44,11 +44,29 @@ def merge_ledgers(snapshots: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+class GatheredModel(nn.Module):
+    """Rank 0's stand-in for the unsharded model when there is no sampling copy (``rollout.engine = "vllm_http"``):
+    ``save_pretrained`` writes ``lm``'s config with the gathered ``state`` (``repro.distributed.gather_full_state``)."""
+
+    def __init__(self, lm: nn.Module, state: dict[str, torch.Tensor]) -> None:
+        super().__init__()
+        self.held = (lm,)  # a tuple: not registered as a submodule (nothing here owns its parameters)
+        self.state = state
+
+    def save_pretrained(self, directory: Path, **kwargs: Any) -> None:
+        self.held[0].save_pretrained(directory, state_dict=self.state, **kwargs)
+
+
 def save(ctx: DistContext, out: Path, step: int, *, root: nn.Module, opt: torch.optim.Optimizer,
-         full_model: nn.Module, tokenizer: Any, state: dict[str, Any], ledger: dict[str, Any], config_sha256: str,
+         full_model: nn.Module | None, tokenizer: Any, state: dict[str, Any], ledger: dict[str, Any], config_sha256: str,
          arm: str, seed: int, keep: int) -> ck.CheckpointInfo:
     """Write ``checkpoints/step_<step>/`` (module docstring) from every rank; ``full_model`` holds the unsharded
-    current weights (rank 0 saves it in the HF layout). Returns the checkpoint's info on every rank."""
+    current weights (rank 0 saves it in the HF layout); None: the ranks gather them one tensor at a time
+    (:class:`GatheredModel`). Returns the checkpoint's info on every rank."""
+    if full_model is None:
+        from repro.distributed import gather_full_state
+
+        full_model = GatheredModel(root.lm, gather_full_state(ctx, root.lm))
     staging = Path(out) / "checkpoints" / f".dcp_step_{step}"
     if ctx.main:
         shutil.rmtree(staging, ignore_errors=True)

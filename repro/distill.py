@@ -108,7 +108,7 @@ def distill_loss(student: torch.nn.Module, teacher: torch.nn.Module, ids: torch.
 def _pool(cfg: TrainConfig, setup: Any) -> list[Any]:
     d, r = cfg.distill, cfg.rollout
     settings = RolloutSettings(d.pool_rollouts, r.max_turns, r.max_new_tokens, r.max_context_tokens, r.temperature,
-                               r.top_p)
+                               r.top_p, env_workers=r.env_workers)
     stream = TaskStream(setup.tasks, cfg.run.seed + 7, cfg.tasks.shuffle, cfg.tasks.epochs)
     encoder, samples = ChatEncoder(setup.tokenizer), []
     setup.model.eval()

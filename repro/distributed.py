@@ -15,16 +15,29 @@
 3. Clip, AdamW on the local shards, EMA teacher update on the shards, metrics reduced over ranks (rank 0 writes).
 
 Sharding (:meth:`DistContext.shard`): every decoder layer of the student and of an ``ema`` / ``fixed`` teacher copy
-is ``fully_shard``-ed, then the :class:`repro.trainer_step.LossRoot` (embeddings, final norm, lm_head), with
-``MixedPrecisionPolicy(param_dtype=None, reduce_dtype=float32)``: fp32 sharded master weights and AdamW state, fp32
-all-gathers and gradient reduction; ``model.precision = "bf16-mixed"`` gets its bf16 matmuls from the same
-``repro.precision.autocast`` as one process, so both compute the same step. (A bf16 all-gather,
-``param_dtype=bfloat16``, halves the gather bytes but also rounds the norms and embeddings to bf16: a different
-numeric policy than one process, not used.) The live teacher is the student itself, so its forward uses the same
-shards.
+is ``fully_shard``-ed, then the :class:`repro.trainer_step.LossRoot` (embeddings, final norm, lm_head). The model is
+still on the CPU when it is sharded: ``fully_shard`` moves one layer at a time to the rank's device and keeps only
+its shard there, so no rank ever holds the full model on its GPU (the trainer used to move the whole fp32 model
+first: ≈ 122 GB at 30.5 B parameters). The CPU copies are built and sharded one rank at a time
+(:func:`wait_turn` / :func:`end_turn`), so a node's host memory holds one full model at a time, not one per rank.
+Mixed precision (:func:`mp_policy`): ``fp32`` keeps fp32 all-gathers; ``bf16-mixed`` uses
+``MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)``: fp32 sharded master weights and AdamW state,
+bf16 all-gathers and compute (the unsharded bf16 weights are freed after each layer's forward; bf16 autocast over
+fp32 shards instead kept a bf16 cast of every weight alive until backward), gradients reduced in fp32. The root's
+inputs (behaviour log-probs, advantages) are not cast. The numerics differ from one process by bf16 rounding of the
+norms, embeddings and the residual stream (tests/repro/test_train_fsdp.py measures it). The live teacher is the
+student itself, so its forward uses the same shards.
 
-Not covered: the vLLM engines and the async producer (``rollout.engine`` other than ``hf_sampler`` and
-``async.enabled`` are refused with ``cluster.fsdp``), ``run.log_grad_split`` (its
+Activation checkpointing (``model.activation_checkpointing``, :func:`activation_checkpointing`, also in one
+process): transformers' per-decoder-layer checkpointing (non-reentrant), so the backward keeps each layer's input
+and recomputes the layer — what ``tgsuite train rl --dry-run`` counts when the key is true.
+
+External vLLM servers (``rollout.engine = "vllm_http"``): no sampling copy; after every optimizer step (and at the
+start) the ranks all-gather the weights one tensor at a time, rank 0 pushes them to the servers
+(:func:`push_sharded`) and every rank then samples its chunks over HTTP. Checkpoints gather the same way.
+
+Not covered: the colocated vLLM engine and the async producer (``rollout.engine = "vllm"`` and ``async.enabled``
+are refused with ``cluster.fsdp``), ``run.log_grad_split`` (its
 per-term ``autograd.grad`` bypasses FSDP's hooks; refused), and gradient accumulation without a reduce-scatter per
 micro-batch.
 """
@@ -81,10 +94,11 @@ def check_launch(cfg: TrainConfig, launch: Launch) -> list[str]:
             raise ConfigError(f"cluster.fsdp = true with cluster.trainer_gpus = {c.trainer_gpus}, but this process is "
                               f"one of {launch.world} (WORLD_SIZE); launch with `{cmd}` or set cluster.trainer_gpus = "
                               f"{launch.world}")
-        if cfg.rollout.engine != "hf_sampler":
-            raise ConfigError(f"cluster.fsdp = true with rollout.engine = {cfg.rollout.engine!r}: only the hf_sampler "
-                              "engine samples under FSDP (each rank with an all-gathered copy); set rollout.engine = "
-                              "'hf_sampler' or cluster.fsdp = false")
+        if cfg.rollout.engine not in ("hf_sampler", "vllm_http"):
+            raise ConfigError(f"cluster.fsdp = true with rollout.engine = {cfg.rollout.engine!r}: under FSDP the "
+                              "hf_sampler engine samples in each rank from an all-gathered copy and vllm_http from "
+                              "external servers that rank 0 pushes the gathered weights to; a colocated vLLM is not "
+                              "implemented: set rollout.engine = 'vllm_http' or 'hf_sampler', or cluster.fsdp = false")
         if cfg.model.lora.enabled:
             raise ConfigError("cluster.fsdp = true with model.lora.enabled = true: LoRA under FSDP is not implemented "
                               "or tested; set one of them to false")
@@ -161,13 +175,10 @@ class DistContext:
         dist.barrier()
 
     def shard(self, root: nn.Module, precision: str) -> None:
-        """``fully_shard`` the student's and the teacher copy's decoder layers, then the loss root (module doc)."""
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        """``fully_shard`` the student's and the teacher copy's decoder layers, then the loss root (module doc);
+        parameters still on the CPU are moved to this rank's device one layer at a time, as shards."""
+        from torch.distributed.fsdp import fully_shard
 
-        # fp32 all-gathers and fp32 gradient reduction; bf16-mixed's bf16 matmuls come from the same autocast as in
-        # one process (repro.precision), so the two agree to reduction order (module docstring)
-        del precision
-        policy = MixedPrecisionPolicy(param_dtype=None, reduce_dtype=torch.float32)
         for lm in (root.lm, root.teacher_lm):
             if lm is None:
                 continue
@@ -176,8 +187,8 @@ class DistContext:
                 raise ConfigError(f"cluster.fsdp: {type(lm).__name__} has no model.layers to shard; FSDP supports "
                                   "decoder-only transformers models (e.g. Qwen3ForCausalLM)")
             for layer in layers:
-                fully_shard(layer, mesh=self.mesh, mp_policy=policy)
-        fully_shard(root, mesh=self.mesh, mp_policy=policy)
+                fully_shard(layer, mesh=self.mesh, mp_policy=mp_policy(precision))
+        fully_shard(root, mesh=self.mesh, mp_policy=mp_policy(precision, cast_inputs=False))
         root.collective_teacher = True
 
     def full_state(self, lm: nn.Module) -> dict[str, torch.Tensor]:
@@ -209,6 +220,74 @@ class DistContext:
             dist.barrier()
         if self.owned:
             dist.destroy_process_group()
+
+
+def gather_full_state(ctx: DistContext, lm: nn.Module, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """``lm``'s unsharded parameters (tied ones once) as CPU tensors (in ``dtype`` when given) on rank 0, ``{}`` on
+    the others. Every rank takes part in each all-gather, one tensor at a time, so no GPU ever holds more than one
+    full tensor beyond its shards (unlike :meth:`DistContext.full_state`, which keeps them all)."""
+    out: dict[str, torch.Tensor] = {}
+    for name, value in lm.named_parameters():
+        full = value.full_tensor() if hasattr(value, "full_tensor") else value
+        if ctx.main:
+            out[name] = full.detach().to("cpu", dtype or full.dtype).contiguous()
+        del full
+    return out
+
+
+def push_sharded(ctx: DistContext, lm: nn.Module, factory: Any, version: int) -> None:
+    """``rollout.engine = "vllm_http"`` under FSDP: rank 0 pushes the gathered weights of ``version`` to the servers
+    (``factory.push``, :class:`repro.vllm_http.HttpRollouts`); every rank waits until they hold them."""
+    if not hasattr(factory, "push"):
+        raise ConfigError(f"cluster.fsdp with rollout.engine = 'vllm_http' needs the RLSetup's engine_factory to be "
+                          f"repro.vllm_http.HttpRollouts, got {type(factory).__name__}")
+    factory.external = True  # the per-batch engines never push from this rank's shards themselves
+    state = gather_full_state(ctx, lm, factory.push_dtype)
+    if ctx.main:
+        factory.push(state, version)
+    ctx.barrier()
+
+
+def mp_policy(precision: str, *, cast_inputs: bool = True) -> Any:
+    """FSDP2's ``MixedPrecisionPolicy`` for ``model.precision`` (module docstring): fp32 reduction always; bf16
+    all-gathers and compute for ``bf16-mixed``. ``cast_inputs=False`` for the loss root, whose floating inputs are
+    the behaviour log-probs and advantages."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    dtype = torch.bfloat16 if precision == "bf16-mixed" else None
+    return MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32, cast_forward_inputs=cast_inputs)
+
+
+def activation_checkpointing(lm: nn.Module, enabled: bool) -> None:
+    """``model.activation_checkpointing``: transformers' per-decoder-layer checkpointing, non-reentrant (it works
+    under FSDP2's hooks and with frozen LoRA bases); active in train mode only, so rollouts and the no-grad teacher
+    forward are unchanged."""
+    if not enabled:
+        return
+    kwargs = {"use_reentrant": False}
+    if hasattr(lm, "activation_checkpointing_enable"):  # transformers ≥ 5.2x; the older name is deprecated there
+        lm.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    elif hasattr(lm, "gradient_checkpointing_enable"):
+        lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    else:
+        raise ConfigError(f"model.activation_checkpointing = true: {type(lm).__name__} has no "
+                          "gradient_checkpointing_enable (a transformers PreTrainedModel is needed); set it to false")
+
+
+def wait_turn(ctx: DistContext | None) -> None:
+    """With :func:`end_turn`, runs the code between them on rank 0, then rank 1, …: rank r waits at r barriers here
+    and passes the remaining ``world − r`` in ``end_turn`` (every rank calls ``world`` barriers). ``train_rl`` builds
+    and shards the model between them, so one node holds one full CPU copy at a time. No-op without a process group.
+    Code that raises between them never reaches ``end_turn`` (torchrun stops the other ranks)."""
+    for _ in range(0 if ctx is None else ctx.rank):
+        dist.barrier()
+
+
+def end_turn(ctx: DistContext | None) -> None:
+    """See :func:`wait_turn`."""
+    if ctx is not None:
+        for _ in range(ctx.rank, ctx.world):
+            dist.barrier()
 
 
 def exit_process(code: int) -> None:

@@ -15,6 +15,8 @@ Nothing is ever re-tokenised.
   rollouts of non-Qwen3 models);
 - ``harness.policies.hf_engine.HFChatEngine`` — the one-conversation engine behind ``HFPolicy`` (``hf:<dir>``);
 - ``repro.vllm_engine.VLLMEngine`` — a colocated ``vllm.LLM`` (``rollout.engine = "vllm"``; SCALE.md §2.1);
+- ``repro.vllm_http.HttpEngine`` — external ``vllm serve`` processes over HTTP (``rollout.engine = "vllm_http"``;
+  SCALE.md §2.2);
 - callers: ``repro.rollout.run_groups`` (training and self-distillation rollouts; it stores each turn's
   ``finish_reason`` and ``version`` in the ``RolloutSample``), ``repro.sampler.SamplerPolicy`` and
   ``harness.policies.hf.HFPolicy`` (the evaluation policies; ``PolicyOutput.finish_reason`` and
@@ -22,8 +24,7 @@ Nothing is ever re-tokenised.
 
 The version stamp is whatever the owner set with ``set_version`` (the trainer sets the optimizer step whose weights
 the engine reads); an engine never changes it by itself. Log-probs are those of the distribution actually sampled
-from (``harness.policies.sampling.sampling_logprobs``: temperature, then top-p). Not covered: an external ``vllm serve``
-(``rollout.engine = "vllm_http"``, SCALE.md §2.2), top-k in training rollouts.
+from (``harness.policies.sampling.sampling_logprobs``: temperature, then top-p). Not covered: top-k in training rollouts.
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ Variants (``GuidanceVariant``):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -28,6 +29,37 @@ from repro.tokenizer import EncodedConversation
 Verdict = Literal["PASS", "FAIL", "NA"]
 GuidanceVariant = Literal["failing_turns", "all_turns", "per_turn_ctx"]
 HintIds = Sequence[int] | Mapping[int, Sequence[int]]
+
+
+_FINISH_MESSAGE = re.compile(r'<tool_call>\s*\{[^<]*?"name"\s*:\s*"finish"[^<]*?"message"\s*:\s*"', re.DOTALL)
+_THINK_END = "</think>"
+
+
+def behaviour_anchor(text: str) -> int:
+    """Where the judged behaviour starts in an assistant turn's text (a character offset): the first character of
+    the ``finish`` call's ``message`` (the summary the Markdown checkers judge, ``harness.behaviour``), else the
+    first character after the thinking block (the visible reply). The gate diagnostics read the teacher and the
+    student at this token (:func:`anchor_token`)."""
+    m = _FINISH_MESSAGE.search(text)
+    if m is not None:
+        return m.end()
+    cut = text.find(_THINK_END)
+    return 0 if cut < 0 else cut + len(_THINK_END) + (1 if text[cut + len(_THINK_END):].startswith("\n") else 0)
+
+
+def anchor_token(ids: Sequence[int], offset: int, decode: Callable[[Sequence[int]], str]) -> int | None:
+    """Index of the token of ``ids`` (one turn's sampled ids) whose text covers character ``offset`` of the turn's
+    decoded text: the first i with len(decode(ids[:i+1])) > offset (binary search); None past the end."""
+    if not ids or len(decode(ids)) <= offset:
+        return None
+    lo, hi = 0, len(ids) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if len(decode(ids[:mid + 1])) > offset:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 class SpliceError(AssertionError):

@@ -20,8 +20,12 @@ A test checks that the per-token log-probabilities of a packed batch equal those
 Documents longer than ``max_doc_len`` are cut into pieces, each starting at position 0 (the later pieces lose the
 earlier context); ``Packed.n_split`` counts them so callers can report it.
 
+The RL trainer packs its micro-batches the same way (``repro.trainer_step.collate`` with ``padding_free``; the
+student's sequences and the teacher's hint-spliced views each in one row) and runs them under
+:func:`packed_attention`.
+
 Not covered: batched generation (the sampler keeps ``sdpa`` with its padding masks; the packed implementation is
-switched on only for the duration of ``packed_hidden``).
+switched on only for the duration of a packed forward).
 """
 
 from __future__ import annotations
@@ -121,7 +125,9 @@ AttentionInterface.register(ATTN_IMPL, packed_attention_forward)
 
 
 @contextlib.contextmanager
-def _packed_attention(model: torch.nn.Module, cu_seqlens: tuple[int, ...]) -> Iterator[None]:
+def packed_attention(model: torch.nn.Module, cu_seqlens: tuple[int, ...]) -> Iterator[None]:
+    """Run ``model``'s forwards inside this block with attention inside each document of ``cu_seqlens`` only
+    (the ``tg_packed`` implementation); the model's own implementation is restored on exit."""
     cfg = model.config
     before = cfg._attn_implementation
     _local.cu_seqlens = cu_seqlens
@@ -135,7 +141,7 @@ def _packed_attention(model: torch.nn.Module, cu_seqlens: tuple[int, ...]) -> It
 
 def packed_hidden(model: torch.nn.Module, batch: Packed) -> torch.Tensor:
     """Final-norm hidden states [1, N, d] of a packed batch (attention inside each document only)."""
-    with _packed_attention(model, batch.cu_seqlens):
+    with packed_attention(model, batch.cu_seqlens):
         out = model.model(input_ids=batch.input_ids, position_ids=batch.position_ids, attention_mask=None,
                           use_cache=False)
     return out.last_hidden_state

@@ -21,6 +21,7 @@ import logging
 import math
 import random
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -31,6 +32,7 @@ from harness.signals import episode_signals
 from harness.tools import parse_tool_calls
 from repro.compute import ComputeLedger, forward_flops
 from repro.engine import FinishReason, RolloutEngine, TokenRequest, TokenResult
+from repro.guidance import anchor_token, behaviour_anchor
 from repro.rewards import contributions, reward_components
 
 logger = logging.getLogger(__name__)
@@ -108,6 +110,7 @@ class RolloutSample:
     reward_terms: dict[str, float] = field(default_factory=dict)  # sign_k · w_k · R_k per term (sums to reward)
     messages: list[Message] = field(default_factory=list)
     hint_turns: list[int] = field(default_factory=list)
+    anchors: list[int] = field(default_factory=list)  # per turn: position in ids of the behaviour's first token, -1
 
     @property
     def n_turns(self) -> int:
@@ -132,6 +135,7 @@ class RolloutSettings:
     temperature: float = 1.0
     top_p: float = 1.0
     hint_in_rollout: bool = False
+    env_workers: int = 1  # episodes whose tool calls / grading run at once (1 = one after another)
 
 
 def group_seed(run_seed: int, item: int, index: int) -> int:
@@ -201,45 +205,113 @@ def run_groups(
     ledger: ComputeLedger | None = None,
     flop_params: int = 0,
 ) -> list[list[RolloutSample]]:
-    """Run ``group_size`` episodes of each instance, all groups in lock-step, so that each assistant turn of the
-    whole batch is ONE ``engine.generate`` call; return one list of scored :class:`RolloutSample` per group. Each
-    sample carries its turns' finish reasons and the engine's version stamps (the caller sets the version with
-    ``engine.set_version``). The sampling generator is seeded from (run seed, first item), so the same batch of
-    items gives the same samples."""
+    """Run ``group_size`` episodes of each instance; return one list of scored :class:`RolloutSample` per group.
+    Each sample carries its turns' finish reasons and the engine's version stamps (the caller sets the version with
+    ``engine.set_version``).
+
+    All episodes advance in lock-step, each turn of the whole batch ONE ``engine.generate`` call; the turn's tool
+    calls then run on ``settings.env_workers`` threads, and an ended episode is graded while the others sample. One
+    sampling generator, seeded from (run seed, first item), so the same batch of items gives the same samples.
+    (Episodes on their own threads with their turns batched as they arrive were tried and measured no faster on
+    2 cores: benchmarks/README.md, RL step.)"""
     ledger = ledger or ComputeLedger()
     n = settings.group_size
-    live: list[_Live] = []
-    with ledger.phase("environment"):
-        for inst, item in zip(instances, items, strict=True):
-            for j in range(n):
-                env = make_env(inst, group_seed(run_seed, item, j))
-                opening = env.reset()
-                live.append(_Live(env=env, ctx=_opening(encoder, opening, tools), messages=list(opening),
-                                  instance=inst, item=item, index=j))
-    gen = torch.Generator().manual_seed(group_seed(run_seed, items[0], 0))
-    hint_rng = random.Random(group_seed(run_seed, items[0], n + 1))
-    for turn in range(settings.max_turns):
-        active = [lv for lv in live if not lv.done]
-        if settings.hint_in_rollout and hint_source is not None:
-            _insert_hints(active, turn, hint_source, hint_rng, encoder)
-        active, budget = _within_budget(active, settings, encoder, turn)
-        if not active:
-            break
-        reqs = [TokenRequest(lv.ctx + encoder.assistant_header, min(settings.max_new_tokens, b), (encoder.im_end,),
-                             settings.temperature, settings.top_p) for lv, b in zip(active, budget, strict=True)]
-        with ledger.phase("rollout"):
-            outs = engine.generate(reqs, generator=gen)
-        n_new = sum(len(o.ids) for o in outs)
-        ledger.add("rollout", tokens=n_new, flops=forward_flops(flop_params, n_new))
-        for lv, res in zip(active, outs, strict=True):
-            _advance(lv, res, turn, encoder, tokenizer, ledger)
+    slots = [(inst, item, j) for inst, item in zip(instances, items, strict=True) for j in range(n)]
+    with EnvPool(settings.env_workers) as pool:
+        with ledger.phase("environment"):
+            envs = [make_env(inst, group_seed(run_seed, item, j)) for inst, item, j in slots]
+            openings = pool.map(lambda env: env.reset(), envs)
+        live = [_Live(env=env, ctx=_opening(encoder, opening, tools), messages=list(opening), instance=inst,
+                      item=item, index=j) for env, opening, (inst, item, j) in zip(envs, openings, slots, strict=True)]
+    with EnvPool(settings.env_workers) as pool:
+        gen = torch.Generator().manual_seed(group_seed(run_seed, items[0], 0))
+        hint_rng = random.Random(group_seed(run_seed, items[0], n + 1))
+        outcomes: dict[int, Future[EnvOutcome]] = {}
+        for turn in range(settings.max_turns):
+            active = [lv for lv in live if not lv.done]
+            if settings.hint_in_rollout and hint_source is not None:
+                _insert_hints(active, turn, hint_source, hint_rng, encoder)
+            active, budget = _within_budget(active, settings, encoder, turn)
+            _grade_finished(live, outcomes, pool)
+            if not active:
+                break
+            reqs = [TokenRequest(lv.ctx + encoder.assistant_header, min(settings.max_new_tokens, b),
+                                 (encoder.im_end,), settings.temperature, settings.top_p)
+                    for lv, b in zip(active, budget, strict=True)]
+            with ledger.phase("rollout"):
+                outs = engine.generate(reqs, generator=gen)
+            n_new = sum(len(o.ids) for o in outs)
+            ledger.add("rollout", tokens=n_new, flops=forward_flops(flop_params, n_new))
+            for lv, res in zip(active, outs, strict=True):
+                _record_turn(lv, res, turn, encoder, tokenizer)
+            with ledger.phase("environment"):  # the turn's tool calls, all episodes at once
+                steps = pool.map(lambda lv: lv.env.step(lv.texts[-1]), active)
+            for lv, out in zip(active, steps, strict=True):
+                _observe(lv, out, encoder)
+        _grade_finished(live, outcomes, pool, final=True)
+        with ledger.phase("environment"):  # what grading is left once sampling is over
+            graded = [outcomes[i].result() for i in range(len(live))]
+    return _scored(live, graded, instances, items, engine, encoder, tokenizer, tools, checker, reward_weights)
+
+
+def _scored(live: list[_Live], graded: list[EnvOutcome], instances: Sequence[TaskInstance], items: Sequence[int],
+            engine: RolloutEngine, encoder: Any, tokenizer: Any, tools: list[dict[str, Any]], checker: TurnChecker,
+            reward_weights: Any) -> list[list[RolloutSample]]:
     groups: list[list[RolloutSample]] = [[] for _ in instances]
     idle_version = engine.current_version()
-    for lv in live:
+    for lv, outcome in zip(live, graded, strict=True):
         gi = items.index(lv.item)
-        groups[gi].append(_finish(lv, lv.instance, lv.item, lv.index, idle_version, encoder, tools, checker,
-                                  reward_weights, ledger))
+        groups[gi].append(_finish(lv, outcome, idle_version, encoder, tokenizer, tools, checker, reward_weights))
     return groups
+
+
+class EnvPool:
+    """Runs the environments' work (tool calls, grading) of a batch's episodes on ``workers`` threads, results in
+    submission order; with one worker everything runs inline, one episode after another. The episodes' sandboxes
+    are independent, so the results do not depend on the worker count (tests/repro/test_rollout.py)."""
+
+    def __init__(self, workers: int) -> None:
+        if workers < 1:
+            raise ValueError(f"rollout.env_workers = {workers}: use 1 (one episode after another) or more")
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="rollout-env") if workers > 1 else None
+
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+        if self._pool is None:
+            return [fn(x) for x in items]
+        return list(self._pool.map(fn, items))
+
+    def submit(self, fn: Callable[[], Any]) -> Future[Any]:
+        if self._pool is not None:
+            return self._pool.submit(fn)
+        fut: Future[Any] = Future()
+        try:
+            fut.set_result(fn())
+        except BaseException as exc:  # noqa: BLE001 - re-raised by result(), as a pooled call would
+            fut.set_exception(exc)
+        return fut
+
+    def __enter__(self) -> EnvPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=False)
+
+
+def _grade_finished(live: list[_Live], outcomes: dict[int, Future[EnvOutcome]], pool: EnvPool,
+                    final: bool = False) -> None:
+    """Start grading every episode that has ended (with more than one worker it runs while the others still
+    sample); ``final``: every episode has ended."""
+    for i, lv in enumerate(live):
+        if i not in outcomes and (lv.done or final):
+            outcomes[i] = pool.submit(lambda env=lv.env: _outcome_and_close(env))
+
+
+def _outcome_and_close(env: RolloutEnv) -> EnvOutcome:
+    try:
+        return env.outcome()
+    finally:
+        env.close()
 
 
 def _insert_hints(active: list[_Live], turn: int, hint_source: HintSource, rng: random.Random,
@@ -269,7 +341,8 @@ def _within_budget(active: list[_Live], settings: RolloutSettings, encoder: Any,
     return keep, budgets
 
 
-def _advance(lv: _Live, res: TokenResult, turn: int, encoder: Any, tokenizer: Any, ledger: ComputeLedger) -> None:
+def _record_turn(lv: _Live, res: TokenResult, turn: int, encoder: Any, tokenizer: Any) -> None:
+    """Append one sampled assistant turn to the episode (its text, message and ids, verbatim)."""
     ids, lps = res.ids, res.logprobs
     finished = res.finish_reason == "stop"
     if finished != (bool(ids) and ids[-1] == encoder.im_end):
@@ -287,8 +360,10 @@ def _advance(lv: _Live, res: TokenResult, turn: int, encoder: Any, tokenizer: An
                                tool_calls=parse_tool_calls(text), finish_reason=res.finish_reason,
                                policy_version=res.version))
     lv.ctx += encoder.assistant_header + body + encoder.newline
-    with ledger.phase("environment"):
-        out = lv.env.step(text)
+
+
+def _observe(lv: _Live, out: StepOut, encoder: Any) -> None:
+    """The environment's answer to the turn: the episode ends, or its observations join the context."""
     if out.done:
         lv.done = True
         return
@@ -296,11 +371,9 @@ def _advance(lv: _Live, res: TokenResult, turn: int, encoder: Any, tokenizer: An
     lv.ctx += _observation_ids(encoder, out.observations)
 
 
-def _finish(lv: _Live, instance: TaskInstance, item: int, j: int, idle_version: int, encoder: Any,
-            tools: list[dict[str, Any]], checker: TurnChecker, weights: Any, ledger: ComputeLedger) -> RolloutSample:
-    with ledger.phase("environment"):
-        outcome = lv.env.outcome()
-        lv.env.close()
+def _finish(lv: _Live, outcome: EnvOutcome, idle_version: int, encoder: Any, tokenizer: Any,
+            tools: list[dict[str, Any]], checker: TurnChecker, weights: Any) -> RolloutSample:
+    instance, item, j = lv.instance, lv.item, lv.index
     enc = encoder.encode(lv.messages, tools=tools)
     if enc.ids != lv.ctx:
         n = next((i for i, (a, b) in enumerate(zip(enc.ids, lv.ctx, strict=False)) if a != b),
@@ -321,4 +394,22 @@ def _finish(lv: _Live, instance: TaskInstance, item: int, j: int, idle_version: 
         truncated_turns=lv.truncated, outcome=outcome, version=min(lv.versions, default=idle_version),
         turn_versions=lv.versions, finish_reasons=lv.reasons, rewards=comps,
         reward=sum(terms.values()), reward_terms=terms, messages=lv.messages, hint_turns=lv.hint_turns,
+        anchors=_anchors(lv, enc.turn, enc.act, tokenizer),
     )
+
+
+def _anchors(lv: _Live, turn_of: list[int], act: list[int], tokenizer: Any) -> list[int]:
+    """Per assistant turn, the position in the trajectory's ids of the behaviour's first token
+    (``repro.guidance.behaviour_anchor``), or -1 when the turn's text ends before it."""
+    positions: dict[int, list[int]] = {}
+    for t, (k, a) in enumerate(zip(turn_of, act, strict=True)):
+        if a and k >= 0:
+            positions.setdefault(k, []).append(t)
+    turns = [m for m in lv.messages if m.role == "assistant"]
+    out = []
+    for k, (m, text) in enumerate(zip(turns, lv.texts, strict=True)):
+        ids = m.token_ids or []
+        body = ids[:-1] if m.finish_reason == "stop" else ids
+        i = anchor_token(body, behaviour_anchor(text), lambda x: tokenizer.decode(list(x), skip_special_tokens=False))
+        out.append(-1 if i is None or i >= len(positions.get(k, [])) else positions[k][i])
+    return out

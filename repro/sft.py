@@ -96,7 +96,7 @@ class SFTConfig(BaseModel):
                                   "non-assistant tokens (tool observations, prompts): 0 = assistant tokens only. "
                                   "A from-scratch model has no pretraining; this term trains it on the code it reads "
                                   "at no extra forward cost (each part is its own token mean). Measured on the mini "
-                                  "world: it did not make the model copy names from context (README)")
+                                  "world: it did not make the model copy names from context (docs/RESULTS.md)")
     rename_repos: bool = Field(False, description="mini task family: give every expert episode a fresh repository "
                                "name (slug and package) each epoch, so names cannot be memorised and must be copied "
                                "from the context (repro.sft_augment)")
@@ -336,7 +336,11 @@ def _model_and_tokenizer(cfg: SFTConfig, trajs: list, tools: list) -> tuple:
             log.info("SFT from base %s: pretrained %.2fM tokens, step %d", path, manifest.tokens_seen / 1e6,
                      manifest.step)
             return model, tok
-        return Qwen3ForCausalLM.from_pretrained(path), load_tokenizer(path)
+        from repro.sft_ship import is_sft_coder, verify_sft
+
+        if is_sft_coder(path):
+            verify_sft(path)
+        return Qwen3ForCausalLM.from_pretrained(path, dtype=torch.float32), load_tokenizer(path)
     probe = train_tokenizer([json.dumps(tools)], vocab_size=300, min_frequency=1)  # template text for the corpus
     corpus = [probe.apply_chat_template([m.model_dump() for m in tr.messages], tools=tools, tokenize=False)
               for tr in trajs]

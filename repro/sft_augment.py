@@ -4,7 +4,7 @@ Why. Every mini repository is ``org/adjective-noun`` with the package ``adjectiv
 name from its context (the problem statement, the file listing) and copy it into every path it reads or edits.
 Trained on a few hundred expert episodes, a from-scratch model memorises the training names instead: on held-out
 repositories it wrote paths like ``bold_meadow/units.py`` for a repository whose listing said ``jolly_ember``
-(README, "What the mini world reaches"). Renaming the repository in every episode, anew each epoch, makes the name
+(docs/RESULTS.md, "Runs at 2bec4a7 and before"). Renaming the repository in every episode, anew each epoch, makes the name
 impossible to memorise: the only way to predict it is to copy it from the context.
 
 What is renamed. The slug (``bold-meadow``) and the package (``bold_meadow``) everywhere in the conversation —

@@ -1,7 +1,7 @@
 """SFT augmentation: made-up names for the identifiers of the code an expert episode reads (``rename_identifiers``).
 
 Why. On held-out repositories built from module templates no training episode has, the SFT model solved none of
-the tasks (README, "SFT from the base"). Its `old` texts there are garbled copies of the line it means to change
+the tasks (docs/RESULTS.md, "SFT from the base, five settings"). Its `old` texts there are garbled copies of the line it means to change
 (``'    return (kreir" / 0'`` for a line of ``league.py``): it has learnt the training templates' lines by heart and
 has never had to copy a line of code it did not know. Module renaming (``repro.sft_augment``) covers the paths;
 this covers the code. In a share of episodes every name the package's code defines — functions, their

@@ -5,7 +5,7 @@ held-out repositories the SFT model of the shipped base made mistakes the expert
 truncated module name (``tests/test_play.py`` for ``tests/test_playlist.py``), an ``old`` text that is not in the
 file, an ``edit_file`` call that copies past the end of its line and is never closed — and then, out of its
 training distribution, repeated the same call or wrote text without a call until the turn limit (35 of 40
-episodes ended at the limit; README, issue #20). A model that has seen a mistake answered by an error, and the
+episodes ended at the limit; docs/RESULTS.md, issue #20). A model that has seen a mistake answered by an error, and the
 correct call after it, can recover.
 
 How. ``StumblingExpert`` wraps the expert for one episode. At the first turn where the expert would call the chosen

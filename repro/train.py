@@ -17,12 +17,13 @@ small stand-ins.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +119,10 @@ def _rollout_metrics(groups: list[list[RolloutSample]]) -> dict[str, Any]:
     applicable = [v for v in verdicts if v != "NA"]
     traj_ok = [all(v != "FAIL" for v in s.verdicts) for s in flat if any(v != "NA" for v in s.verdicts)]
     echo = [("reminder" in t.lower() or "as requested" in t.lower()) for s in flat for t in s.texts]
+    from harness.tools import parse_tool_calls
+
+    # valid calls / calls over the step's assistant turns (harness.metrics' tool_call_validity); None: no call
+    calls = [c.valid for s in flat for t in s.texts for c in parse_tool_calls(t)]
     out: dict[str, Any] = {
         "reward/total": sum(s.reward for s in flat) / n,
         "task/pass_rate": sum(s.outcome.resolved for s in flat) / n,
@@ -128,6 +133,7 @@ def _rollout_metrics(groups: list[list[RolloutSample]]) -> dict[str, Any]:
         "rollout/truncated_frac": sum(s.truncated for s in flat) / n,
         "rollout/infra_errors": sum(s.outcome.infra_error is not None for s in flat),
         "guidance/hint_echo_rate": (sum(echo) / len(echo)) if echo else None,
+        "rollout/tool_call_validity": (sum(calls) / len(calls)) if calls else None,
     }
     for key in flat[0].rewards:  # the breakdown: R_k (reward/<term>) and sign·w·R_k (reward/contrib/<term>)
         out[f"reward/{key}"] = sum(s.rewards[key] for s in flat) / n
@@ -158,13 +164,15 @@ class _Sources:
                  twin: torch.nn.Module | None = None) -> None:
         self.cfg, self.setup, self.stream, self.ledger, self.flop_params = cfg, setup, stream, ledger, flop_params
         self.ctx, self.twin = ctx, twin  # under FSDP: this rank's place and its unsharded sampling copy
+        if ctx is not None and twin is None:  # FSDP + vllm_http: the servers start from this run's weights
+            distributed.push_sharded(ctx, setup.model, setup.engine_factory, start_step)
         self.streams = cfg.rollout.sampling_streams or (1 if ctx is None else ctx.world)
         self.encoder = ChatEncoder(setup.tokenizer)
         self.next_item = start_item
         self.stats = StalenessStats()
         r = cfg.rollout
         self.settings = RolloutSettings(r.group_size, r.max_turns, r.max_new_tokens, r.max_context_tokens,
-                                        r.temperature, r.top_p, cfg.guidance.hint_in_rollout)
+                                        r.temperature, r.top_p, cfg.guidance.hint_in_rollout, r.env_workers)
         self.producer: AsyncProducer | None = None
         self.store: WeightStore | None = None
         if cfg.async_.enabled:
@@ -214,7 +222,8 @@ class _Sources:
         if self.producer is None:
             was_training = self.setup.model.training
             self.setup.model.eval()
-            groups = self._batch(self.setup.model if self.twin is None else self.twin, self.next_item, step)
+            with sampler_threads(self.cfg.rollout.sampler_threads):
+                groups = self._batch(self.setup.model if self.twin is None else self.twin, self.next_item, step)
             self.setup.model.train(was_training)
             self.next_item += g
             self.stats.consumed += 1
@@ -229,10 +238,28 @@ class _Sources:
             self.store.publish(version, self.setup.model.state_dict())
         if self.ctx is not None and self.twin is not None:  # FSDP: the sampling copy gets the new weights
             self.twin.load_state_dict(self.ctx.full_state(self.setup.model))
+        elif self.ctx is not None:  # FSDP + vllm_http: rank 0 pushes the gathered weights to the servers
+            distributed.push_sharded(self.ctx, self.setup.model, self.setup.engine_factory, version)
 
     def close(self) -> None:
         if self.producer is not None:
             self.producer.stop()
+
+
+@contextlib.contextmanager
+def sampler_threads(n: int) -> Iterator[None]:
+    """torch's intra-op threads set to ``n`` while rollouts sample (0: unchanged), restored after. With one thread the
+    sampler leaves the other core to the episodes' tool calls and grading, which run beside it (rollout.env_workers);
+    an OpenMP team of two waits on whichever core a tool process holds."""
+    if n <= 0:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _hint_ids_fn(setup: RLSetup, encoder: ChatEncoder, seed: int) -> Callable[[RolloutSample, int], list[int]]:
@@ -245,7 +272,7 @@ def _hint_ids_fn(setup: RLSetup, encoder: ChatEncoder, seed: int) -> Callable[[R
     return hint_ids
 
 
-def _optimizer_step(root: LossRoot, cfg: TrainConfig, plan: Any, opt: torch.optim.Optimizer, pad_id: int,
+def optimizer_step(root: LossRoot, cfg: TrainConfig, plan: Any, opt: torch.optim.Optimizer, pad_id: int,
                     ledger: ComputeLedger, flop_params: int,
                     ctx: DistContext | None = None) -> tuple[dict[str, Any], float]:
     """One optimizer step over the plan's micro-batches; returns the step's metrics and the teacher forwards'
@@ -261,7 +288,7 @@ def _optimizer_step(root: LossRoot, cfg: TrainConfig, plan: Any, opt: torch.opti
     else:
         batches, n_fill = distributed.micro_batches(plan.trajs, mbs, ctx.rank, ctx.world)
     for i, trajs in enumerate(batches):
-        mb = collate(trajs, pad_id).to(device)
+        mb = collate(trajs, pad_id, padding_free=cfg.optim.padding_free).to(device)
         with autocast(cfg.model.precision, device.type):
             loss, terms = root(mb, plan.n_pg, plan.n_kl)
         if cfg.run.log_grad_split and loss.requires_grad:
@@ -336,10 +363,13 @@ def _train_rl(cfg: TrainConfig, out: Path, ctx: DistContext | None, *, setup: RL
         ctx.barrier()  # every rank has checked the run directory before rank 0 writes into it
     if cfg.model.threads:
         torch.set_num_threads(cfg.model.threads)
+    distributed.wait_turn(ctx)  # under FSDP: ranks build and shard their CPU copies one after another
     if setup is None:  # built once, from the latest checkpoint's weights when resuming
         setup = default_setup(cfg, init_override=latest)
-    model = lora.prepare(setup.model.to(_device(cfg) if ctx is None else ctx.device), cfg.model.lora,
+    # under FSDP the model stays on the CPU until ctx.shard moves it to the GPU one layer's shard at a time
+    model = lora.prepare(setup.model.to(_device(cfg)) if ctx is None else setup.model, cfg.model.lora,
                          seed=cfg.run.seed)  # [model.lora]
+    distributed.activation_checkpointing(model, cfg.model.activation_checkpointing)
     if latest is not None and setup.init_from != latest:
         ck.load_weights(model, latest)
     model.train()
@@ -354,8 +384,10 @@ def _train_rl(cfg: TrainConfig, out: Path, ctx: DistContext | None, *, setup: RL
         params["teacher_copy"] = count_params(root.teacher_lm)["total"]  # ema/fixed: memory only, FLOPs unchanged
     twin = None
     if ctx is not None:  # the unsharded sampling copy, then the shards (repro.distributed)
-        twin = clone_for_producer(model)
+        if cfg.rollout.engine == "hf_sampler":  # vllm_http samples on servers: no copy (repro.distributed)
+            twin = clone_for_producer(model).to(ctx.device)
         ctx.shard(root, cfg.model.precision)
+    distributed.end_turn(ctx)
     o = cfg.optim
     opt = torch.optim.AdamW(lora.trainable_parameters(model), lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg))
@@ -408,7 +440,7 @@ def _train_rl(cfg: TrainConfig, out: Path, ctx: DistContext | None, *, setup: RL
             groups = sources.take(step)
             plan = build_batch(groups, cfg, hint_ids)
             t_train = time.perf_counter()
-            metrics, teacher_s = _optimizer_step(root, cfg, plan, opt, pad_id, ledger, params["flop_params"], ctx)
+            metrics, teacher_s = optimizer_step(root, cfg, plan, opt, pad_id, ledger, params["flop_params"], ctx)
             ledger.add("trainer", wall_s=time.perf_counter() - t_train - teacher_s)
             sched.step()
             sources.published(step + 1)
@@ -424,6 +456,8 @@ def _train_rl(cfg: TrainConfig, out: Path, ctx: DistContext | None, *, setup: RL
                 _append_best(out / "best.jsonl", groups, step + 1)
             bar.update(1)
             bar.set_postfix(reward=f"{metrics['reward/total']:.3f}", loss=f"{metrics['loss/total']:.4f}")
+            if cfg.guidance.lam > 0 and main:
+                logger.info("%s step %d: %s", cfg.run.arm, step + 1, gate_summary(metrics))
             last = step + 1 == cfg.run.steps
             if last or (cfg.run.checkpoint_every and (step + 1) % cfg.run.checkpoint_every == 0):
                 with ledger.phase("checkpoint"):
@@ -443,6 +477,21 @@ def _train_rl(cfg: TrainConfig, out: Path, ctx: DistContext | None, *, setup: RL
     if info is None:
         info = ck.read_info(ck.latest_checkpoint(out))
     return info
+
+
+def gate_summary(metrics: dict[str, Any]) -> str:
+    """One line of a TG step's gate diagnostics (``repro.trainer_step``): the share of turns guided, and at the
+    guided turns' behaviour's first token the divergence and P_T(v*) vs P_S(v*). Says so when the gate guided
+    nothing or the hint did not move the teacher there."""
+    frac, n = metrics.get("guidance/guided_turn_frac"), metrics.get("guidance/anchor_tokens") or 0
+    head = f"gate on {frac:.0%} of turns" if frac is not None else "gate: no assistant turn"
+    if not frac:
+        return head + " (inactive: no failing turn to guide)"
+    if not n:
+        return head + "; no guided turn reached its behaviour's first token"
+    kl, pt, ps = metrics["guidance/anchor_kl"], metrics["guidance/anchor_p_teacher"], metrics["guidance/anchor_p_student"]
+    flat = " (the hint does not move the teacher there)" if pt - ps < 0.01 and kl < 1e-3 else ""
+    return f"{head}; at the behaviour's first token ({n}): KL {kl:.3g}, P_T {pt:.3g} vs P_S {ps:.3g}{flat}"
 
 
 def _append_best(path: Path, groups: list[list[RolloutSample]], step: int) -> None:

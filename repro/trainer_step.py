@@ -14,7 +14,6 @@ turn's assistant header, cut after the last failing turn, position map asserted 
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, get_args
@@ -22,14 +21,17 @@ from typing import Any, Literal, NamedTuple, get_args
 import torch
 from torch import nn
 
+from repro.compute import device_clock
 from repro.guidance import plan_guidance
 from repro.losses import (
     chunked_kl_loss,
     chunked_token_logprobs,
     clipped_surrogate,
     group_advantages,
+    kl_from_logits,
     sampled_token_kl_advantage,
 )
+from repro.packing import packed_attention
 from repro.rollout import RolloutSample
 from repro.teacher import build_teacher, teacher_context, update_teacher_
 from repro.tokenizer import EncodedConversation
@@ -54,6 +56,7 @@ class TrajBatch:
     m_pg: list[float]  # over act_pos
     m_kl: list[float]  # over act_pos
     views: list[TeacherView] = field(default_factory=list)
+    anchor_pos: set[int] = field(default_factory=set)  # KL positions that are a guided turn's behaviour's first token
 
 
 @dataclass
@@ -135,6 +138,8 @@ def _one(s: RolloutSample, adv: float, cfg: Any, hint_ids: Callable[[RolloutSamp
     plan = plan_guidance(enc, s.verdicts, hints, variant=variant, include_thinking=guid.include_thinking)
     tb.m_kl = [float(plan.m_kl[t]) for t in act_pos]
     tb.views = [TeacherView(c.ids, c.kl_positions, c.teacher_positions) for c in plan.contexts]
+    tb.anchor_pos = {s.anchors[k] for k in guided if k < len(s.anchors) and s.anchors[k] >= 0
+                     and plan.m_kl[s.anchors[k]]}
     if tb.views and variant != "all_turns":
         _leak_positions(s, plan.contexts[0], tb.views[0])
     return tb
@@ -161,29 +166,80 @@ def _leak_positions(s: RolloutSample, ctx: Any, view: TeacherView) -> None:
 
 
 @dataclass
+class Seqs:
+    """One side of a micro-batch (the student's trajectories, or the teacher's hint-spliced views) as model input.
+
+    Packed (``padding_free``, the default): all sequences in one row ``ids [1, N]`` with ``positions [1, N]``
+    restarting at 0 per sequence and the boundaries ``cu_seqlens``; the forward runs with attention inside each
+    sequence only (``repro.packing.packed_attention``). Padded: ``ids [B, T]`` right-padded with ``mask [B, T]``.
+    Either way the hidden states are read flat (``[B·T or N, d]``): token ``t`` of sequence ``b`` is row
+    ``starts[b] + t`` (:meth:`row`)."""
+
+    ids: torch.Tensor
+    mask: torch.Tensor | None  # [B, T] attention mask when padded; None when packed
+    positions: torch.Tensor | None  # [1, N] position ids when packed; None when padded
+    cu_seqlens: tuple[int, ...] | None  # sequence boundaries 0..N when packed
+    starts: list[int]  # flat row of each sequence's first token
+    n_tokens: int  # real (non-pad) tokens
+
+    @property
+    def packed(self) -> bool:
+        return self.cu_seqlens is not None
+
+    def row(self, seq: int, pos: int) -> int:
+        return self.starts[seq] + pos
+
+    def to(self, device: torch.device | str) -> Seqs:
+        move = lambda t: None if t is None else t.to(device)  # noqa: E731
+        return Seqs(self.ids.to(device), move(self.mask), move(self.positions), self.cu_seqlens, self.starts,
+                    self.n_tokens)
+
+
+def make_seqs(seqs: Sequence[Sequence[int]], pad_id: int, *, packed: bool) -> Seqs:
+    """``seqs`` as a :class:`Seqs` (see there): one packed row, or a right-padded ``[B, T]`` block."""
+    lens = [len(x) for x in seqs]
+    if packed:
+        ids = torch.tensor([t for x in seqs for t in x], dtype=torch.long)[None]
+        positions = torch.tensor([p for n in lens for p in range(n)], dtype=torch.long)[None]
+        cu = [0]
+        for n in lens:
+            cu.append(cu[-1] + n)
+        return Seqs(ids, None, positions, tuple(cu), cu[:-1], sum(lens))
+    ids, mask = _pad(list(seqs), pad_id)
+    width = ids.shape[1]
+    return Seqs(ids, mask, None, None, [b * width for b in range(len(seqs))], sum(lens))
+
+
+@dataclass
 class MicroBatch:
-    s_ids: torch.Tensor
-    s_mask: torch.Tensor
-    rb: torch.Tensor
-    rt: torch.Tensor
-    y: torch.Tensor
-    mu: torch.Tensor
-    adv: torch.Tensor
-    m_pg: torch.Tensor
-    kl_idx: torch.Tensor  # indices into the act rows that are KL rows (ordered like vb/vt)
-    t_ids: torch.Tensor | None
-    t_mask: torch.Tensor | None
-    vb: torch.Tensor
-    vt: torch.Tensor
-    leak_b: torch.Tensor  # student rows (batch index) of PASS-turn tokens inside a teacher view
-    leak_t: torch.Tensor
-    leak_vb: torch.Tensor  # their teacher rows (view index, position)
-    leak_vt: torch.Tensor
-    n_tokens: int
-    n_teacher_tokens: int
+    """The tensors of one micro-batch. Rows are indices into the flat hidden states of :class:`Seqs`; the hidden
+    state at row ``r`` predicts the next token, so an action token at position ``t`` is read at row of ``t − 1``.
+    R = action tokens of the micro-batch, K = its KL tokens (a subset of R), P = PASS-turn tokens inside a teacher
+    view (the leakage check)."""
+
+    student: Seqs
+    teacher: Seqs | None  # the hint-spliced views; None when no trajectory has a guided turn
+    act_rows: torch.Tensor  # [R] student row predicting each action token
+    y: torch.Tensor  # [R] the action tokens
+    mu: torch.Tensor  # [R] their behaviour log-probs
+    adv: torch.Tensor  # [R] their trajectory's advantage
+    m_pg: torch.Tensor  # [R] 1 where the token is in the policy-gradient term
+    kl_idx: torch.Tensor  # [K] which action tokens are KL tokens (indices into R)
+    kl_teacher_rows: torch.Tensor  # [K] teacher row predicting each KL token
+    leak_student_rows: torch.Tensor  # [P] student row predicting a PASS-turn token inside a view
+    leak_teacher_rows: torch.Tensor  # [P] the teacher row predicting the same token
+    anchor_kl: torch.Tensor  # [A] which KL tokens are a guided turn's behaviour's first token (indices into K)
+
+    @property
+    def n_tokens(self) -> int:
+        return self.student.n_tokens
+
+    @property
+    def n_teacher_tokens(self) -> int:
+        return 0 if self.teacher is None else self.teacher.n_tokens
 
     def to(self, device: torch.device | str) -> MicroBatch:
-        moved = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in self.__dict__.items()}
+        moved = {k: (v.to(device) if isinstance(v, (torch.Tensor, Seqs)) else v) for k, v in self.__dict__.items()}
         return MicroBatch(**moved)
 
 
@@ -197,35 +253,33 @@ def _pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor
     return ids, mask
 
 
-def collate(trajs: Sequence[TrajBatch], pad_id: int) -> MicroBatch:
-    s_ids, s_mask = _pad([t.ids for t in trajs], pad_id)
-    rb, rt, y, mu, adv, m_pg, kl_idx, vb, vt, views = [], [], [], [], [], [], [], [], [], []
-    lb, lt_, lvb, lvt = [], [], [], []
+def collate(trajs: Sequence[TrajBatch], pad_id: int, *, padding_free: bool = True) -> MicroBatch:
+    """The micro-batch of ``trajs``: packed (``padding_free``, no attention across sequences, no pad tokens) or
+    right-padded; the losses are the same either way up to float rounding (tests/repro/test_train_step.py)."""
+    views = [v for t in trajs for v in t.views]
+    student = make_seqs([t.ids for t in trajs], pad_id, packed=padding_free)
+    teacher = make_seqs([v.ids for v in views], pad_id, packed=padding_free) if views else None
+    act_rows, y, mu, adv, m_pg, kl_idx, kl_t, leak_s, leak_t, anchors = ([] for _ in range(10))
+    vi = 0
     for b, t in enumerate(trajs):
-        row0 = len(rb)
-        index_of = {p: row0 + i for i, p in enumerate(t.act_pos)}
-        rb += [b] * len(t.act_pos)
-        rt += t.act_pos
+        index_of = {p: len(act_rows) + i for i, p in enumerate(t.act_pos)}
+        act_rows += [student.row(b, p - 1) for p in t.act_pos]
         y += t.y
         mu += t.mu
         adv += [t.adv] * len(t.act_pos)
         m_pg += t.m_pg
         for view in t.views:
-            vi = len(views)
-            views.append(view.ids)
+            assert teacher is not None
+            anchors += [len(kl_idx) + i for i, p in enumerate(view.student_pos) if p in t.anchor_pos]
             kl_idx += [index_of[p] for p in view.student_pos]
-            vb += [vi] * len(view.teacher_pos)
-            vt += view.teacher_pos
-            lb += [b] * len(view.leak_student_pos)
-            lt_ += view.leak_student_pos
-            lvb += [vi] * len(view.leak_teacher_pos)
-            lvt += view.leak_teacher_pos
-    t_ids, t_mask = _pad(views, pad_id) if views else (None, None)
+            kl_t += [teacher.row(vi, p - 1) for p in view.teacher_pos]
+            leak_s += [student.row(b, p - 1) for p in view.leak_student_pos]
+            leak_t += [teacher.row(vi, p - 1) for p in view.leak_teacher_pos]
+            vi += 1
     lt = lambda x: torch.tensor(x, dtype=torch.long)  # noqa: E731
     ft = lambda x: torch.tensor(x, dtype=torch.float32)  # noqa: E731
-    return MicroBatch(s_ids, s_mask, lt(rb), lt(rt), lt(y), ft(mu), ft(adv), ft(m_pg), lt(kl_idx), t_ids, t_mask,
-                      lt(vb), lt(vt), lt(lb), lt(lt_), lt(lvb), lt(lvt), int(s_mask.sum()),
-                      int(t_mask.sum()) if t_mask is not None else 0)
+    return MicroBatch(student, teacher, lt(act_rows), lt(y), ft(mu), ft(adv), ft(m_pg), lt(kl_idx), lt(kl_t),
+                      lt(leak_s), lt(leak_t), lt(anchors))
 
 
 KLEstimator = Literal["full_vocab", "sampled_token"]
@@ -272,14 +326,22 @@ class LossRoot(nn.Module):
             raise ValueError(f"guidance.estimator = {cfg.guidance.estimator!r}: use one of {get_args(KLEstimator)}")
         self.estimator: KLEstimator = cfg.guidance.estimator  # chosen once, here
 
-    def _hidden(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return self.lm.model(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+    def _hidden(self, seqs: Seqs, lm: nn.Module | None = None) -> torch.Tensor:
+        """Final-norm hidden states of ``seqs`` under ``lm`` (default: the student), flat ``[rows, d]``."""
+        lm = self.lm if lm is None else lm
+        if not seqs.packed:
+            h = lm.model(input_ids=seqs.ids, attention_mask=seqs.mask, use_cache=False).last_hidden_state
+            return h.reshape(-1, h.shape[-1])
+        with packed_attention(lm, seqs.cu_seqlens):
+            h = lm.model(input_ids=seqs.ids, position_ids=seqs.positions, attention_mask=None,
+                         use_cache=False).last_hidden_state
+        return h[0]
 
-    def _teacher_hidden(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def _teacher_hidden(self, seqs: Seqs) -> torch.Tensor:
         if self.teacher_lm is None:  # the student's own weights; a LoRA model's fixed teacher: its adapters off
             with teacher_context(self.lm, self.g.teacher):
-                return self._hidden(ids, mask)
-        return self.teacher_lm.model(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+                return self._hidden(seqs)
+        return self._hidden(seqs, self.teacher_lm)
 
     def after_optimizer_step(self) -> None:
         """The teacher's per-step update (EMA for ``teacher = "ema"``; nothing for live / fixed)."""
@@ -289,22 +351,23 @@ class LossRoot(nn.Module):
         g = self.g
         weight = self.lm.get_output_embeddings().weight
         t_weight = None if self.teacher_lm is None else self.teacher_lm.get_output_embeddings().weight
-        need_teacher = g.lam > 0 and mb.t_ids is not None and mb.kl_idx.numel() > 0
+        need_teacher = g.lam > 0 and mb.teacher is not None and mb.kl_idx.numel() > 0
         ht = None
-        t0 = time.perf_counter()
+        t0 = device_clock(mb.student.ids.device)  # synchronised: on a GPU the teacher's kernels run asynchronously
         ht_full = None
         if need_teacher:
+            assert mb.teacher is not None
             with torch.no_grad():
-                ht_full = self._teacher_hidden(mb.t_ids, mb.t_mask).detach()
-                ht = ht_full[mb.vb, mb.vt - 1]
+                ht_full = self._teacher_hidden(mb.teacher).detach()
+                ht = ht_full[mb.kl_teacher_rows]
         elif g.lam > 0 and n_kl > 0 and self.collective_teacher:
             # under FSDP every rank must run the same module calls: a rank without KL rows still runs a
             # (one-token) teacher forward so the layers' all-gathers line up across ranks
             with torch.no_grad():
-                self._teacher_hidden(mb.s_ids[:1, :1], mb.s_mask[:1, :1])
-        teacher_s = time.perf_counter() - t0
-        h = self._hidden(mb.s_ids, mb.s_mask)
-        hr = h[mb.rb, mb.rt - 1]
+                self._teacher_hidden(make_seqs([mb.student.ids[0, :1].tolist()], 0, packed=False))
+        teacher_s = device_clock(mb.student.ids.device) - t0
+        h = self._hidden(mb.student)
+        hr = h[mb.act_rows]
         hr_pg = hr if self.temperature == 1.0 else hr / self.temperature
         logp, ent = chunked_token_logprobs(hr_pg, weight, mb.y, chunk_size=max(self.chunk, 1024))
         adv = mb.adv.clone()
@@ -323,18 +386,37 @@ class LossRoot(nn.Module):
         if need_teacher and self.estimator == "full_vocab":
             kl_term = self._full_vocab_kl(mb, hr, ht, logp, ent, weight, t_weight, n_kl, stats)
             loss = loss + kl_term
+        if need_teacher and mb.anchor_kl.numel() > 0:
+            self._gate_diagnostics(hr[mb.kl_idx[mb.anchor_kl]], ht[mb.anchor_kl], weight, t_weight, stats)
         if self.collective_teacher and not loss.requires_grad and torch.is_grad_enabled():
             # under FSDP every rank must run a backward through the same parameters (their reduce-scatters line up):
             # a micro-batch without loss terms (no PG weight, no KL rows) still connects its zero loss to them
             loss = loss + 0.0 * logp.sum()
-        if ht_full is not None and mb.leak_b.numel() > 0:
+        if ht_full is not None and mb.leak_student_rows.numel() > 0:
             with torch.no_grad():
-                leak = chunked_kl_loss(h[mb.leak_b, mb.leak_t - 1].detach(), ht_full[mb.leak_vb, mb.leak_vt - 1],
-                                       weight.detach(), torch.ones(mb.leak_b.numel(), device=h.device),
+                n_leak = mb.leak_student_rows.numel()
+                leak = chunked_kl_loss(h[mb.leak_student_rows].detach(), ht_full[mb.leak_teacher_rows],
+                                       weight.detach(), torch.ones(n_leak, device=h.device),
                                        direction=g.direction, beta=g.jsd_beta, kappa=math.inf, chunk_size=self.chunk,
                                        teacher_weight=t_weight)
-            stats.update(leak_sum=float(leak.per_token.sum()), leak_n=int(mb.leak_b.numel()))
+            stats.update(leak_sum=float(leak.per_token.sum()), leak_n=int(n_leak))
         return loss, LossTerms(pg=pg_term, kl=kl_term, teacher_s=teacher_s, stats=stats)
+
+    @torch.no_grad()
+    def _gate_diagnostics(self, hs: torch.Tensor, ht: torch.Tensor, weight: torch.Tensor,
+                          t_weight: torch.Tensor | None, stats: dict[str, Any]) -> None:
+        """At each guided turn's behaviour's first token (``repro.guidance.behaviour_anchor``): the divergence the
+        loss uses (its direction, unclamped), the teacher's most likely token v* and P_T(v*), P_S(v*). A hint that
+        does not move the teacher shows as KL ≈ 0 and P_T − P_S ≈ 0 (METHOD §6.11, gate diagnostics)."""
+        g = self.g
+        zs = hs.detach().float() @ weight.detach().float().T
+        zt = ht.float() @ (weight if t_weight is None else t_weight).detach().float().T
+        kl = kl_from_logits(zs, zt, direction=g.direction, beta=g.jsd_beta)
+        ls, lt = torch.log_softmax(zs, -1), torch.log_softmax(zt, -1)
+        v = lt.argmax(-1, keepdim=True)
+        p_t, p_s = lt.gather(1, v).exp().squeeze(1), ls.gather(1, v).exp().squeeze(1)
+        stats.update(anchor_n=int(kl.numel()), anchor_kl_sum=float(kl.sum()), anchor_pt_sum=float(p_t.sum()),
+                     anchor_ps_sum=float(p_s.sum()))
 
     def _sampled_token_advantage(self, mb: MicroBatch, ht: torch.Tensor, logp: torch.Tensor, adv: torch.Tensor,
                                  t_weight: torch.Tensor, stats: dict[str, Any]) -> torch.Tensor:
@@ -390,4 +472,11 @@ def reduce_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
     out["guidance/leak_kl_passing"] = s("leak_sum") / leak_n if leak_n else None
     gap_n = s("gap_n")
     out["kl/sampled_gap_mean"] = s("gap_sum") / gap_n if gap_n else None
+    # gate diagnostics at the guided turns' behaviour's first token (LossRoot._gate_diagnostics)
+    a_n = s("anchor_n")
+    out["guidance/anchor_tokens"] = a_n
+    out["guidance/anchor_kl"] = s("anchor_kl_sum") / a_n if a_n else None
+    out["guidance/anchor_p_teacher"] = s("anchor_pt_sum") / a_n if a_n else None
+    out["guidance/anchor_p_student"] = s("anchor_ps_sum") / a_n if a_n else None
+    out["guidance/anchor_gap"] = (s("anchor_pt_sum") - s("anchor_ps_sum")) / a_n if a_n else None
     return out

@@ -25,8 +25,9 @@ The engine is built with ``distributed_executor_backend="external_launcher"`` (t
 as TRL's colocate mode does), so ``RANK`` / ``WORLD_SIZE`` / ``MASTER_ADDR`` / ``MASTER_PORT`` are set when
 missing. vLLM is imported lazily (the ``gpu`` extra; it needs CUDA): without it :class:`VLLMUnavailable` says how
 to install it. Tested on CPU against a faithful fake of the vLLM objects used (``tests/vllm_fakes.py``); the real
-engine is exercised only by ``scripts/gpu_check.sh`` on a GPU machine. Not covered: an external ``vllm serve``
-over HTTP (``rollout.engine = "vllm_http"``), tensor parallelism, sleep mode.
+engine is exercised only by ``scripts/gpu_check.sh`` on a GPU machine. An external ``vllm serve`` over HTTP is
+``rollout.engine = "vllm_http"`` (``repro.vllm_http``, which reuses this module's request seeds, finish reasons and
+weight names). Not covered: tensor parallelism, sleep mode.
 """
 
 from __future__ import annotations

@@ -116,15 +116,17 @@ class EpisodeUnscorable(RuntimeError):
     """The instance cannot be graded (its gold patch fails the hidden tests too): never a model failure."""
 
 
-def default_engine(model: torch.nn.Module, pad_id: int, prefix_cache: int = 64) -> RolloutEngine:
+def default_engine(model: torch.nn.Module, pad_id: int, prefix_cache: int = 64,
+                   dtype: torch.dtype | None = None) -> RolloutEngine:
     """``repro.sampler.KVSampler`` for dense Qwen3 models (KV-cached, shared-prompt prefill, prompt prefixes reused
-    across turns until the weights change: ``repro.prefix_cache``), ``repro.engine.HFEngine`` otherwise."""
+    across turns until the weights change: ``repro.prefix_cache``; ``dtype`` None = the model's), ``repro.engine.HFEngine``
+    otherwise."""
     from transformers import Qwen3ForCausalLM
 
     from repro.sampler import KVSampler
 
     if isinstance(model, Qwen3ForCausalLM):
-        return KVSampler(model, prefix_cache=prefix_cache)
+        return KVSampler(model, prefix_cache=prefix_cache, dtype=dtype)
     return HFEngine(model, pad_id)
 
 
@@ -134,7 +136,7 @@ EngineFactory = Callable[[torch.nn.Module, int], RolloutEngine]  # (model, pad i
 def engine_factory_for(cfg: TrainConfig) -> EngineFactory:
     """The engine ``rollout.engine`` chooses: :func:`default_engine` for ``hf_sampler``; for ``vllm`` one colocated
     ``vllm.LLM`` (``repro.vllm_engine.VLLMRollouts``, built on first use; the weights follow the model it is called
-    with). ``vllm_http`` is refused: designed, not built."""
+    with); for ``vllm_http`` ``repro.vllm_http.HttpRollouts`` (external ``vllm serve`` processes)."""
     kind = cfg.rollout.engine
     if kind == "hf_sampler":
         return default_engine
@@ -142,22 +144,29 @@ def engine_factory_for(cfg: TrainConfig) -> EngineFactory:
         from repro.vllm_engine import VLLMRollouts, VLLMSettings
 
         return VLLMRollouts(VLLMSettings.from_config(cfg))
-    raise ConfigError(f"rollout.engine = {kind!r} (an external `vllm serve` over HTTP) is designed (SCALE.md §2.2) but "
-                      "not implemented; use rollout.engine = 'vllm' (a colocated vLLM engine, CUDA + the gpu extra) "
-                      "or 'hf_sampler', or --dry-run to check a paper-scale plan")
+    from repro.vllm_http import HttpRollouts, HttpSettings, VLLMHttpError
+
+    try:
+        return HttpRollouts(HttpSettings.from_config(cfg))
+    except VLLMHttpError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def check_engine_choice(cfg: TrainConfig, factory: EngineFactory | None) -> None:
-    """Refuses ``vllm_http`` (not built), and a setup built by hand (``factory``; None: :func:`default_setup` will
-    build it) whose engine is not the one the configuration names (its config.toml says which engine sampled)."""
-    if cfg.rollout.engine == "vllm_http":
-        engine_factory_for(cfg)  # raises the refusal that says what to use instead
+    """Refuses a setup built by hand (``factory``; None: :func:`default_setup` will build it) whose engine is not the
+    one the configuration names (its config.toml says which engine sampled), and ``vllm_http`` without
+    ``vllm_http.weights_dir``."""
+    if cfg.rollout.engine == "vllm_http" and not cfg.vllm_http.weights_dir:
+        engine_factory_for(cfg)  # raises the error that says what to set
     if factory is None:
         return
     from repro.vllm_engine import VLLMRollouts
+    from repro.vllm_http import HttpRollouts
 
-    if (cfg.rollout.engine == "vllm") != isinstance(factory, VLLMRollouts):
-        got = type(factory).__name__ if isinstance(factory, VLLMRollouts) else getattr(factory, "__name__", "?")
+    kinds = {"vllm": VLLMRollouts, "vllm_http": HttpRollouts}
+    got_kind = next((k for k, cls in kinds.items() if isinstance(factory, cls)), "hf_sampler")
+    if got_kind != cfg.rollout.engine:
+        got = getattr(factory, "__name__", type(factory).__name__)
         raise ConfigError(f"rollout.engine = {cfg.rollout.engine!r} but the RLSetup's engine_factory is {got}; "
                           "build the setup with engine_factory=repro.wiring.engine_factory_for(cfg)")
 
@@ -187,6 +196,12 @@ def load_model_and_tokenizer(cfg: TrainConfig, init: Path | str | None = None) -
     if src is not None:
         from transformers import AutoModelForCausalLM
 
+        from repro.pretrain.ship import resolve_init
+        from repro.sft_ship import is_sft_coder, verify_sft
+
+        src = resolve_init(src)  # sft:<name> / base:<name>: a coder or base shipped in assets/
+        if is_sft_coder(src):
+            verify_sft(src)  # every file against its manifest's sha256, a clear error naming the file otherwise
         if not (Path(src) / "config.json").is_file():
             raise ConfigError(f"model.init = {src}: no config.json there; point it to a checkpoint directory "
                               "written by `tgsuite train` (HF save_pretrained layout with a tokenizer)")

@@ -1,5 +1,5 @@
-"""How likely is a model to start its summary in Markdown? A diagnostic for a finished mini run (README, "Why TG did
-not teach Markdown here").
+"""How likely is a model to start its summary in Markdown? A diagnostic for a finished mini run (docs/RESULTS.md,
+"Run at 8ed4248": the heading probe).
 
 For every held-out episode of the base model's evaluation that ended with a ``finish`` call, the conversation up to
 that call's ``"message":`` is encoded exactly as training encodes it (``repro.tokenizer.ChatEncoder`` with the tool

@@ -34,12 +34,24 @@ ALLOWED_INTERNAL: dict[str, tuple[str, ...]] = {
 # Third-party top-level modules each package may import (None = no restriction).
 ALLOWED_THIRD_PARTY: dict[str, set[str] | None] = {
     "protocols": {"cryptography"},  # Ed25519 signatures of frozen records (protocols.anchor)
-    # swebench: its log parsers (harness.swebench_compat); ray: the Ray executor (harness.runner_ray, imported lazily)
-    "harness": {"docker", "requests", "urllib3", "swebench", "ray"},
+    # swebench: its log parsers (harness.swebench_compat); ray: the Ray executor (harness.runner_ray, imported lazily);
+    # mcp / mcp_types / anyio / uvicorn: the MCP server of `tgsuite serve-tools` (harness.mcp_server only: ONLY_IN)
+    # inspect_ai: the Inspect log writer of `tgsuite export inspect` (harness.trajdata.inspect_export only: ONLY_IN)
+    "harness": {"docker", "requests", "urllib3", "swebench", "ray", "mcp", "mcp_types", "anyio", "uvicorn",
+                "inspect_ai"},
     "evalsuite": {"numpy", "scipy", "statsmodels", "pandas"},
     "reports": {"jinja2", "markupsafe", "matplotlib", "numpy"},
     "repro": None,
     "tgsuite": None,
+}
+# Optional integrations: these third-party packages may be imported by the named modules only (each imports them
+# lazily, inside the functions that need them), so every other module loads without them installed.
+ONLY_IN: dict[str, tuple[str, ...]] = {
+    "mcp": ("harness.mcp_server", "tgsuite.commands.serve_tools"),
+    "mcp_types": ("harness.mcp_server",),
+    "anyio": ("harness.mcp_server",),
+    "uvicorn": ("harness.mcp_server",),
+    "inspect_ai": ("harness.trajdata.inspect_export", "tgsuite.commands.export"),
 }
 # harness policies (and only they) may load models.
 POLICY_ONLY = {"transformers", "torch", "tokenizers", "safetensors", "numpy"}
@@ -85,6 +97,9 @@ def violations(source: str, module: str, *, is_package: bool = False) -> list[st
                        for p in ALLOWED_INTERNAL[pkg]):
                 problems.append(f"{module}:{line} imports {name} (allowed: {', '.join(ALLOWED_INTERNAL[pkg])})")
             continue
+        if top in ONLY_IN and module not in ONLY_IN[top]:
+            problems.append(f"{module}:{line} imports {top}, which only {', '.join(ONLY_IN[top])} may import")
+            continue
         if top in NEVER.get(pkg, set()):
             problems.append(f"{module}:{line} imports {top}, which {pkg} must never import")
             continue
@@ -126,6 +141,8 @@ def test_package_follows_the_import_rules(pkg: str) -> None:
         ("repro.train", "def f():\n    import reports.build", "imports reports.build"),
         ("repro.train", "from tgsuite.pipeline import steps", "imports tgsuite.pipeline.steps"),
         ("harness.runner", "import tgsuite.cli", "imports tgsuite.cli"),
+        ("harness.agent", "import mcp", "only harness.mcp_server"),
+        ("tgsuite.commands.eval", "def f():\n    from inspect_ai.log import read_eval_log", "only harness.trajdata"),
     ],
 )
 def test_scanner_catches_violations(module: str, source: str, expected: str) -> None:

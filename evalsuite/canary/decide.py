@@ -7,8 +7,9 @@ Order of the rules:
 3. any harm metric whose upper bound excludes no-harm (U < 0; U < −delta for ``rollback_on = "inferior"``) ->
    ROLLBACK. This is a union of harm tests, each at alpha_rollback / h (Bonferroni), so P(false ROLLBACK) <=
    alpha_rollback + alpha_srm when the canary is truly no worse on every metric;
-4. PROMOTE when the canary is ready (elapsed >= min_duration, no metric waiting (``waiting_metrics``), no gate
-   at ``warn``) and EVERY metric with a margin is non-inferior (L > −delta), plus the primary superior if required.
+4. PROMOTE when the canary is ready (elapsed >= min_duration, no metric waiting (``waiting_metrics``), enough
+   assigned units for the SRM check to flag the plan's ``srm_detectable_share`` with ``srm_power`` (``srm_wait``), no
+   gate at ``warn``) and EVERY metric with a margin is non-inferior (L > −delta), plus the primary superior if required.
    This is an intersection–union test: each claim at alpha_promote with no adjustment (Berger 1982), so
    P(PROMOTE | some metric truly worse than its margin) <= alpha_promote;
 5. at the horizon (units >= horizon_units or elapsed >= max_duration): ROLLBACK "inconclusive", or keep going
@@ -79,8 +80,19 @@ def waiting_metrics(plan: CanaryPlan, metrics: Sequence[MetricLook]) -> list[Met
             (m.bar is not None or (m.alpha_harm is not None and min(m.n_canary, m.n_control) < plan.min_units_per_arm))]
 
 
+def srm_wait(plan: CanaryPlan, units: int, srm_units: int | None) -> list[str]:
+    """Why PROMOTE must still wait for the SRM check's power (empty: it has it). ``srm_units``: the units the check
+    needs (``srm.units_for_power``), None when it cannot get there within 4x the horizon."""
+    what = (f"the SRM check needs {{}} assigned units to flag a canary share of {plan.srm_detect_share:.3g} (design "
+            f"{plan.canary_share:.3g}) with power {plan.srm_power:g}")  # fmt: skip
+    if srm_units is None:
+        return [what.format(f"more than {4 * plan.horizon_units}") + ": PROMOTE is unreachable with this plan; "
+                "raise srm_detectable_share's distance from canary_share, alpha_srm or the canary share"]
+    return [what.format(srm_units) + f" ({units} so far)"] if units < srm_units else []
+
+
 def decide(plan: CanaryPlan, *, metrics: Sequence[MetricLook], gates: Sequence[Gate], elapsed_hours: float,
-           units: int, previous: Verdict | None = None) -> Verdict:  # fmt: skip
+           units: int, previous: Verdict | None = None, srm_units: int | None = 0) -> Verdict:  # fmt: skip
     """The decision at one look from its metric results and gates (rules in the module docstring)."""
     if previous is not None and previous.terminal:
         return previous
@@ -95,6 +107,7 @@ def decide(plan: CanaryPlan, *, metrics: Sequence[MetricLook], gates: Sequence[G
     waiting = [f"{m.name} in burn-in ({m.note})" for m in waiting_metrics(plan, metrics)]
     warns = [f"{g.name}: {g.detail}" for g in gates if g.level == "warn"]
     ok, missing = _promotable(plan, metrics)
+    waiting += srm_wait(plan, units, srm_units)
     if elapsed_hours >= plan.min_duration_hours and not waiting and not warns and ok:
         return Verdict("PROMOTE", tuple(f"{m.name} non-inferior: lower bound {_fmt(m.lower)} > -margin "
                                         f"{_fmt(m.bar)}" for m in metrics if m.bar is not None), True)  # fmt: skip

@@ -23,6 +23,12 @@ per-unit ratios Y_i/N_i of matured units with N_i > 0 in arrival order, at half 
 mixture bound gets the other half, so the metric's harm test stays at its Bonferroni share), from the first matured
 unit on; during burn-in it alone can show harm. Its estimand is the unweighted mean of per-unit ratios, not
 sum Y / sum N: both are 0 when the arms are identical (the false-ROLLBACK guarantee), they can differ otherwise.
+Rare guardrails: a metric with an absolute margin, its matured units, and fewer than ``min_events`` events (an A/A
+canary whose guardrail never fires) is decided by the exact union CS at ``alpha_promote / 2``
+(``few_events_lower``) instead of staying in burn-in forever; once it has ``min_events`` the mixture bound decides.
+A metric can thus use both bounds over a canary: its false-PROMOTE probability is at most 1.5 · alpha_promote in
+the worst case (alpha_promote / 2 when it never reaches ``min_events``). A relative margin with no events cannot
+be evaluated (a ratio of 0 has no log); the look's note says PROMOTE is unreachable then.
 Not covered: the AIPW CS (a2) in the monitor (its ``c = 2/min(pi, 1-pi)`` makes a 10 % canary's CS very wide).
 
 References: Berger RL. Multiparameter hypothesis testing and acceptance sampling. Technometrics 24:295-300, 1982;
@@ -69,6 +75,7 @@ class MetricState:
     llr_ni: float = -math.inf
     gst_fractions: tuple[float, ...] = ()
     fast_upper: float = math.inf
+    few_events_lower: float = -math.inf  # running max of the exact NI bound used while events < min_events
 
 
 def alpha_allocation(plan: CanaryPlan) -> dict[str, float]:
@@ -146,19 +153,36 @@ def _status(d: MetricDesign, st: MetricState) -> MetricStatus:
     return "inconclusive"
 
 
+def _exact_union(agg: UnitAggregates, alpha: float) -> exact.UnionBound | None:
+    """The exact union CS on per-unit ratios in arrival order at ``2 alpha`` (each oriented side at level alpha), or
+    None when an arm has no matured unit with N_i > 0."""
+    order = np.argsort(agg.start, kind="stable") if agg.start is not None else np.arange(agg.den.size)
+    keep = order[agg.den[order] > 0]
+    x, can = np.clip(agg.num[keep] / agg.den[keep], 0.0, 1.0), agg.canary[keep]
+    if not can.any() or can.all():
+        return None
+    return exact.union_difference(x[can], x[~can], alpha=2.0 * alpha)
+
+
 def fast_path_upper(d: MetricDesign, agg: UnitAggregates) -> float | None:
     """Oriented one-sided upper bound at ``d.alpha_fast`` from the exact union CS, or None (no fast path, or an arm
     without a matured unit with N_i > 0). ``union_difference(alpha=2a)`` spends a/4 per side and arm, so each
     oriented side is at level a."""
     if d.alpha_fast is None:
         return None
-    order = np.argsort(agg.start, kind="stable") if agg.start is not None else np.arange(agg.den.size)
-    keep = order[agg.den[order] > 0]
-    x, can = np.clip(agg.num[keep] / agg.den[keep], 0.0, 1.0), agg.canary[keep]
-    if not can.any() or can.all():
+    ub = _exact_union(agg, d.alpha_fast)
+    return None if ub is None else (ub.upper if d.metric.sign > 0 else -ub.lower)
+
+
+def few_events_lower(plan: CanaryPlan, d: MetricDesign, agg: UnitAggregates) -> float | None:
+    """Oriented non-inferiority lower bound for a metric with an absolute margin that has its matured units but
+    fewer than ``plan.min_events`` events (e.g. none at all in an A/A canary): the exact union CS at
+    ``alpha_promote / 2`` — distribution-free, so it needs no event count. None for relative margins (a ratio of 0
+    has no log) and when an arm has no eligible unit."""
+    if d.bar is None or d.scale != "diff":
         return None
-    ub = exact.union_difference(x[can], x[~can], alpha=2.0 * d.alpha_fast)
-    return ub.upper if d.metric.sign > 0 else -ub.lower
+    ub = _exact_union(agg, plan.alpha_promote / 2.0)
+    return None if ub is None else (ub.lower if d.metric.sign > 0 else -ub.upper)
 
 
 def _with_fast_path(d: MetricDesign, agg: UnitAggregates, st: MetricState) -> tuple[MetricState, str]:
@@ -178,15 +202,30 @@ def evaluate_metric(plan: CanaryPlan, d: MetricDesign, agg: UnitAggregates, st: 
     base = dict(name=m.name, role=m.role, scale=d.scale, sign=m.sign, n_canary=n_t, n_control=n_c, bar=d.bar,
                 alpha_harm=d.alpha_harm, method_ni="none" if d.bar is None else plan.method)  # fmt: skip
     st, fast = _with_fast_path(d, agg, st)
+    if est is None and "log ratio is undefined" in why and d.bar is not None:
+        why += ("; with no events in an arm a relative margin cannot be evaluated, so PROMOTE waits until events "
+                "occur (an absolute margin lets the exact bound decide)")
     if est is None or est.var <= 0:
         status: MetricStatus = "harm" if st.upper < 0 else "burn_in" if est is None else "degenerate"
         note = why or "zero variance: every unit has the same value; no decision on this metric"
         return _look(base, st, status, _join(note, fast), est), st
     # events pooled over the arms: a canary with 0 events against a control with thousands is evidence, not burn-in
     events = est.treatment.total_num + est.control.total_num
+    if min(n_t, n_c) >= plan.min_units_per_arm and events < plan.min_events and d.bar is not None:
+        lo = few_events_lower(plan, d, agg)
+        if lo is not None:  # a rare (or never seen) guardrail: decided by the exact bound, not held in burn-in
+            st = replace(st, few_events_lower=max(st.few_events_lower, lo))
+            note = (f"{events:g} events in both arms (fewer than min_events {plan.min_events}): non-inferiority from "
+                    f"the exact bound at alpha {plan.alpha_promote / 2:.4g}, lower {st.few_events_lower:+.4f}")  # fmt: skip
+            shown = replace(st, lower=st.few_events_lower)
+            few: MetricStatus = "harm" if st.upper < 0 else _status(d, shown)
+            return _look(base, shown, few, _join(note, fast), est), st
     if min(n_t, n_c) < plan.min_units_per_arm or events < plan.min_events:
         note = (f"burn-in: {min(n_t, n_c)} matured units in the smaller arm (need {plan.min_units_per_arm}), "
                 f"{events:g} events in both arms (need {plan.min_events})")  # fmt: skip
+        if events == 0 and d.bar is not None and d.scale != "diff":
+            note += ("; no events in either arm and a relative margin: a ratio of 0 has no log, so PROMOTE is "
+                     "unreachable until events occur (use an absolute margin for a guardrail that may never fire)")
         return _look(base, st, "harm" if st.upper < 0 else "burn_in", _join(note, fast), est), st
     theta = m.sign * est.delta
     if d.alpha_harm is not None:

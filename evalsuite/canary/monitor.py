@@ -71,6 +71,12 @@ def _gates(plan: CanaryPlan, s: SRMLook, table: aggregate.EpisodeTable, as_of: f
     return gates  # fmt: skip
 
 
+def srm_units_needed(plan: CanaryPlan) -> int | None:
+    """Assigned units the SRM check needs before PROMOTE (``srm.units_for_power`` up to 4x the horizon)."""
+    return srm.units_for_power(plan.canary_share, plan.srm_detect_share, alpha=plan.alpha_srm, k=plan.srm_prior_k,
+                               power=plan.srm_power, n_max=4 * plan.horizon_units)  # fmt: skip
+
+
 def analyze_look(plan: CanaryPlan, table: aggregate.EpisodeTable, designs: Sequence[MetricDesign], *,
                  as_of: float, state: MonitorState) -> tuple[LookResult, MonitorState]:  # fmt: skip
     """One look at ``as_of`` hours after the start."""
@@ -84,7 +90,8 @@ def analyze_look(plan: CanaryPlan, table: aggregate.EpisodeTable, designs: Seque
     s = _srm_gate(plan, history)
     waiting = [m.name for m in waiting_metrics(plan, results)]
     gates = _gates(plan, s, table, as_of, waiting)
-    verdict = decide(plan, metrics=results, gates=gates, elapsed_hours=as_of, units=sum(units), previous=state.verdict)
+    verdict = decide(plan, metrics=results, gates=gates, elapsed_hours=as_of, units=sum(units), previous=state.verdict,
+                     srm_units=srm_units_needed(plan))  # fmt: skip
     when = table.start + timedelta(hours=as_of)
     look = LookResult(index=state.looks + 1, as_of=when.strftime("%Y-%m-%dT%H:%M:%SZ"), elapsed_hours=as_of,
                       units={"canary": units[0], "control": units[1]}, srm=s, gates=gates, metrics=results,

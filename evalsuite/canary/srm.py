@@ -8,6 +8,11 @@ H0: each randomisation unit lands in arm a with the design share theta0_a; H1: t
   nonnegative martingale under H0, so ``p_n = min(1, min_{s<=n} 1/BF_s)`` is an anytime-valid p-value and
   "flag when BF >= 1/alpha" keeps P(false flag, ever) <= alpha under continuous monitoring.
 
+* ``units_for_power``: how many assigned units the sequential test needs to flag a given mismatch (e.g. 0.09 vs a
+  design share of 0.10) with a given power; the monitor holds PROMOTE until that many units are in, so a canary
+  never promotes before its SRM check could have caught a broken split (issue #37: 2 of 40 canaries promoted
+  before a 0.09 vs 0.10 mismatch was flagged).
+
 Covered: fixed design shares (one test per ramp phase). Not covered: shares that change over time (run one test
 per phase) and segment-level SRM.
 
@@ -17,6 +22,7 @@ References: Lindon M, Malek A. Anytime-valid inference for multinomial count dat
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -77,3 +83,29 @@ def srm_sequential(counts_history: Sequence[ArrayLike], shares: ArrayLike, *, al
     logs = [srm_log_bf(c, shares, k=k) for c in counts_history]
     p = min(1.0, math.exp(-max(logs)))
     return SequentialSRM(log_bf=logs[-1], p_anytime=p, flagged=p <= alpha)
+
+
+@functools.lru_cache(maxsize=64)
+def units_for_power(share: float, detect_share: float, *, alpha: float, k: float, power: float, n_max: int,
+                    paths: int = 400, seed: int = 0) -> int | None:  # fmt: skip
+    """Assigned units (both arms) by which the sequential test flags a true canary share of ``detect_share`` (the
+    design share being ``share``) with probability ``power``; None when that takes more than ``n_max`` units.
+
+    Monte Carlo of the test itself (``paths`` binomial arrival paths from ``seed``, the test evaluated on a grid of
+    1,000 unit counts up to ``n_max``), so it is exact up to simulation and grid error; looks sparser than the grid
+    flag later, so treat the figure as a lower bound. Deterministic for its arguments (cached)."""
+    if not (0.0 < detect_share < 1.0) or detect_share == share:
+        raise StatsInputError(f"detect_share = {detect_share!r}: must lie in (0, 1) and differ from the design share")
+    rng = np.random.default_rng(seed)
+    grid = np.unique(np.linspace(max(n_max // 1000, 1), n_max, 1000).astype(int))
+    steps = np.diff(np.concatenate([[0], grid]))
+    c = np.cumsum(rng.binomial(steps, detect_share, (paths, grid.size)), axis=1).astype(float)
+    n = grid.astype(float)[None, :]
+    a1, a2 = k * share, k * (1.0 - share)
+    log_bf = (special.gammaln(a1 + c) + special.gammaln(a2 + n - c) - special.gammaln(k + n)
+              - special.gammaln(a1) - special.gammaln(a2) + special.gammaln(k)
+              - c * math.log(share) - (n - c) * math.log(1.0 - share))  # fmt: skip
+    hit = log_bf >= -math.log(alpha)
+    first = np.where(hit.any(axis=1), grid[np.argmax(hit, axis=1)], np.iinfo(np.int64).max)
+    need = float(np.quantile(first, power, method="higher"))
+    return int(need) if need <= n_max else None

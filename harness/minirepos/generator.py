@@ -21,7 +21,8 @@ from __future__ import annotations
 import ast
 import logging
 import random
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Literal
 
@@ -83,13 +84,25 @@ def _clean_results(source: str, module_name: str, template: ModuleTemplate) -> t
     return results
 
 
-def plan_repo(rng: random.Random, split: MiniSplit, index: int, used_names: set[str]) -> RepoPlan:
-    """Choose a repository's name, tier, modules and constants, and run its clean cases."""
-    tier: TemplateTier = "n/a" if split == "train" else ("seen_templates" if index % 2 == 0 else "unseen_templates")
+ModuleNamer = Callable[[random.Random], str]
+
+
+def plan_repo(rng: random.Random, split: MiniSplit, index: int, used_names: set[str], *,
+              tier: TemplateTier | None = None, module_namer: ModuleNamer | None = None) -> RepoPlan:
+    """Choose a repository's name, tier, modules and constants, and run its clean cases.
+
+    ``tier`` forces the held-out tier (default: alternating by ``index``). ``module_namer`` renames every module
+    (file ``<package>/<name>.py``, its tests, README line, test ids and problem statements all follow, since they are
+    rendered from the template's ``module``): called with ``rng`` once per module until it gives a name that is
+    new in the repository; the functions and the code stay the template's."""
+    if tier is None:
+        tier = "n/a" if split == "train" else ("seen_templates" if index % 2 == 0 else "unseen_templates")
     pool = templates_for("unseen" if tier == "unseen_templates" else "train")
     repo = render.repo_name(rng, split, used_names)
     package = render.package_name(repo)
     chosen = rng.sample(pool, min(rng.choice((2, 3, 3, 4)), len(pool)))
+    if module_namer is not None:
+        chosen = _renamed(rng, chosen, module_namer, taken={package, *package.split("_")})
     modules = []
     for tpl in chosen:
         source = tpl.render({k: rng.choice(v) for k, v in sorted(tpl.params.items())})
@@ -100,6 +113,21 @@ def plan_repo(rng: random.Random, split: MiniSplit, index: int, used_names: set[
             visible += sorted(rng.sample(own, max(1, (len(own) + 1) // 2)), key=lambda c: c.index)
         modules.append(ModulePlan(tpl, source, clean, tuple(visible)))
     return RepoPlan(repo, package, tier, tuple(modules))
+
+
+def _renamed(rng: random.Random, chosen: list[ModuleTemplate], namer: ModuleNamer,
+             taken: set[str]) -> list[ModuleTemplate]:
+    out = []
+    for tpl in chosen:
+        for _ in range(100):
+            name = namer(rng)
+            if name.isidentifier() and name not in taken and name not in tpl.function_names():
+                break
+        else:
+            raise RuntimeError(f"module_namer gave no new identifier for {tpl.key!r} in 100 draws")
+        taken.add(name)
+        out.append(replace(tpl, module=name))
+    return out
 
 
 @dataclass(frozen=True)

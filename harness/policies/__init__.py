@@ -74,17 +74,29 @@ class GenerationSettings:
         opts = {"temperature": self.temperature, "top_p": self.top_p, length: self.max_tokens}
         return {k: v for k, v in opts.items() if v is not None}
 
-    def as_config(self) -> dict[str, float | int | None]:
-        return {f"generation.{k}": v for k, v in asdict(self).items()}
-
 
 @dataclass(frozen=True)
 class EndpointSettings:
     """Options of ``openai:`` arms: the NAME of the environment variable holding the API key (the key itself is read
-    from the environment when the policy is built, kept in memory only) and the most requests in flight per arm."""
+    from the environment when the policy is built, kept in memory only), the most requests in flight per arm, the
+    seconds one request may take and the retries after a retryable failure (None: the policy's defaults, 120 s
+    and 4)."""
 
     api_key_env: str | None = None
     max_concurrency: int | None = None
+    request_timeout_s: float | None = None
+    max_retries: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise ValueError(f"--max-concurrency {self.max_concurrency}: must be >= 1")
+        if self.request_timeout_s is not None and not self.request_timeout_s > 0:
+            raise ValueError(f"--request-timeout {self.request_timeout_s}: must be > 0 seconds, e.g. 120")
+        if self.max_retries is not None and self.max_retries < 0:
+            raise ValueError(f"--max-retries {self.max_retries}: must be >= 0 (0 = one attempt)")
+
+    def given(self) -> bool:
+        return any(v is not None for v in asdict(self).values())
 
     def options(self) -> dict[str, Any]:
         """Constructor options for ``OpenAIPolicy``; raises ValueError when the named variable is unset or empty."""
@@ -96,6 +108,10 @@ class EndpointSettings:
             opts["api_key_env"] = self.api_key_env
         if self.max_concurrency is not None:
             opts["max_concurrency"] = self.max_concurrency
+        if self.request_timeout_s is not None:
+            opts["timeout_s"] = self.request_timeout_s
+        if self.max_retries is not None:
+            opts["max_retries"] = self.max_retries
         return opts
 
 

@@ -114,6 +114,15 @@ class HFPolicy:
         policy.spec = f"hf:{p}"
         return policy
 
+    def generation_settings(self) -> dict[str, Any]:
+        """What every turn samples with (recorded per arm in the run manifest; a resume with other values is
+        refused)."""
+        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
+                "max_tokens": self.max_new_tokens, "max_context": self.max_context,
+                "logprobs_mode": self.logprobs_mode,
+                **({"chat_template_kwargs": repr(sorted(self.chat_template_kwargs.items()))}
+                   if self.chat_template_kwargs else {})}
+
     def _stop_ids(self) -> set[int]:
         ids: set[int] = set()
         for tok in ("<|im_end|>", "<|endoftext|>", self.tokenizer.eos_token):

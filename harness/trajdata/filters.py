@@ -166,7 +166,9 @@ def _outcome_filters(records: list[TrajectoryRecord], o: FilterOptions, reward_o
 
         def low(r: TrajectoryRecord) -> str | None:
             v = fn(r)
-            return "no reward" if v is None else (None if v >= thr else f"reward {v:.3f} < {thr}")
+            if v is None:
+                return "no reward" if reward_of else "no logged reward (to recompute one: --reward-from-arm ARM)"
+            return None if v >= thr else f"{'reward' if reward_of else 'logged reward'} {v:.3f} < {thr}"
 
         records, removed = _apply(records, low)
         counts.append(_count("min_reward", "reward at least min_reward", n, removed, {"min_reward": thr}))

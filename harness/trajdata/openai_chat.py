@@ -13,6 +13,8 @@ One line = one JSON object::
      "metadata": {"instance_id": "...", "resolved": true, "reward": 1.0, "user_feedback": 0.5,
                   "infra_error": null, "truncated": false, "model": "..."}}
 
+``user_feedback`` is a rating in [-1, 1], or the thumbs of canary logs: ``"up"`` (read as 1) / ``"down"`` (-1).
+
 Read: roles ``system`` (``developer`` is read as system), ``user``, ``assistant``, ``tool``; content as a string,
 ``null`` or a list of ``{"type": "text", "text": ...}`` parts; assistant ``reasoning_content`` (rendered as a
 ``<think>`` block) and ``finish_reason == "length"`` (the turn was cut: ``Message.truncated``); tool calls rendered
@@ -93,8 +95,17 @@ def _get(obj: dict[str, Any], key: str) -> Any:
     return meta.get(key, obj.get(key)) if isinstance(meta, dict) else obj.get(key)
 
 
+FEEDBACK_WORDS = {"up": 1.0, "down": -1.0}  # thumbs as canary logs write them (evalsuite.canary.schema)
+
+
 def _outcome(obj: dict[str, Any], err: Any) -> RecordOutcome:
     vals = {k: _get(obj, k) for k in ("resolved", "reward", "user_feedback", "infra_error", "truncated")}
+    word = vals["user_feedback"]
+    if isinstance(word, str):
+        if word.strip().lower() not in FEEDBACK_WORDS:
+            raise err("metadata.user_feedback", f"{word!r} is neither a number nor \"up\"/\"down\"",
+                      "write a rating in [-1, 1], or \"up\" (read as 1) / \"down\" (read as -1)")
+        vals["user_feedback"] = FEEDBACK_WORDS[word.strip().lower()]
     for key, types in (("resolved", (bool,)), ("reward", (int, float)), ("user_feedback", (int, float))):
         v = vals[key]
         if v is not None and (not isinstance(v, types) or (key != "resolved" and isinstance(v, bool))):

@@ -2,7 +2,7 @@
 
 Why. The mini world's agent must copy names from its context (the package in a listing, the exact line it edits).
 A from-scratch 4M-parameter model trained only on a few hundred agent transcripts memorises names instead
-(README, "What the mini world reaches"). The paper starts from a pretrained coder; the mini world starts from a
+(docs/RESULTS.md, "Runs at 2bec4a7 and before"). The paper starts from a pretrained coder; the mini world starts from a
 base pretrained here by ``tgsuite train pretrain`` (``repro.pretrain.loop.run_pretrain``).
 
 Curriculum (``repro.pretrain.schema.PretrainConfig.stages``; each stage a mixture of document kinds drawn per step):

@@ -11,6 +11,7 @@ float32.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,9 @@ MANIFEST = "manifest.json"
 # the bases shipped in the repository, by name: ``base:<name>`` in a model-init field means this folder
 BASES_DIR = Path(__file__).resolve().parents[2] / "assets" / "base"
 BASE_PREFIX = "base:"
+# the SFT coders shipped in the repository (repro.sft_ship): ``sft:<name>`` means assets/sft/<name>/
+SFT_DIR = Path(__file__).resolve().parents[2] / "assets" / "sft"
+SFT_PREFIX = "sft:"
 
 
 class BaseIntegrityError(ValueError):
@@ -68,25 +72,38 @@ def verify_base(path: str | Path) -> BaseManifest:
         raise BaseIntegrityError(f"{base}: no {MANIFEST}; this is not a shipped base. Fix: export one with "
                                  "`tgsuite train pretrain --out RUN --export-base DIR`.")
     manifest = BaseManifest.model_validate_json(mpath.read_text())
-    for name, want in manifest.files.items():
-        f = base / name
-        if not f.is_file():
-            raise BaseIntegrityError(f"{f}: listed in {mpath} but missing. Fix: restore the base (e.g. `git checkout "
-                                     "-- <its folder>`) or export it again.")
-        if file_sha256(f) != want:
-            raise BaseIntegrityError(f"{f}: sha256 differs from {mpath} (the file was altered). Fix: restore the "
-                                     "base (e.g. `git checkout -- <its folder>`) or export it again.")
-    extra = [p.name for p in base.glob("*.safetensors") if p.name not in manifest.files]
-    if extra:
-        raise BaseIntegrityError(f"{base}: weight files {extra} are not in {mpath}. Fix: remove them or export the "
-                                 "base again.")
+    verify_files(base, manifest.files, "restore the base (e.g. `git checkout -- <its folder>`) or export it again")
     return manifest
+
+
+def verify_files(folder: Path, files: dict[str, str], fix: str) -> None:
+    """Check every file a shipped model's manifest lists against its sha256, and that no weight file is unlisted;
+    :class:`BaseIntegrityError` naming the file and ``fix`` otherwise."""
+    mpath = folder / MANIFEST
+    for name, want in files.items():
+        f = folder / name
+        if not f.is_file():
+            raise BaseIntegrityError(f"{f}: listed in {mpath} but missing. Fix: {fix}.")
+        if file_sha256(f) != want:
+            raise BaseIntegrityError(f"{f}: sha256 differs from {mpath} (the file was altered). Fix: {fix}.")
+    extra = [p.name for p in folder.glob("*.safetensors") if p.name not in files]
+    if extra:
+        raise BaseIntegrityError(f"{folder}: weight files {extra} are not in {mpath}. Fix: remove them, or {fix}.")
 
 
 def resolve_init(spec: str | Path) -> Path:
     """The folder a model-init field names: ``base:<name>`` is the shipped base ``assets/base/<name>/`` of this
-    checkout (a clear error when it is absent), anything else a path as given."""
+    checkout, ``sft:<name>`` the shipped SFT coder ``assets/sft/<name>/`` (a clear error when absent), anything else
+    a path as given."""
     text = str(spec)
+    if text.startswith(SFT_PREFIX):
+        name = text[len(SFT_PREFIX):]
+        path = SFT_DIR / name
+        if not (path / MANIFEST).is_file():
+            raise BaseIntegrityError(f"{spec}: no shipped SFT coder {path} ({MANIFEST} missing). Fix: restore it "
+                                     f"(`git checkout -- assets/sft/{name}`) or rebuild it: `tgsuite train sft --preset "
+                                     f"{name} --out runs/sft-{name} --ship assets/sft/{name}`.")
+        return path
     if not text.startswith(BASE_PREFIX):
         return Path(text)
     name = text[len(BASE_PREFIX):]
@@ -101,8 +118,13 @@ def resolve_init(spec: str | Path) -> Path:
 
 
 def is_base(path: str | Path) -> bool:
-    """Whether ``path`` holds a shipped base (a manifest to verify) rather than a plain model folder."""
-    return (Path(path) / MANIFEST).is_file()
+    """Whether ``path`` holds a shipped base (a manifest of that kind to verify) rather than a plain model folder or
+    a shipped SFT coder (``repro.sft_ship``)."""
+    m = Path(path) / MANIFEST
+    try:
+        return m.is_file() and json.loads(m.read_text()).get("kind") == "tgsuite-pretrained-base"
+    except (OSError, ValueError):
+        return False
 
 
 def init_fingerprint(spec: str | Path | None) -> dict[str, str]:
@@ -111,7 +133,7 @@ def init_fingerprint(spec: str | Path | None) -> dict[str, str]:
     if spec is None:
         return {}
     path = resolve_init(spec)
-    return {"base_manifest": file_sha256(path / MANIFEST)} if is_base(path) else {}
+    return {"base_manifest": file_sha256(path / MANIFEST)} if (path / MANIFEST).is_file() else {}
 
 
 def load_base(path: str | Path) -> tuple[Any, Any, BaseManifest]:

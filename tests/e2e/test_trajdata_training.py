@@ -30,7 +30,7 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     shutil.copy(some / "result.json", some.parent.parent / "s7" / "a0" / "result.json")
     assert main(["data", "import", str(root / "run"), "--out", str(root / "raw")]) == 0
     assert main(["data", "filter", str(root / "raw"), "--out", str(root / "clean"), "--tasks", str(root / "tasks"),
-                 "--resolved-only", "--min-reward", "1.0", "--arm", "multi_reward"]) == 0
+                 "--resolved-only", "--min-reward", "1.0", "--reward-from-arm", "multi_reward"]) == 0
     return {"root": root, "tasks": root / "tasks", "raw": root / "raw", "clean": root / "clean"}
 
 

@@ -156,8 +156,9 @@ def test_task_validation_names_unknown_parsers_and_keeps_old_hashes() -> None:
     assert inst.test_log_parser == "sympy" and '"test_log_parser":"sympy"' in canonical_record(inst)
     default = parse_record(_record(), where="tasks.jsonl:1")
     assert default.test_log_parser == "junit" and "test_log_parser" not in canonical_record(default)
+    # fields at their default that newer versions added (the log parser, the held-out stratum) keep old hashes
     assert json.loads(canonical_record(default)) == {k: v for k, v in default.model_dump(mode="json").items()
-                                                      if k != "test_log_parser"}
+                                                      if k not in ("test_log_parser", "stratum")}
 
 
 def test_eval_script_runs_a_log_parsed_command_as_given() -> None:

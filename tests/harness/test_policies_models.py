@@ -252,7 +252,8 @@ def test_openai_request_and_response(server) -> None:
     assert req["model"] == "tiny-qwen3" and req["temperature"] == 0.6 and req["logprobs"] is True
     assert req["seed"] == random.Random(9).getrandbits(31) and req["tools"] == tool_schemas()
     assert [m["role"] for m in req["messages"]] == ["system", "user", "assistant", "tool"]
-    assert req["messages"][2]["content"].startswith("<tool_call>") and req["return_token_ids"] is True
+    assert req["messages"][2]["tool_calls"][0]["id"] == req["messages"][3]["tool_call_id"] == "call_0_0"
+    assert req["messages"][2]["content"] is None and req["return_token_ids"] is True
     assert srv.headers[0]["Authorization"] == "Bearer sk-test"
     user_mode = _policy(srv.url, tool_role="user")._messages(msgs)
     assert user_mode[-1] == {"role": "user", "content": "<tool_response>\ncalc.py\n</tool_response>"}

@@ -221,7 +221,9 @@ def test_cli_make_mini_and_validate(tmp_path: Path, capsys: pytest.CaptureFixtur
     first = load_task_set(out).instances[0].instance_id
     args = parser.parse_args(["tasks", "validate", str(out), "--sandbox", "local", "--runs", "1", "--instance", first])
     assert args.func(args) == 0
-    assert "1 valid, 0 rejected" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    ts = load_task_set(out)
+    assert "1 valid, 0 rejected" in printed and f"sha256 = \"{ts.sha256}\"" in printed and len(ts.sha256) == 64
     assert (out / "validation.json").is_file()
     args = parser.parse_args(["tasks", "validate", str(tmp_path / "nothing"), "--sandbox", "local"])
     with pytest.raises(CLIError, match="not found"):

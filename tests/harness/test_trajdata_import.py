@@ -149,3 +149,33 @@ def test_data_cli_refuses_to_overwrite_and_names_the_fix(tmp_path: Path, capsys:
     assert "bad.jsonl (line 1)" in capsys.readouterr().err
     assert main(["data", "filter", str(tmp_path / "ds"), "--out", str(tmp_path / "f"), "--near-dup-threshold", "2"]) == 2
     assert "near_dup_threshold" in capsys.readouterr().err
+
+
+def test_user_feedback_thumbs_and_min_reward_reads_the_logged_reward(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    """Canary logs write thumbs ("up"/"down"); --min-reward compares the logged reward unless told to recompute."""
+    from tgsuite.cli import main
+
+    def chat(iid: str, reward: float, feedback: object) -> dict:
+        row = json.loads(json.dumps(CHAT))
+        row["metadata"] = {**row["metadata"], "instance_id": iid, "reward": reward, "user_feedback": feedback}
+        row["messages"][1]["content"] = f"Fix add() in calc.py ({iid})"  # not duplicates of each other
+        return row
+
+    src = _jsonl(tmp_path / "chat.jsonl", [chat("a", 0.0, "up"), chat("b", 0.9, "down"), chat("c", 0.7, 0.25)])
+    records, _ = import_source(src)
+    assert [r.outcome.feedback_rating for r in records] == [1.0, -1.0, 0.25]
+    with pytest.raises(RecordError, match=r"user_feedback.*'meh'.*\"up\""):
+        import_source(_jsonl(tmp_path / "bad.jsonl", [chat("d", 1.0, "meh")]))
+    assert main(["data", "import", str(src), "--out", str(tmp_path / "raw")]) == 0
+    capsys.readouterr()
+    assert main(["data", "filter", str(tmp_path / "raw"), "--out", str(tmp_path / "kept"), "--no-near-dup",
+                 "--min-reward", "0.5"]) == 0
+    printed = capsys.readouterr().out
+    assert "compared the reward logged with each record" in printed and "kept 2 of 3" in printed
+    from harness.trajdata.dataset import read_dataset
+
+    kept, card = read_dataset(tmp_path / "kept")
+    assert sorted(r.trajectory.instance_id for r in kept) == ["b", "c"]  # a was logged at 0.0
+    assert "logged reward 0.000 < 0.5" in " ".join(f.examples[0] for f in card.filters if f.name == "min_reward")
+    assert main(["data", "filter", str(tmp_path / "raw"), "--out", str(tmp_path / "x"), "--reward-from-arm",
+                 "base"]) == 2  # without --min-reward it would choose nothing

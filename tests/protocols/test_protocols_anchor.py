@@ -67,7 +67,7 @@ def test_freeze_commits_to_a_dedicated_ref_without_touching_the_branch(repo):
     assert _git(repo, "show", f"{anchor['commit']}:prereg/t.frozen.json").encode() == out.read_bytes().rstrip(b"\n")
     checks = {c.name: c.status for c in verify_anchor(out, result_times={"r": "2100-01-01T00:00:00Z"})}
     assert checks == {"anchor": "pass", "commit_exists": "pass", "on_prereg_ref": "pass", "record_in_commit": "pass",
-                      "before_checkpoints": "not_available", "before_results": "pass", "code_ancestor": "pass",
+                      "first_record": "pass", "before_checkpoints": "not_available", "before_results": "pass", "code_ancestor": "pass",
                       "signature": "not_available"}  # fmt: skip
 
 

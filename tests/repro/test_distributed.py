@@ -38,7 +38,7 @@ def test_read_launch_from_torchrun_variables() -> None:
     ([], TWO, r"WORLD_SIZE=2 but cluster.fsdp = false"),
     (["cluster.trainer_gpus=8"], ONE, r"trainer_gpus = 8 but cluster.fsdp = false"),
     (["cluster.fsdp=true", "cluster.trainer_gpus=2", "async.enabled=true"], TWO, r"async"),
-    (["cluster.fsdp=true", "cluster.trainer_gpus=2", "rollout.engine=vllm"], TWO, r"only the hf_sampler engine"),
+    (["cluster.fsdp=true", "cluster.trainer_gpus=2", "rollout.engine=vllm"], TWO, r"colocated vLLM is not implemented"),
     (["cluster.fsdp=true", "cluster.trainer_gpus=2", "model.lora.enabled=true"], TWO, r"LoRA under FSDP"),
     (["cluster.fsdp=true", "cluster.trainer_gpus=2", "run.log_grad_split=true"], TWO, r"log_grad_split"),
     (["cluster.fsdp=true", "cluster.trainer_gpus=2", "rollout.groups=3"], TWO, r"sampling_streams = 2 must divide"),
@@ -54,6 +54,8 @@ def test_check_launch_accepts_matching_launches_and_warns_about_unused_inference
     assert check_launch(_cfg(), ONE) == []
     assert check_launch(_cfg("cluster.fsdp=true", "cluster.trainer_gpus=2", "rollout.sampling_streams=4",
                              "rollout.groups=4"), TWO) == []
+    # external vLLM servers under FSDP: rank 0 pushes the gathered weights (tests/repro/test_vllm_http_fsdp.py)
+    assert check_launch(_cfg("cluster.fsdp=true", "cluster.trainer_gpus=2", "rollout.engine=vllm_http"), TWO) == []
     warn = check_launch(_cfg("cluster.inference_gpus=8"), ONE)
     assert len(warn) == 1 and "inference_gpus = 8 is not used" in warn[0]
 

@@ -163,7 +163,7 @@ def test_rl_trains_adapters_only_with_adapter_checkpoints_and_exact_resume(tmp_p
 
 
 def test_teacher_is_the_same_model_fixed_switches_the_adapters_off() -> None:
-    from repro.trainer_step import LossRoot
+    from repro.trainer_step import LossRoot, make_seqs
 
     m = _lora_model()
     ids, mask = torch.randint(0, 64, (1, 7), generator=torch.Generator().manual_seed(6)), torch.ones(1, 7)
@@ -171,10 +171,11 @@ def test_teacher_is_the_same_model_fixed_switches_the_adapters_off() -> None:
     live = LossRoot(m, load_config(arm="tg", sets=LORA))
     fixed = LossRoot(m, load_config(arm="tg_fixed_teacher", sets=LORA))
     assert live.teacher_lm is None and fixed.teacher_lm is None  # no second copy of the weights
+    seqs = make_seqs([ids[0].tolist()], 0, packed=True)  # the packed layout the trainer uses
     with torch.no_grad():
-        h_live, h_fixed = live._teacher_hidden(ids, mask), fixed._teacher_hidden(ids, mask)
-    assert torch.allclose(h_fixed, base, atol=1e-6) and not torch.allclose(h_live, base, atol=1e-4)
-    assert torch.allclose(h_live, m.model(input_ids=ids, attention_mask=mask).last_hidden_state, atol=1e-6)
+        h_live, h_fixed = live._teacher_hidden(seqs)[None], fixed._teacher_hidden(seqs)[None]
+    assert torch.allclose(h_fixed, base, atol=1e-5) and not torch.allclose(h_live, base, atol=1e-4)
+    assert torch.allclose(h_live, m.model(input_ids=ids, attention_mask=mask).last_hidden_state, atol=1e-5)
     from repro.teacher import build_teacher
 
     with pytest.raises(ValueError, match="'ema' with LoRA"):

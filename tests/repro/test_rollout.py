@@ -10,7 +10,7 @@ import torch
 
 from harness.schema import Message
 from repro.config import load_config
-from repro.rollout import RolloutSettings, run_group
+from repro.rollout import RolloutSettings, run_group, run_groups
 from repro.sampler import KVSampler
 from repro.tokenizer import ChatEncoder
 
@@ -194,3 +194,90 @@ def test_the_finish_notice_of_the_rollout_config_reaches_the_agent_loop(tmp_path
         env.close()
     assert not any(is_finish_notice(m.content) for m in outs[0].observations)
     assert [m.role for m in outs[1].observations] == ["tool", "user"] and is_finish_notice(outs[1].observations[1].content)
+
+
+class _SlowEnv(F.ToyEnv):
+    """ToyEnv whose tool calls and grading take a seed-dependent time, so concurrent episodes finish out of order;
+    its observation echoes the episode's own last text, so a mixed-up answer would change the trajectory."""
+
+    running = 0
+    peak = 0
+
+    def __init__(self, instance, seed: int) -> None:  # noqa: ANN001
+        super().__init__(instance, seed)
+        self.delay = 0.002 + (seed % 7) * 0.004
+
+    def _busy(self) -> None:
+        import time
+
+        type(self).running += 1
+        type(self).peak = max(type(self).peak, type(self).running)
+        time.sleep(self.delay)
+        type(self).running -= 1
+
+    def step(self, text: str):  # noqa: ANN201
+        self._busy()
+        out = super().step(text)
+        if out.done:
+            return out
+        return type(out)([Message(role="tool", content=f"ok {len(text)} {text[:5]!r}", tool_name="run_tests")], False)
+
+    def outcome(self):  # noqa: ANN201
+        self._busy()
+        return super().outcome()
+
+
+@pytest.mark.parametrize("workers", [2, 4])
+def test_concurrent_environment_gives_the_same_trajectories(workers: int) -> None:
+    """rollout.env_workers > 1 runs the episodes' tool calls and grading at once (and grading while others still
+    sample): the trajectories, rewards and log-probs equal the one-after-another order's exactly."""
+    s = F.setup()
+    s.model.eval()
+    enc = ChatEncoder(s.tokenizer)
+
+    def run(w: int):
+        _SlowEnv.peak = 0
+        settings = RolloutSettings(group_size=4, max_turns=3, max_new_tokens=12, max_context_tokens=4096,
+                                   env_workers=w)
+        return run_groups(instances=F.tasks(2), items=[0, 1], make_env=_SlowEnv,
+                          engine=KVSampler(s.model, prefix_cache=64), encoder=enc, tokenizer=s.tokenizer, tools=[],
+                          checker=F.toy_checker, settings=settings, run_seed=5,
+                          reward_weights=load_config().reward), _SlowEnv.peak
+
+    (serial, peak1), (conc, peak_w) = run(1), run(workers)
+    assert peak1 == 1 and peak_w > 1  # it really ran episodes at once
+    for ga, gb in zip(serial, conc, strict=True):
+        for a, b in zip(ga, gb, strict=True):
+            assert (a.ids, a.act, a.logprobs, a.texts, a.verdicts, a.reward) == (b.ids, b.act, b.logprobs, b.texts,
+                                                                                 b.verdicts, b.reward)
+            assert [m.content for m in a.messages] == [m.content for m in b.messages]
+
+
+def test_env_pool_rejects_zero_workers() -> None:
+    from repro.rollout import EnvPool
+
+    with pytest.raises(ValueError, match="env_workers"):
+        EnvPool(0)
+
+
+def test_anchor_is_the_finish_messages_first_token() -> None:
+    from repro.guidance import anchor_token, behaviour_anchor
+
+    text = '<think>plan</think>\nDone.\n<tool_call>\n{"name": "finish", "arguments": {"message": "# Fixed"}}\n</tool_call>'
+    assert text[behaviour_anchor(text):].startswith("# Fixed")
+    assert behaviour_anchor("<think>x</think>\nhello") == len("<think>x</think>\n")
+    assert behaviour_anchor("hello") == 0
+    s = F.setup()
+    ids = s.tokenizer.encode(text, add_special_tokens=False)
+    i = anchor_token(ids, behaviour_anchor(text), lambda x: s.tokenizer.decode(list(x)))
+    assert i is not None and "#" in s.tokenizer.decode(ids[:i + 1])[-3:]
+    assert "#" not in s.tokenizer.decode(ids[:i])[-3:]
+    assert anchor_token(ids, len(text), lambda x: s.tokenizer.decode(list(x))) is None
+
+
+def test_rollouts_record_one_anchor_per_turn() -> None:
+    _, samples = _group(RolloutSettings(group_size=2, max_turns=2, max_new_tokens=10, max_context_tokens=4096))
+    for x in samples:
+        assert len(x.anchors) == x.n_turns
+        for k, p in enumerate(x.anchors):
+            assert p == -1 or (x.act[p] == 1 and x.turn[p] == k)

@@ -2,8 +2,8 @@
 
 A turn longer than the cap is cut before its ``</tool_call>`` closes, so the episode gets a malformed call where the
 model did what it was taught. Measured at 33815ab: 61 of the 400 expert ``finish`` turns of the mini SFT (and 7
-``edit_file`` turns) were longer than the 128 tokens the preset then allowed; the longest was 160 tokens (README,
-"Tokens per turn"). The check uses the episodes SFT collects (hinted summaries are the longest, so every episode
+``edit_file`` turns) were longer than the 128 tokens the preset then allowed; the longest was 160 tokens
+(docs/RESULTS.md, "Tokens per turn"). The check uses the episodes SFT collects (hinted summaries are the longest, so every episode
 here is hinted; mistakes and short turn limits as the preset draws them) and the shipped base's tokenizer.
 """
 

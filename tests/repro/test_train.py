@@ -94,7 +94,7 @@ def test_refuses_to_overwrite_and_unimplemented_engine(tmp_path: Path) -> None:
     train_rl(cfg, tmp_path / "r", setup=F.setup())
     with pytest.raises(ConfigError, match="--resume"):
         train_rl(cfg, tmp_path / "r", setup=F.setup())
-    with pytest.raises(ConfigError, match="not implemented"):
+    with pytest.raises(ConfigError, match="vllm_http.weights_dir"):
         train_rl(F.config("grpo", "rollout.engine=vllm_http"), tmp_path / "v", setup=F.setup())
 
 
@@ -127,3 +127,30 @@ def test_bf16_mixed_rl_step_keeps_float32_masters(tmp_path: Path) -> None:
     assert all(v.dtype == torch.float32 for v in after.values())
     moved = sum(int((after[k] != before[k]).sum()) for k in after if k in before)
     assert moved / sum(v.numel() for k, v in after.items() if k in before) > 0.9
+
+
+def test_gate_summary_says_when_the_gate_or_the_hint_does_nothing() -> None:
+    from repro.train import gate_summary
+
+    assert "inactive" in gate_summary({"guidance/guided_turn_frac": 0.0})
+    base = {"guidance/guided_turn_frac": 0.25, "guidance/anchor_tokens": 2}
+    moved = gate_summary({**base, "guidance/anchor_kl": 3.1, "guidance/anchor_p_teacher": 0.99,
+                          "guidance/anchor_p_student": 1e-5})
+    assert "gate on 25% of turns" in moved and "P_T 0.99 vs P_S 1e-05" in moved and "does not move" not in moved
+    flat = gate_summary({**base, "guidance/anchor_kl": 1e-6, "guidance/anchor_p_teacher": 0.5,
+                         "guidance/anchor_p_student": 0.5})
+    assert "the hint does not move the teacher" in flat
+    assert "no guided turn reached" in gate_summary({**base, "guidance/anchor_tokens": 0})
+
+
+def test_sampler_threads_are_set_for_sampling_and_restored() -> None:
+    import torch
+
+    from repro.train import sampler_threads
+
+    before = torch.get_num_threads()
+    with sampler_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with sampler_threads(0):
+        assert torch.get_num_threads() == before

@@ -227,12 +227,16 @@ def test_train_rl_on_two_ranks_equals_one_process_and_resumes_exactly(tmp_path: 
     man = read_manifest(tmp_path / "straight")
     assert man.host["ranks"] == 2 and man.status == "done"
     assert man.compute["tokens"]["trainer"] == read_manifest(tmp_path / "single").compute["tokens"]["trainer"]
-    # bf16-mixed on 2 ranks: the step equals the one-process bf16-mixed step (same autocast; only the padding of the
-    # micro-batches and the reduction order differ), differs from the fp32 step, and saves the fp32 masters
+    # bf16-mixed on 2 ranks: FSDP2 gathers and computes in bf16 (MixedPrecisionPolicy(param_dtype=bfloat16)), so
+    # norms, embeddings and the residual stream are rounded to bf16 where one process keeps them in fp32 under
+    # autocast. The step agrees with the one-process bf16-mixed step to bf16 rounding (measured: loss/kl 1.4e-3 and
+    # grad/norm 3.1e-4 relative; the policy term is a near-zero sum, 8.5e-6 vs 2.0e-5, so loss/total is compared
+    # absolutely: 1.1e-5), differs from the fp32 step, and saves the fp32 masters
     train_rl(train_config(1, None, "model.precision=bf16-mixed"), tmp_path / "single_bf16", setup=train_setup())
     bf, ref = F.metrics(tmp_path / "bf16")[0], F.metrics(tmp_path / "single_bf16")[0]
-    for key in ("loss/total", "loss/kl", "grad/norm"):
-        assert bf[key] == pytest.approx(ref[key], rel=1e-3), key  # measured: within 3e-6 relative
+    assert bf["loss/kl"] == pytest.approx(ref["loss/kl"], rel=5e-3)
+    assert bf["grad/norm"] == pytest.approx(ref["grad/norm"], rel=2e-3)
+    assert bf["loss/total"] == pytest.approx(ref["loss/total"], abs=3e-5)
     assert bf["loss/kl"] != single[0]["loss/kl"]
     w_bf = load_file(str(tmp_path / "bf16" / "checkpoints" / "step_1" / "model.safetensors"))
     assert all(w.dtype == torch.float32 for w in w_bf.values())

@@ -10,7 +10,7 @@ import torch
 
 from repro.rollout import EnvOutcome, RolloutSample
 from repro.tokenizer import ChatEncoder
-from repro.trainer_step import LossRoot, build_batch, collate
+from repro.trainer_step import LossRoot, build_batch, collate, reduce_stats
 
 
 def _sample(enc: ChatEncoder, item: int, index: int, reward: float, verdicts: list[str], seed: int,
@@ -82,10 +82,10 @@ def test_teacher_is_stop_gradient() -> None:
     frozen = copy.deepcopy(s.model)
 
     class FrozenTeacherRoot(LossRoot):
-        def _hidden(self, ids, mask):  # noqa: ANN001, ANN202
+        def _hidden(self, seqs, lm=None):  # noqa: ANN001, ANN202
             if torch.is_grad_enabled():
-                return super()._hidden(ids, mask)
-            return frozen.model(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+                return super()._hidden(seqs, lm)
+            return super()._hidden(seqs, frozen)
 
     _, g_frozen = _grads(FrozenTeacherRoot(s.model, cfg), plan, 9)
     assert all(p.grad is None for p in frozen.parameters())
@@ -166,3 +166,73 @@ def test_sampled_token_arm_runs_the_tested_estimator_and_returns_typed_terms(mon
     assert not any(k.startswith("_") for k in terms.stats)
     _, full = LossRoot(s.model, F.config("tg"))(collate(plan.trajs, 0), plan.n_pg, plan.n_kl)
     assert full.kl is not None and len(calls) == 1  # full_vocab: the KL is a loss term, the estimator is not run
+
+
+@pytest.mark.parametrize("arm", ["tg", "tg_fwd_kl", "tg_per_turn_ctx", "tg_sampled_token"])
+def test_packed_micro_batch_equals_padded(arm: str) -> None:
+    """padding_free packs the student's trajectories and the teacher's views into one row each: the loss, every
+    statistic and the gradient equal the padded [B, T] layout's up to float rounding (and no pad token is run)."""
+    torch.manual_seed(0)
+    s = F.setup()
+    enc = ChatEncoder(s.tokenizer)
+    cfg = F.config(arm)
+    plan = build_batch(_groups(enc), cfg, _hint(enc))
+    root = LossRoot(s.model, cfg)
+    out = {}
+    for packed in (False, True):
+        root.zero_grad(set_to_none=True)
+        mb = collate(plan.trajs, 0, padding_free=packed)
+        loss, terms = root(mb, plan.n_pg, plan.n_kl)
+        loss.backward()
+        out[packed] = (float(loss), terms.stats, {n: p.grad.clone() for n, p in root.named_parameters()
+                                                   if p.grad is not None}, mb)
+    (l0, st0, g0, mb0), (l1, st1, g1, mb1) = out[False], out[True]
+    assert mb1.student.ids.shape[0] == 1 and mb1.student.ids.shape[1] == mb1.n_tokens == mb0.n_tokens
+    assert mb0.student.ids.numel() > mb0.n_tokens  # the padded layout did run pad tokens
+    assert l1 == pytest.approx(l0, rel=1e-5, abs=1e-7)
+    assert st1.keys() == st0.keys()
+    for k in ("entropy_sum", "pg_loss", "kl_loss", "leak_sum", "gap_sum"):
+        if k in st0:
+            assert st1[k] == pytest.approx(st0[k], rel=1e-4, abs=1e-6), k
+    if "kl_values" in st0:
+        assert torch.allclose(torch.tensor(st1["kl_values"]), torch.tensor(st0["kl_values"]), rtol=1e-4, atol=1e-6)
+    assert g1.keys() == g0.keys()
+    for n in g0:
+        assert torch.allclose(g1[n], g0[n], rtol=1e-3, atol=1e-6), n
+
+
+def test_gate_diagnostics_at_the_behaviours_first_token() -> None:
+    """At each guided turn's anchor (its behaviour's first token) the step logs the loss's divergence, P_T(v*) and
+    P_S(v*) for the teacher's most likely token v*, equal to a direct computation from full logits."""
+    s = F.setup()
+    enc = ChatEncoder(s.tokenizer)
+    groups = _groups(enc)
+    for grp in groups:
+        for x in grp:  # the anchor: the third sampled token of each turn
+            x.anchors = [next(t for t, (k, a) in enumerate(zip(x.turn, x.act, strict=True)) if a and k == turn) + 2
+                         for turn in range(x.n_turns)]
+    cfg = F.config("tg")
+    plan = build_batch(groups, cfg, _hint(enc))
+    mb = collate(plan.trajs, 0, padding_free=False)
+    stats = LossRoot(s.model, cfg)(mb, plan.n_pg, plan.n_kl)[1].stats
+    n_fail = sum(v == "FAIL" for g in groups for x in g for v in x.verdicts)
+    assert 0 < stats["anchor_n"] <= n_fail
+    with torch.no_grad():
+        def logp(seqs, rows):  # noqa: ANN001, ANN202
+            z = s.model(input_ids=seqs.ids, attention_mask=seqs.mask).logits
+            return torch.log_softmax(z.reshape(-1, z.shape[-1])[rows].float(), -1)
+
+        ls = logp(mb.student, mb.act_rows[mb.kl_idx[mb.anchor_kl]])
+        lt = logp(mb.teacher, mb.kl_teacher_rows[mb.anchor_kl])
+        v = lt.argmax(-1, keepdim=True)
+        want_pt, want_ps = lt.gather(1, v).exp().sum(), ls.gather(1, v).exp().sum()
+        want_kl = (ls.exp() * (ls - lt)).sum()
+    assert stats["anchor_pt_sum"] == pytest.approx(float(want_pt), rel=1e-4)
+    assert stats["anchor_ps_sum"] == pytest.approx(float(want_ps), rel=1e-4)
+    assert stats["anchor_kl_sum"] == pytest.approx(float(want_kl), rel=1e-3, abs=1e-6)
+    red = reduce_stats([stats])
+    assert red["guidance/anchor_tokens"] == stats["anchor_n"]
+    assert red["guidance/anchor_gap"] == pytest.approx((float(want_pt) - float(want_ps)) / stats["anchor_n"], rel=1e-4)
+    # GRPO (λ = 0) runs no teacher: no diagnostics, logged as None
+    assert reduce_stats([LossRoot(s.model, F.config("grpo"))(collate(plan.trajs, 0), plan.n_pg, plan.n_kl)[1].stats]
+                        )["guidance/anchor_kl"] is None

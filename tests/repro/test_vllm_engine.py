@@ -158,7 +158,7 @@ def test_engine_choice_is_wired_and_checked() -> None:
     assert engine_factory_for(F.config("grpo")) is default_engine
     with pytest.raises(ConfigError, match="engine_factory"):
         check_engine_choice(cfg, default_engine)
-    with pytest.raises(ConfigError, match="not implemented"):
+    with pytest.raises(ConfigError, match="vllm_http.weights_dir"):
         check_engine_choice(F.config("grpo", "rollout.engine=vllm_http"), None)
 
 

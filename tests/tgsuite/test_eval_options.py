@@ -159,14 +159,27 @@ def test_cli_endpoint_arm_settings_key_and_aggregate(mini: TaskSet, finish_serve
                   "--temperature", "0.3", "--top-p", "0.9", "--max-tokens", "77", "--api-key-env", "TGS_TEST_KEY",
                   "--max-concurrency", "1"], env={"TGS_TEST_KEY": SECRET, "OPENAI_API_KEY": ""})
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert len(srv.bodies) == 2 and srv.max_in_flight == 1 and srv.auth == [f"Bearer {SECRET}"] * 2
-    assert {(b["temperature"], b["top_p"], b["max_tokens"]) for b in srv.bodies} == {(0.3, 0.9, 77)}
+    turns = [b for b in srv.bodies if b["max_tokens"] != 1]  # the first request is the preflight
+    assert srv.bodies[0]["max_tokens"] == 1 and srv.bodies[0]["tools"] and len(turns) == 2
+    assert srv.max_in_flight == 1 and srv.auth == [f"Bearer {SECRET}"] * 3
+    assert {(b["temperature"], b["top_p"], b["max_tokens"]) for b in turns} == {(0.3, 0.9, 77)}
     for f in out.rglob("*"):
         if f.is_file():
             assert SECRET not in f.read_text(errors="replace"), f"the API key was written to {f}"
     agg = json.loads((out / "aggregate.json").read_text())
-    assert agg["decision"] == "none" and agg["config"]["generation.temperature"] == 0.3
-    assert agg["config"]["endpoint.api_key_env"] == "TGS_TEST_KEY" and agg["config"]["endpoint.max_concurrency"] == 1
+    cfg = agg["config"]
+    assert agg["decision"] == "none" and (cfg["generation.ep.temperature"], cfg["generation.ep.top_p"],
+                                          cfg["generation.ep.max_tokens"]) == (0.3, 0.9, 77)
+    assert cfg["generation.ep.model"] == "tiny" and not any(k.startswith("generation.oracle") for k in cfg)
+    assert cfg["endpoint.api_key_env"] == "TGS_TEST_KEY" and cfg["request.ep.max_concurrency"] == 1
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert {a["name"]: a["generation"].get("temperature") for a in manifest["arms"]} == {"ep": 0.3, "oracle": None}
+    again = _eval(["--tasks", mini.path, "--out", str(out), "--policy", f"ep=openai:{srv.url}#tiny",
+                   "--policy", "oracle", "--instance", f"{repo}-*", "--limit", "2", "--temperature", "0.7",
+                   "--top-p", "0.9", "--max-tokens", "77", "--api-key-env", "TGS_TEST_KEY"],
+                  env={"TGS_TEST_KEY": SECRET})
+    assert again.returncode == 2 and "temperature 0.3 -> 0.7" in again.stderr and "fix:" in again.stderr
+    assert json.loads((out / "aggregate.json").read_text())["config"]["generation.ep.temperature"] == 0.3
     arms = {a["arm"]: a for a in agg["arms"]}
     assert set(arms) == {"ep", "oracle"} and arms["ep"]["n_scored"] == 2 and arms["ep"]["statuses"] == {"empty_patch": 2}
     code = {r["endpoint"]: r for r in arms["oracle"]["rates"]}["code_ok"]
@@ -190,7 +203,51 @@ def test_the_expert_arm_is_built_by_the_runner_with_the_runs_sandboxes(mini: Tas
 
     from tgsuite.commands.eval import build_arms
 
-    args = argparse.Namespace(temperature=None, top_p=None, max_tokens=None, max_concurrency=None, api_key_env=None)
+    args = argparse.Namespace(temperature=None, top_p=None, max_tokens=None, max_concurrency=None, api_key_env=None,
+                              request_timeout=None, max_retries=None)
     policies, _ = build_arms(args, {"expert": "expert", "oracle": "oracle"}, mini)
     assert policies["expert"] == "expert"
     assert not isinstance(policies["oracle"], str)
+
+
+def test_cli_preflight_fails_at_once_and_a_hung_endpoint_is_cut_at_wall_s(mini: TaskSet, tmp_path: Path) -> None:
+    """A 404 stops `tgsuite eval` after one request, before any sandbox or run directory; an endpoint that answers
+    the preflight and then hangs ends each episode at --wall-s (the request timeout is far above it)."""
+    from tests.openai_fakes import HANG, StrictServer, completion
+
+    bad = StrictServer(lambda body: (404, {"error": {"message": "model 'nope' does not exist"}}, 0.0))
+    hung = StrictServer(lambda body: (200, completion("OK"), 0.0 if body["max_tokens"] == 1 else HANG))
+    try:
+        t0 = time.monotonic()
+        out = tmp_path / "r404"
+        proc = _eval(["--tasks", mini.path, "--out", str(out), "--policy", f"openai:{bad.url}#nope", "--limit", "1"])
+        assert proc.returncode == 2 and len(bad.bodies) == 1 and not out.exists()
+        assert f"{bad.url}/chat/completions: HTTP 404" in proc.stderr and "fix: check the base URL" in proc.stderr
+        assert time.monotonic() - t0 < 30
+        out = tmp_path / "hung"
+        t0 = time.monotonic()
+        proc = _eval(["--tasks", mini.path, "--out", str(out), "--policy", f"h=openai:{hung.url}#m", "--limit", "1",
+                      "--wall-s", "3", "--request-timeout", "300", "--max-retries", "0"])
+        took = time.monotonic() - t0
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        episode = next(out.glob("episodes/*/h/s0/a0"))
+        assert json.loads((episode / "result.json").read_text())["failure_class"] != "infra"
+        traj = json.loads((episode / "trajectory.jsonl").read_text().splitlines()[0])
+        assert traj["limit_hit"]["kind"] == "wall_time" and traj["limit_hit"]["limit"] == 3.0
+        assert took < 120 and "not below --wall-s" in proc.stderr
+    finally:
+        bad.close()
+        hung.close()
+
+
+def test_show_prompt_prints_what_a_model_arm_gets_without_other_arguments() -> None:
+    from harness.agent import NUDGE_TEXT, system_prompt
+    from harness.tools import tool_schemas
+
+    proc = subprocess.run([sys.executable, "-m", "tgsuite.cli", "eval", "--show-prompt"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert system_prompt() in proc.stdout and NUDGE_TEXT in proc.stdout
+    tools = proc.stdout.split("OpenAI function schemas)", 1)[1]
+    tools = tools[tools.index("\n") + 1: tools.index("\n\n#")]
+    assert json.loads(tools) == tool_schemas()

@@ -98,7 +98,7 @@ def test_grade_predictions_outcomes_and_resume(tmp_path: Path) -> None:
     assert (d / "grade" / "junit.xml").is_file() and (d / "patch.diff").read_text() == gold
     man = json.loads((out / "manifest.json").read_text())
     assert man["arms"] == [{"name": "org__m", "policy": "predictions:org/m", "checkpoint_sha256": None,
-                            "train_seed": None}]
+                            "train_seed": None, "generation": {}}]
     assert len((out / "results.jsonl").read_text().splitlines()) == 3
     n_open = len(factory.opened)
     grade_predictions(ts, preds, out, sandbox_factory=factory)

@@ -66,7 +66,8 @@ def _run(args: argparse.Namespace) -> int:
         print(f"  {c.endpoint:13s} {c.kind:18s} est {_fmt(c.estimate)}  95% CI [{_fmt(c.ci_low)}, {_fmt(c.ci_high)}]"
               f"  L {_fmt(c.lower_one_sided)} {op} bar {c.bar:+.3f}  {c.verdict}")  # fmt: skip
     for r in res.decision.reasons:
-        if r.startswith(("coverage", "preregistration", "the plan has", "the missing cells")) or "no valid lower bound" in r:
+        if r.startswith(("coverage", "preregistration", "the plan has", "the missing cells", "the runs list")) or \
+                "no valid lower bound" in r:
             print(f"  reason: {r}")
     md = res.missing_data
     print(f"coverage {md.coverage:.3f} (threshold {md.coverage_threshold:.3f}); {len(res.deviations)} deviation(s); "

@@ -48,6 +48,15 @@ def _freeze(args: argparse.Namespace) -> int:
         raise CLIError("--freeze needs --out REC.json (where the frozen record goes)")
     rec = freeze_canary_plan(args.freeze, out=args.out, overwrite=args.overwrite)
     print(f"froze canary plan {rec.plan.name}: sha256 {rec.sha256} at {rec.frozen_at}; wrote {args.out}")
+    from evalsuite.canary.decide import srm_wait
+    from evalsuite.canary.monitor import srm_units_needed
+
+    plan, need = rec.plan, srm_units_needed(rec.plan)
+    if need is None or need > plan.horizon_units:
+        print("warning: " + srm_wait(plan, 0, need)[0] + f"; the horizon is {plan.horizon_units} units")
+    else:
+        print(f"PROMOTE waits for {need} assigned units: the SRM check then flags a canary share of "
+              f"{plan.srm_detect_share:.3g} (design {plan.canary_share:.3g}) with power {plan.srm_power:g}")
     return 0
 
 

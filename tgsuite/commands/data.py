@@ -26,7 +26,10 @@ the field and the fix; --skip-invalid counts it in the card instead.
 Filters (in order, each counted in card.json / card.md): infrastructure errors, malformed tool calls, truncated
 episodes, leaks of hidden tests or gold patches (needs --tasks), exact duplicates, near duplicates (MinHash
 Jaccard >= --near-dup-threshold, seeded with --seed), then the optional --resolved-only and --min-reward.
---min-reward ranks with the reward of --arm's [reward] weights (repro/rewards.py; e.g. --arm multi_reward).
+--min-reward compares the reward logged with each record (metadata.reward of a chat log, the reward of an
+Inspect score); a record without a logged reward is removed. With --reward-from-arm ARM it instead recomputes each
+record's reward with that arm's [reward] weights (repro/rewards.py; e.g. --reward-from-arm multi_reward), and the
+card says so. user_feedback may be a number in [-1, 1] or "up" / "down" (read as 1 / -1).
 """
 
 
@@ -52,8 +55,11 @@ def register(subparsers: Any) -> None:
     fl.add_argument("--no-near-dup", action="store_true", help="skip the near-duplicate filter")
     fl.add_argument("--seed", type=int, default=0, help="seed of the MinHash permutations (default 0)")
     fl.add_argument("--resolved-only", action="store_true", help="keep episodes whose task the log says was resolved")
-    fl.add_argument("--min-reward", type=float, help="keep episodes whose reward (see --arm) is at least this")
-    fl.add_argument("--arm", help="arm whose [reward] weights --min-reward uses (default: base.toml's)")
+    fl.add_argument("--min-reward", type=float,
+                    help="keep episodes whose logged reward is at least this (records without one are removed)")
+    fl.add_argument("--reward-from-arm", metavar="ARM",
+                    help="with --min-reward: recompute each record's reward with this arm's [reward] weights "
+                         "(e.g. base, multi_reward) instead of reading the logged one")
     fl.set_defaults(func=_filter)
     p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
 
@@ -96,12 +102,21 @@ def _filter(args: argparse.Namespace) -> int:
                              seed=args.seed, resolved_only=args.resolved_only, min_reward=args.min_reward)
     except ValidationError as exc:
         raise CLIError(f"{exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}; fix the option") from None
-    notes = [f"--min-reward uses the [reward] weights of arm {args.arm or '(base)'}"] if args.min_reward is not None \
-        else []
+    if args.reward_from_arm is not None and args.min_reward is None:
+        raise CLIError("--reward-from-arm only chooses how --min-reward reads rewards; fix: add --min-reward X or "
+                       "drop --reward-from-arm")
+    recompute = args.reward_from_arm is not None
+    notes = [] if args.min_reward is None else [
+        f"--min-reward {args.min_reward} compared each record's reward recomputed with the [reward] weights of arm "
+        f"{args.reward_from_arm} (repro/rewards.py), not the logged reward" if recompute else
+        f"--min-reward {args.min_reward} compared the reward logged with each record; records without one were "
+        "removed"]
+    for note in notes:
+        print(f"note: {note}")
     try:
         ts = load_task_set(args.tasks) if args.tasks else None
         card = filter_dataset(args.dataset, args.out, opts, task_set=ts, notes=notes,
-                              reward_of=_reward_of(args.arm) if args.min_reward is not None else None)
+                              reward_of=_reward_of(args.reward_from_arm) if recompute else None)
     except (ValueError, OSError) as exc:
         raise CLIError(str(exc)) from None
     print(f"kept {card.n_records} of {card.filters[0].n_in if card.filters else card.n_records} records; "

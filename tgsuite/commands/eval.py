@@ -36,10 +36,15 @@ Resume: run the same command again. Finished episodes are kept; crashed ones re-
 retried up to --max-attempts attempts and never counted as agent failures. --regrade re-decides every finished
 episode from its stored test output (no sandboxes) and rebuilds results.jsonl.
 
+The model of an openai: or hf: arm gets the system prompt, tools and messages that `tgsuite eval --show-prompt`
+prints (docs/HARNESS.md §9). Before any sandbox starts, each openai: arm gets one small preflight request, so a
+wrong URL, model name or key (HTTP 401/403/404) stops the run at once. The settings each arm actually sent are
+recorded in manifest.json (arms[].generation) and aggregate.json; a resume with other settings is refused.
+
 Output: RUN_DIR/manifest.json, RUN_DIR/episodes/<instance>/<arm>/s<seed>/a<attempt>/{trajectory.jsonl,
 patch.diff, grade/, result.json}, RUN_DIR/results.jsonl, and RUN_DIR/aggregate.json (per arm: n, rates of
 code_ok / behaviour_ok / joint_ok with Wilson 95% CIs, the 2x2, per-repository rates, secondary-metric means, the
-generation settings; descriptive, no decision: `tgsuite report RUN_DIR` renders it).
+generation settings each arm sent; descriptive, no decision: `tgsuite report RUN_DIR` renders it).
 --sandbox local is NOT isolated (agent code runs as you, with your network); the manifest records isolated=false.
 """
 
@@ -69,7 +74,10 @@ def register(subparsers: Any) -> None:
                    help="only these instances; repeatable; shell globs match ids, e.g. --instance 'calc-*'")
     p.add_argument("--limit", type=int, default=None, metavar="N",
                    help="only the first N instances (task-set order, after --split/--instance/validation)")
-    p.add_argument("--protocol", default=None, metavar="FROZEN.json", help="frozen protocol; its sha256 is recorded")
+    p.add_argument("--protocol", default=None, metavar="FROZEN.json",
+                   help="frozen protocol; its sha256 is recorded, and before any episode the run is checked against "
+                        "it: the task set's sha256, arm names analyze can read (<plan arm>@s<seed>), and the "
+                        "settings its [eval] table pins")
     p.add_argument("--regrade", action="store_true", help="re-decide finished episodes offline; rebuild results")
     p.add_argument("--max-attempts", type=int, default=3, help="attempts per episode on infra errors (default 3)")
     p.add_argument("--max-turns", type=int, default=30, help="assistant turns per episode (default 30)")
@@ -104,7 +112,43 @@ def register(subparsers: Any) -> None:
                         "is never written to disk")
     e.add_argument("--max-concurrency", type=int, default=None, metavar="N",
                    help="most requests in flight per endpoint arm (default: one per worker)")
+    e.add_argument("--request-timeout", type=float, default=None, metavar="S",
+                   help="seconds one request may take before it is retried (default 120); keep it below --wall-s, so "
+                        "that a hung endpoint is an infrastructure error (retried, never scored) rather than the "
+                        "agent running out of time")
+    e.add_argument("--max-retries", type=int, default=None, metavar="N",
+                   help="retries of a request after a timeout, a dropped connection or HTTP 408/409/429/5xx "
+                        "(default 4; 401/403/404 are never retried); the episode's --wall-s also ends them")
+    p.add_argument("--show-prompt", action=ShowPrompt, nargs=0,
+                   help="print the system prompt, the tools and the fixed messages a model arm gets, then exit")
     p.set_defaults(func=run)
+
+
+class ShowPrompt(argparse.Action):
+    """``--show-prompt``: print ``prompt_text()`` and exit (no other argument needed)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        print(prompt_text(), end="")
+        parser.exit(0)
+
+
+def prompt_text() -> str:
+    """What the model of an ``openai:`` / ``hf:`` arm is given, as docs/HARNESS.md §9 describes it."""
+    from harness.agent import NUDGE_TEXT, SYSTEM_PROMPT_VERSION, system_prompt
+    from harness.interfaces import finish_notice
+    from harness.tools import tool_schemas
+
+    tools = json.dumps(tool_schemas(), indent=1, ensure_ascii=False)
+    return (f"# messages[0], role system ({SYSTEM_PROMPT_VERSION})\n{system_prompt()}\n"
+            "# messages[1], role user: the task's problem statement (problem_statement in tasks.jsonl), verbatim\n\n"
+            "# tools: the request's \"tools\" field for openai: arms (OpenAI function schemas); hf: arms get the same "
+            "list through the checkpoint's chat template (apply_chat_template(tools=...))\n"
+            f"{tools}\n\n"
+            "# after a turn: each call's result as a tool message (openai: tool_call_id = call_<turn>_<i>); a turn "
+            f"without a tool call is answered by this user message\n{NUDGE_TEXT}\n\n"
+            "# with --finish-notice N: after the turn that leaves N turns, this user message (here N = 2)\n"
+            f"{finish_notice(2)}\n")
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -162,12 +206,13 @@ def build_arms(args: argparse.Namespace, arms: dict[str, str], ts: Any) -> tuple
     try:
         kinds = {name: parse_policy_spec(spec)[0] for name, spec in arms.items()}
         gen = GenerationSettings(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens)
-        if args.max_concurrency is not None and args.max_concurrency < 1:
-            raise ValueError(f"--max-concurrency {args.max_concurrency}: must be >= 1")
-        endpoint = EndpointSettings(api_key_env=args.api_key_env, max_concurrency=args.max_concurrency)
-        if "openai" not in kinds.values() and (args.api_key_env or args.max_concurrency):
-            raise ValueError("--api-key-env and --max-concurrency are for openai: arms, and no arm is one; fix: drop "
-                             "them or add e.g. --policy openai:http://127.0.0.1:8000/v1#MODEL")
+        endpoint = EndpointSettings(api_key_env=args.api_key_env, max_concurrency=args.max_concurrency,
+                                    request_timeout_s=getattr(args, "request_timeout", None),
+                                    max_retries=getattr(args, "max_retries", None))
+        if "openai" not in kinds.values() and endpoint.given():
+            raise ValueError("--api-key-env, --max-concurrency, --request-timeout and --max-retries are for openai: "
+                             "arms, and no arm is one; fix: drop them or add e.g. "
+                             "--policy openai:http://127.0.0.1:8000/v1#MODEL")
         policies: dict[str, Any] = {name: build_arm_policy(spec, generation=gen, endpoint=endpoint, tasks=ts)
                                     for name, spec in arms.items()}
         # the expert screens candidate fixes by running task code: hand the runner its spec, so that it builds the
@@ -175,9 +220,43 @@ def build_arms(args: argparse.Namespace, arms: dict[str, str], ts: Any) -> tuple
         policies |= {name: arms[name] for name, kind in kinds.items() if kind == "expert"}
     except (ValueError, OSError) as exc:
         raise CLIError(str(exc)) from None
-    config: dict[str, Any] = {**gen.as_config(), "endpoint.api_key_env": args.api_key_env,
-                              "endpoint.max_concurrency": args.max_concurrency}
+    config: dict[str, Any] = {"endpoint.api_key_env": args.api_key_env}
+    for name, p in policies.items():
+        config |= {f"request.{name}.{k}": v for k, v in getattr(p, "request_settings", dict)().items()}
     return policies, config
+
+
+def _check_plan(args: argparse.Namespace, ts: Any, policies: dict[str, Any]) -> None:
+    """With --protocol: refuse, before any episode, a run the frozen plan's analysis could not use
+    (``tgsuite.commands.eval_plan``)."""
+    if args.protocol is None:
+        return
+    from tgsuite.commands.eval_plan import check_run_against_plan, load_frozen_plan
+
+    run = {"max_turns": args.max_turns, "wall_s": args.wall_s, "finish_notice": args.finish_notice,
+           "format_retries": args.format_retries, "feedback": args.feedback}
+    for warning in check_run_against_plan(load_frozen_plan(args.protocol), task_set_sha256=ts.sha256,
+                                          arms=policies, run=run, source=args.protocol):
+        print(f"tgsuite eval: warning: {warning}", file=sys.stderr)
+
+
+def preflight_endpoints(policies: dict[str, Any], wall_s: float) -> None:
+    """One small request to each ``openai:`` arm before any sandbox starts (``OpenAIPolicy.preflight``): a wrong
+    URL, model or key fails here once, naming the arm, the endpoint and the fix."""
+    from harness.policies.openai import ModelEndpointError
+    from harness.tools import tool_schemas
+
+    for name, p in policies.items():
+        if not hasattr(p, "preflight"):
+            continue
+        if p.timeout_s >= wall_s:
+            log.warning("arm %s: --request-timeout %.0f s is not below --wall-s %.0f s: a hung endpoint will end "
+                        "episodes at their wall-clock limit (scored) instead of as infrastructure errors", name,
+                        p.timeout_s, wall_s)
+        try:
+            p.preflight(tool_schemas())
+        except ModelEndpointError as exc:
+            raise CLIError(f"arm {name}: the endpoint preflight request failed, nothing was run: {exc}") from None
 
 
 def ray_arms(policies: dict[str, Any], arms: dict[str, str]) -> dict[str, Any]:
@@ -291,6 +370,8 @@ def run(args: argparse.Namespace) -> int:
     ts, excluded = _load(args)
     feedback = _feedback(args.feedback)
     policies, config = build_arms(args, arms, ts)
+    _check_plan(args, ts, policies)
+    preflight_endpoints(policies, args.wall_s)
     if args.executor == "ray":
         policies = ray_arms(policies, arms)
     from harness.run_control import RunInterrupted, sandbox_run_id
@@ -339,8 +420,18 @@ def write_aggregate(out: Path, config: dict[str, Any] | None) -> None:
             config = RunAggregate.model_validate_json((out / AGGREGATE_FILE).read_text()).config
         except ValueError:
             config = None
-    aggregate_run_dir(out, config=config)
+    aggregate_run_dir(out, config={**(config or {}), **generation_config(out)})
     print(f"aggregate: {out / AGGREGATE_FILE}")
+
+
+def generation_config(out: Path) -> dict[str, Any]:
+    """``generation.<arm>.<setting>``: what each arm's policy sent / sampled with, from the run manifest (the
+    settings every finished episode ran with: a resume with others is refused)."""
+    from harness.runner_manifest import read_manifest
+
+    manifest = read_manifest(out)
+    return {f"generation.{a.name}.{k}": v for a in (manifest.arms if manifest else []) for k, v in a.generation.items()
+            if v is None or isinstance(v, (str, int, float, bool))}
 
 
 def _rate(scored: list[Any], key: str) -> str:
@@ -371,3 +462,6 @@ def _summary(results: list[Any], planned: int, max_attempts: int | None = None) 
               f"({exhausted} out of attempts); {again}", file=sys.stderr)
         return 1
     return 0
+
+
+load_selection = _load  # public name: `tgsuite serve-tools` selects runnable instances exactly as eval does

@@ -36,7 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     build.add_argument("--mirror", default=None, help="Debian mirror URL (default: the one your apt sources name)")
     build.add_argument("--build-dir", default=None, help="scratch directory for the rootfs (default: $TMPDIR)")
     build.set_defaults(func=_build)
-    show = sub.add_parser("show", help="print the base image tag, id and package manifest")
+    show = sub.add_parser("show", help="print the base image tag, id and package manifest", epilog=EPILOG,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
     show.add_argument("--json", action="store_true", help="machine-readable output")
     show.set_defaults(func=_show)
     parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])

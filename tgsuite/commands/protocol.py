@@ -120,15 +120,13 @@ def _power(args: argparse.Namespace) -> int:
         plan = load_plan(args.plan)
     except ProtocolError as exc:
         raise CLIError(str(exc)) from None
-    if plan.estimand != "method":
-        raise CLIError(f"{args.plan}: power by seeds x tasks applies to the 'method' estimand; for one checkpoint use "
-                       "evalsuite.power_paired_mcnemar (pairs of tasks)")  # fmt: skip
     if plan.power is None:
         plan = plan.model_copy(update={"power": PowerAssumptions()})
         print("note: the plan has no [power] section; using STATS §7 defaults (sigma_seed 0.02, tau 0.15, icc 0.1)")
     pa, d = plan.power, plan.design
     assert pa is not None
-    print(f"plan {plan.name}: {d.seeds_per_arm} seeds/arm, {d.n_tasks} tasks in {d.n_repositories} repositories")
+    who = "one checkpoint per arm (artifact estimand)" if plan.estimand == "artifact" else f"{d.seeds_per_arm} seeds/arm"
+    print(f"plan {plan.name}: {who}, {d.n_tasks} tasks in {d.n_repositories} repositories")
     low = False
     summaries = power_summaries(plan)
     for s in summaries:
@@ -142,7 +140,7 @@ def _power(args: argparse.Namespace) -> int:
                   f" ({s.sigma_seed_note})")  # fmt: skip
     from evalsuite.checks import MIN_SEEDS_METHOD_CLAIM, min_randomisation_p
 
-    if d.seeds_per_arm < MIN_SEEDS_METHOD_CLAIM:
+    if plan.estimand == "method" and d.seeds_per_arm < MIN_SEEDS_METHOD_CLAIM:
         print(f"warning: {d.seeds_per_arm} seeds per arm: a method-level claim needs >= {MIN_SEEDS_METHOD_CLAIM} (the "
               f"smallest seed-level permutation p is {min_randomisation_p(d.seeds_per_arm):.3f}); the analysis will "
               "not SHIP or claim endpoints with this plan")  # fmt: skip
@@ -152,7 +150,9 @@ def _power(args: argparse.Namespace) -> int:
         print(f"warning: the plan states power {pa.stated_power:.3f}, its assumptions give {weakest:.3f} for the "
               "weakest criterion; fix [power].stated_power or the assumptions before freezing")
     seeds, tasks = _parse_ints(args.seeds, "--seeds"), _parse_ints(args.tasks, "--tasks")
-    if seeds or tasks:
+    if (seeds or tasks) and plan.estimand == "artifact":
+        print("note: --seeds/--tasks grids are for the method estimand; an artifact plan has one checkpoint per arm")
+    elif seeds or tasks:
         seeds, tasks = seeds or [d.seeds_per_arm], tasks or [d.n_tasks]
         npr = pa.tasks_per_repo or d.n_tasks / d.n_repositories
         for c in plan.ordered_criteria():
@@ -179,7 +179,7 @@ def _simulate(plan, n_sims: int) -> None:  # type: ignore[no-untyped-def]
 
     r = simulate_plan_power(plan, n_sims=n_sims, rng=np.random.default_rng(plan.analysis_seed))
     per = ", ".join(f"{k} {v:.3f} ± {r.mc_se[k]:.3f}" for k, v in r.per_criterion.items())
-    print(f"  simulated ({n_sims} sims of the plan's own [power] model, analysed with the crossed estimator): {per}; "
+    print(f"  simulated ({n_sims} sims of the plan's own [power] model, analysed with the interval `tgsuite analyze` uses): {per}; "
           f"all pass {r.all_pass:.3f} (endpoints independent)")  # fmt: skip
 
 
@@ -212,23 +212,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("plan", help="plan TOML, e.g. protocols/plans/paper_claims.toml")
     p.add_argument("--out", help="record path (default: ./<plan>.frozen.json)")
-    p.add_argument("--overwrite", action="store_true", help="replace a record with a different hash")
+    p.add_argument("--overwrite", action="store_true", help="replace a record with a different hash (the prereg ref keeps the earlier record at that path, "
+                   "so an analysis under the new one is INCONCLUSIVE: prefer a new file)")
     p.add_argument("--sign-key", help="Ed25519 private key (PEM, from `protocol keygen`) to sign the record")
     p.set_defaults(func=_freeze)
-    p = sub.add_parser("keygen", help="make an Ed25519 key pair for signing frozen records")
+    p = sub.add_parser("keygen", help="make an Ed25519 key pair for signing frozen records", epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--out", required=True, help="private key file to write (PEM)")
     p.set_defaults(func=_keygen)
-    p = sub.add_parser("check", help="verify a frozen record (and that a plan still matches it)")
+    p = sub.add_parser("check", help="verify a frozen record (and that a plan still matches it)", epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("frozen", help="frozen record JSON")
     p.add_argument("--plan", help="plan TOML that must hash to the record")
     p.set_defaults(func=_check)
-    p = sub.add_parser("power", help="analytic (and simulated) power of a plan's design")
+    p = sub.add_parser("power", help="analytic (and simulated) power of a plan's design", epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("plan", help="plan TOML")
     p.add_argument("--seeds", help="grid of seeds per arm, e.g. 3,5,10")
     p.add_argument("--tasks", help="grid of task counts, e.g. 200,500,1000")
     p.add_argument("--simulate", type=int, default=0, metavar="N", help="also simulate the all-pass power (N sims)")
     p.set_defaults(func=_power)
-    p = sub.add_parser("deviation", help="record a deviation from a frozen plan (append-only)")
+    p = sub.add_parser("deviation", help="record a deviation from a frozen plan (append-only)", epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--frozen", required=True, help="frozen record JSON")
     p.add_argument("--kind", required=True, choices=kinds)
     p.add_argument("--description", required=True, help="what was done differently")

@@ -10,11 +10,11 @@ from tgsuite.commands.common import CLIError
 
 EPILOG = """\
 examples:
-  tgsuite reproduce --preset smoke --out runs/smoke     # every stage, tiny sizes, a few minutes
+  tgsuite reproduce --preset smoke --out runs/smoke     # every stage, tiny sizes, a few minutes (the default preset)
   tgsuite reproduce --preset mini --out runs/mini       # the reproduction (arms grpo and tg, 3 seeds each)
   tgsuite reproduce --preset mini --out runs/mini --force eval_arms   # re-run one stage (and what depends on it)
-  tgsuite reproduce --preset mini --out runs/mini --studies all       # add noisy-feedback, can-do, equal-compute
-                                                                      # and ablation studies to the report
+  tgsuite reproduce --preset mini --out runs/mini --studies all       # add every exploratory study to the report
+                                                                      # (never part of the decision)
 
 Re-running the same command resumes: stages whose inputs are unchanged are skipped. The verdict and the path of
 the HTML report are printed at the end; per-stage times are in OUT/pipeline.json.
@@ -30,8 +30,11 @@ def register(sub: Any) -> None:
                    help="re-run this stage even if it is up to date (repeatable; 'all' for every stage)")
     p.add_argument("--studies", default="none", metavar="LIST",
                    help="exploratory studies to add: 'none' (default), 'all', or a comma list of "
-                        "noisy_feedback,can_do,equal_compute,ablations,hint_probes,behaviour_tiers (they add training "
-                        "runs and evaluations)")
+                        "noisy_feedback,can_do,equal_compute,ablations,production_loop,hint_probes,behaviour_tiers "
+                        "(they add training runs and evaluations)")
+    p.add_argument("--rebuild-sft", action="store_true",
+                   help="train the SFT model inside the run (the preset's sft recipe) instead of starting RL from the "
+                        "shipped SFT coder (mini: assets/sft/mini)")
     p.set_defaults(func=run)
 
 
@@ -42,13 +45,20 @@ def run(args: argparse.Namespace) -> int:
     preset = PRESETS.get(args.preset)
     if preset is None:
         raise CLIError(f"unknown preset {args.preset!r}; choose one of {sorted(PRESETS)}")
+    if args.rebuild_sft:
+        preset = preset.model_copy(update={"sft_start": None})
     from tgsuite.pipeline.studies import parse_studies
 
     try:
         studies = frozenset(parse_studies(args.studies))
     except ValueError as exc:
         raise CLIError(f"--studies {args.studies!r}: {exc}") from exc
-    record = reproduce(preset, args.out, force=frozenset(args.force), studies=studies)
+    from repro.pretrain.ship import BaseIntegrityError
+
+    try:
+        record = reproduce(preset, args.out, force=frozenset(args.force), studies=studies)
+    except BaseIntegrityError as exc:  # a shipped base or SFT coder missing or altered: the message says the fix
+        raise CLIError(str(exc)) from exc
     print(json.dumps({"decision": record["decision"], "report": record["report"],
                       "stages_s": {k: v["wall_s"] for k, v in record["stages"].items()}}, indent=2))
     print(f"\nVerdict: {record['decision']}. Open the report: {record['report']}")

@@ -13,6 +13,14 @@ from tgsuite.commands.common import CLIError
 
 log = logging.getLogger(__name__)
 
+TASKS_EPILOG = """\
+examples (each sub-command's --help has more):
+  tgsuite tasks make-mini --out tasks/mini-heldout --split heldout --repos 4 --tasks-per-repo 3
+  tgsuite tasks make-heldout --preset mini --dev --out tasks/mini-dev   # the stratified set, dev seed
+  tgsuite tasks validate tasks/mini-heldout          # gold x3 / empty x3 in Docker -> validation.json
+  tgsuite tasks import-swebench --records records.jsonl --repos clones/ --out tasks/swe
+"""
+
 MAKE_MINI_EPILOG = """\
 examples:
   # 2000 train tasks (500 repositories x 4 bugs) and a held-out set, each byte-identical for its seed
@@ -31,6 +39,23 @@ FAIL_TO_PASS, PASS_TO_PASS, plus split, difficulty, bug_family, template_tier) a
 Held-out repositories never occur in a train split (names are partitioned by a hash bit); held-out tasks are tagged
 template_tier=seen_templates or unseen_templates (module templates and function names no train task uses).
 Next: `tgsuite tasks validate DIR` (gold x3 / empty x3 in Docker), then `tgsuite eval`.
+"""
+
+MAKE_HELDOUT_EPILOG = """\
+examples:
+  # the tuning set: the mini preset's held-out design at its dev seed (use this for every choice)
+  $ tgsuite tasks make-heldout --preset mini --dev --out tasks/mini-dev
+  # the preregistered primary set (what `tgsuite reproduce --preset mini` freezes); against a train set on disk
+  $ tgsuite tasks make-heldout --preset mini --train-tasks runs/mini/tasks/train --out tasks/mini-primary
+
+What you get: OUT/ (the primary set: the preset's repositories from the TRAINING template families, with held-out
+repository names and new, made-up module names; per repository a fixed number of tasks whose gold fix changes the
+same lines as a task of the preset's training set, stratum "twin", and of tasks whose fix has no such twin, stratum
+"no_twin") and, when the design has one, OUT-generalization/ (repositories from templates no training task uses,
+stratum "generalization": reported on its own, never part of a primary endpoint). Each record's `stratum` field says
+which. Without --train-tasks the training set is regenerated in memory from the preset (train_repos,
+train_tasks_per_repo, task_seed; deterministic). See docs/HARNESS.md, "The primary held-out set".
+Next: `tgsuite tasks validate OUT`.
 """
 
 VALIDATE_EPILOG = """\
@@ -72,6 +97,37 @@ def _make_mini(args: argparse.Namespace) -> int:
         print(json.dumps({"families": summary.families, "tiers": summary.tiers}, indent=1))
     if args.self_check:
         return _self_check(out, args.self_check, args.seed)
+    return 0
+
+
+def _make_heldout(args: argparse.Namespace) -> int:
+    from tgsuite.pipeline.heldout import train_signatures_of, write_heldout
+    from tgsuite.pipeline.presets import PRESETS
+
+    preset = PRESETS.get(args.preset)
+    if preset is None:
+        raise CLIError(f"unknown preset {args.preset!r}; choose one of {sorted(PRESETS)}")
+    if preset.heldout is None:
+        raise CLIError(f"preset {preset.name!r} has no stratified held-out design (Preset.heldout); use "
+                       "`tgsuite tasks make-mini` for it")
+    out = Path(args.out)
+    gen_out = Path(args.generalization_out) if args.generalization_out else out.with_name(out.name + "-generalization")
+    for folder in (out, gen_out):
+        if (folder / "tasks.jsonl").exists() and not args.overwrite:
+            raise CLIError(f"{folder} already holds a task set; choose another --out or pass --overwrite")
+    t0 = time.perf_counter()
+    try:
+        sigs = train_signatures_of(Path(args.train_tasks) if args.train_tasks else None, repos=preset.train_repos,
+                                   tasks_per_repo=preset.train_tasks_per_repo, seed=preset.task_seed)
+        rec = write_heldout(preset.heldout, sigs, out, gen_out, dev=args.dev, overwrite=args.overwrite)
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+    strata = ", ".join(f"{k} {v}" for k, v in sorted(rec["strata"].items()))
+    which = f"dev seed {rec['seed']}" if args.dev else f"preregistered held-out seed {rec['seed']}"
+    print(f"wrote the primary set ({rec['n']} tasks: {strata}; {which}) to {out}")
+    if "generalization" in rec:
+        print(f"wrote the generalization tier ({rec['generalization']['n']} tasks) to {gen_out}")
+    print(f"in {time.perf_counter() - t0:.1f} s")
     return 0
 
 
@@ -119,12 +175,15 @@ def _validate(args: argparse.Namespace) -> int:
           f"{len(report.instances) - len(rejected)} valid, {len(rejected)} rejected")
     for r in rejected:
         print(f"  REJECTED {r.instance_id}: {r.reason}")
+    print(f"task set {ts.name}: sha256 {ts.sha256}  (a plan pins it as [task_set] name = {json.dumps(ts.name)}, "
+          f"sha256 = \"{ts.sha256}\")")
     return 1 if rejected else 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("tasks", help="make the mini task family; import SWE-bench records; validate",
-                                   description=__doc__)
+                                   description=__doc__, epilog=TASKS_EPILOG,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     sub = parser.add_subparsers(dest="tasks_command", metavar="SUBCOMMAND")
     parser.set_defaults(func=lambda _args: parser.print_help() or 2)
 
@@ -148,6 +207,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="afterwards run K sampled tasks' hidden tests on base and gold with the host python")
     mk.add_argument("--verbose-summary", action="store_true", help="print counts per bug family and tier")
     mk.set_defaults(func=_make_mini)
+
+    mh = sub.add_parser(
+        "make-heldout", help="generate a preset's stratified primary held-out set and its generalization tier",
+        description="Generate the primary held-out set of a preset's design (Preset.heldout): new repositories "
+                    "from the training template families with new module names, a fixed number of tasks per "
+                    "stratum (fix twin in the training set or not), plus the unseen-template generalization tier.",
+        epilog=MAKE_HELDOUT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    mh.add_argument("--preset", required=True, help="preset whose design and training set to use (e.g. mini)")
+    mh.add_argument("--out", required=True, help="folder for the primary set")
+    mh.add_argument("--generalization-out", default=None, help="folder for the generalization tier "
+                    "(default: OUT-generalization)")
+    mh.add_argument("--dev", action="store_true", help="use the design's dev seed (for tuning) instead of the "
+                    "preregistered held-out seed")
+    mh.add_argument("--train-tasks", default=None, metavar="DIR", help="the training task set the strata are "
+                    "measured against (default: regenerate the preset's in memory)")
+    mh.add_argument("--overwrite", action="store_true", help="replace task sets already there")
+    mh.set_defaults(func=_make_heldout)
 
     va = sub.add_parser(
         "validate", help="gold x N / empty x N gate; writes validation.json",

@@ -15,12 +15,16 @@ Worked example (the CPU mini reproduction):
   tgsuite tasks make-mini --out tasks/train --split train --repos 40 --tasks-per-repo 4
   tgsuite tasks make-mini --out tasks/heldout --split heldout --repos 10 --tasks-per-repo 3
   tgsuite train sft --train-tasks tasks/train --heldout-tasks tasks/heldout --out runs/sft
+  tgsuite train sft --preset mini --out runs/sft-mini --ship assets/sft/mini   # rebuild the shipped SFT coder
+  tgsuite train rl --arm tg --out runs/rl-tg --set model.init=sft:mini --set tasks.path=tasks/train
   tgsuite train rl --arm tg --out runs/rl-tg --set model.init=runs/sft/model --set tasks.path=tasks/train
   tgsuite train rl --arm grpo --out runs/rl-grpo --set model.init=runs/sft/model --set tasks.path=tasks/train
   tgsuite train rl --out runs/rl-tg --resume --set run.steps=16  # continue (config read from the run)
   tgsuite train arms                                              # list the arm presets
   tgsuite train distill --dataset data/filtered --out runs/distill --set model.init=runs/sft/model
       # self-distillation on logged trajectories (tgsuite data import / data filter)
+  tgsuite train loop --arm tg --out runs/loop --set model.init=runs/sft/model --set tasks.path=tasks/train \
+      --set distill.rounds=2                                      # distill -> RL -> distill -> RL
   tgsuite train rl --config configs/paper/qwen3_coder_30b_a3b_tg.toml --out /tmp/x --dry-run
 
 Config layering: repro/configs/base.toml < --arm preset < --config FILE < --set KEY=VALUE (repeatable).
@@ -64,8 +68,15 @@ def register(subparsers: Any) -> None:
     sft.add_argument("--dataset", help="a dataset directory from `tgsuite data filter`: train on its logged "
                      "trajectories instead of expert episodes")
     sft.add_argument("--heldout-tasks", help="held-out task-set directory (evaluation after training)")
-    sft.add_argument("--preset", choices=("nano", "mini"), default="mini")
+    sft.add_argument("--preset", choices=("nano", "mini"), default="mini",
+                     help="model size; without --train-tasks / --dataset: the reproduction preset whose whole SFT "
+                          "recipe to run (mini: the coder shipped in assets/sft/mini; nano: the smoke preset's), its "
+                          "train task set made in OUT/tasks/train")
     sft.add_argument("--out", type=Path, required=True)
+    sft.add_argument("--ship", type=Path, metavar="DEST", help="with a preset recipe: export the model with its "
+                     "manifest to DEST (e.g. assets/sft/mini; repro.sft_ship)")
+    sft.add_argument("--heldout-run", type=Path, metavar="RUN_DIR", help="with --ship: a `tgsuite eval` run of this "
+                     "model whose aggregate.json the manifest records")
     sft.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                      help="override an SFT setting, e.g. --set episodes=40 or --set lora.enabled=true (fields of "
                           "repro.sft.SFTConfig)")
@@ -73,7 +84,8 @@ def register(subparsers: Any) -> None:
     from tgsuite.commands.train_pretrain import add_parser as add_pretrain
 
     add_pretrain(sub)
-    arms = sub.add_parser("arms", help="list the arm presets and what each overrides")
+    arms = sub.add_parser("arms", help="list the arm presets and what each overrides", epilog=EPILOG,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
     arms.set_defaults(func=_arms)
     p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
 
@@ -104,9 +116,13 @@ def _rl(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(format_plan(cfg))
         return 0
+    from repro.pretrain.ship import BaseIntegrityError
     from repro.train import train_rl
 
-    info = _run(train_rl, cfg, args.out, resume=args.resume, argv=sys.argv)
+    try:
+        info = _run(train_rl, cfg, args.out, resume=args.resume, argv=sys.argv)
+    except BaseIntegrityError as exc:  # model.init = sft:<name> / base:<name> missing or altered
+        raise CLIError(str(exc)) from exc
     print(f"done: {info.path} (step {info.step}); metrics in {args.out / 'metrics.jsonl'}")
     return 0
 
@@ -141,6 +157,11 @@ def _sft(args: argparse.Namespace) -> int:
     from repro.config import deep_merge, dotted_to_tree, parse_set
     from repro.sft import SFTConfig, run_sft
 
+    if args.train_tasks is None and args.dataset is None:
+        return _sft_recipe(args)
+    if args.ship is not None or args.heldout_run is not None:
+        raise CLIError("--ship and --heldout-run go with a preset recipe (no --train-tasks / --dataset): tgsuite "
+                       "train sft --preset mini --out DIR --ship assets/sft/mini")
     fields: dict[str, Any] = {"train_tasks": args.train_tasks, "dataset": args.dataset,
                               "heldout_tasks": args.heldout_tasks, "preset": args.preset}
     for item in args.sets:  # dotted keys reach nested settings: --set lora.enabled=true
@@ -159,6 +180,25 @@ def _sft(args: argparse.Namespace) -> int:
     except BaseIntegrityError as exc:   # init = base:<name> missing or altered
         raise CLIError(str(exc)) from exc
     print(report.model_dump_json(indent=2))
+    return 0
+
+
+def _sft_recipe(args: argparse.Namespace) -> int:
+    """``--preset`` without task sets: the reproduction preset's whole SFT recipe (tgsuite.pipeline.sft_coder)."""
+    from repro.config import parse_set
+    from repro.pretrain.ship import BaseIntegrityError
+    from tgsuite.pipeline.presets import MINI, SMOKE
+    from tgsuite.pipeline.sft_coder import build_sft_coder
+
+    preset = {"mini": MINI, "nano": SMOKE}[args.preset]
+    overrides = dict(_run(parse_set, item) for item in args.sets)
+    if args.heldout_run is not None and args.ship is None:
+        raise CLIError("--heldout-run is recorded in the manifest --ship writes; add --ship DEST")
+    try:
+        record = build_sft_coder(preset, args.out, overrides=overrides, ship=args.ship, heldout_run=args.heldout_run)
+    except (BaseIntegrityError, FileNotFoundError) as exc:
+        raise CLIError(str(exc)) from exc
+    print(json.dumps(record, indent=2))
     return 0
 
 
@@ -195,10 +235,25 @@ def format_plan(cfg: Any) -> str:
         "tokens when lambda > 0)",
         f"whole run: {p['flops_total']:.3g} FLOP",
     ]
-    if r.engine == "vllm_http":
-        lines.append("NOTE: the external vLLM server engine (vllm_http) is designed (SCALE.md) but not implemented; "
-                     "`train rl` refuses this config for now (rollout.engine = 'vllm' is the colocated engine).")
+    lines += [f"NOTE: `train rl` would refuse this config as it is: {why}" for why in refusals(cfg)]
     return "\n".join(lines)
+
+
+def refusals(cfg: Any) -> list[str]:
+    """What ``train rl`` would refuse in this config when launched as ``cluster`` describes (the launch check of
+    ``repro.distributed`` and the engine's settings), so the plan never reads as a runnable run when it is not."""
+    from repro.config import ConfigError
+    from repro.distributed import Launch, check_launch
+    from repro.wiring import check_engine_choice
+
+    out = []
+    for check in (lambda: check_launch(cfg, Launch(cfg.cluster.trainer_gpus if cfg.cluster.fsdp else 1, 0, 0)),
+                  lambda: check_engine_choice(cfg, None)):
+        try:
+            check()
+        except ConfigError as exc:
+            out.append(str(exc))
+    return out
 
 
 def memory_lines(cfg: Any, shape: Any, p: dict[str, float]) -> list[str]:
@@ -214,7 +269,8 @@ def memory_lines(cfg: Any, shape: Any, p: dict[str, float]) -> list[str]:
                     gpus=c.trainer_gpus if colocated else c.inference_gpus, tp=c.inference_tp,
                     concurrency=concurrency, tokens_per_sequence=c.tokens_per_trajectory)
     state = (p["train_state_bytes_per_gpu"] + p["teacher_copy_bytes_per_gpu"]) / gb
-    acts = (a["activations_checkpointed_bytes"] + a["loss_chunk_bytes"]) / gb
+    ckpt = cfg.model.activation_checkpointing  # what the trainer does (repro.distributed.activation_checkpointing)
+    acts = ((a["activations_checkpointed_bytes"] if ckpt else a["activations_bytes"]) + a["loss_chunk_bytes"]) / gb
     trainer_total = state + acts + (e["engine_bytes_per_gpu"] / gb if colocated else 0.0)
     teacher = (f" + fp32 {cfg.guidance.teacher} teacher copy (4 B/param)" if p["teacher_copy_bytes_per_gpu"] else "")
     lo = cfg.model.lora
@@ -245,7 +301,9 @@ def memory_lines(cfg: Any, shape: Any, p: dict[str, float]) -> list[str]:
         f"{e['engine_kv_bytes_per_gpu'] / gb:.1f} GB/GPU ({e['engine_sequences_per_replica']:.0f} per replica); "
         f"{e['engine_bytes_per_gpu'] / gb:.1f} GB/GPU in all" + over(e["engine_bytes_per_gpu"] / gb)
         + f"; at 0.9 of a GPU{' beside the trainer' if colocated else ''} a replica holds ~{fit:.0f} such sequences",
-        "trainer GPU total (state + checkpointed activations + loss chunk"
+        "trainer GPU total (state + "
+        + ("checkpointed activations (model.activation_checkpointing = true)" if ckpt else
+           "activations without checkpointing (model.activation_checkpointing = false)") + " + loss chunk"
         + (" + colocated engine" if colocated else "") + f"): {trainer_total:.1f} GB of {c.gpu_memory_gb:.0f} GB"
         + over(trainer_total),
     ]

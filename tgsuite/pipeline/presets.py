@@ -1,17 +1,19 @@
 """Presets of ``tgsuite reproduce``: the sizes of every stage, as one frozen, hashable object.
 
 ``smoke`` exercises every stage end to end in a few minutes (the test suite runs it); it is not powered to decide
-anything and its plan says so. ``mini`` is the reproduction: arms ``grpo`` and ``tg`` with 3 training seeds each,
-8 held-out repositories × 5 tasks, evaluated in Docker, analysed under the preregistered ``mini`` plan.
+anything and its plan says so. ``mini`` is the reproduction: arms ``grpo`` and ``tg`` with 5 training seeds each,
+a stratified primary held-out set of 40 tasks (``tgsuite.pipeline.heldout``), evaluated in Docker, analysed under the
+preregistered ``mini`` plan.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from harness.interfaces import MAX_FORMAT_RETRIES
+from tgsuite.pipeline.heldout import HeldoutDesign
 
 # dotted TrainConfig key -> value, e.g. {"guidance.lam": 0.3}: the `--set` layer of repro.config.load_config
 RLOverrides = dict[str, bool | int | float | str]
@@ -57,15 +59,32 @@ class Preset(BaseModel):
     task_seed: int = 0
     train_repos: int
     train_tasks_per_repo: int
-    heldout_repos: int
-    heldout_tasks_per_repo: int
+    heldout_repos: int = Field(0, ge=0, description="unstratified held-out set (when `heldout` is None)")
+    heldout_tasks_per_repo: int = Field(0, ge=0)
+    heldout: HeldoutDesign | None = Field(None, description="the stratified primary held-out set, its "
+                                          "generalization tier and the dev seed (tgsuite.pipeline.heldout); "
+                                          "None = heldout_repos x heldout_tasks_per_repo from the unstratified "
+                                          "generator")
     validate_runs: int = Field(3, ge=1, description="gold x k and empty x k runs per held-out instance")
     sft: dict[str, Any] = Field(default_factory=dict, description="repro.sft.SFTConfig fields to override")
+    sft_start: str | None = Field(None, description="RL starts from this shipped SFT coder (e.g. sft:mini, "
+                                  "assets/sft/mini, verified against its manifest) instead of training SFT in the run; "
+                                  "None = train SFT with `sft` (tgsuite reproduce --rebuild-sft)")
     arms: tuple[str, ...] = ("grpo", "tg")
     seeds: tuple[int, ...] = (0, 1, 2)
     rl: RLOverrides = Field(default_factory=dict, description="dotted TrainConfig overrides for every arm")
     eval: EvalSettings = EvalSettings()
     workers: int = 2
+
+    @model_validator(mode="after")
+    def _one_heldout_design(self) -> Preset:
+        unstratified = self.heldout_repos > 0 or self.heldout_tasks_per_repo > 0
+        if self.heldout is not None and unstratified:
+            raise ValueError("heldout_repos / heldout_tasks_per_repo describe the unstratified held-out set; with "
+                             "`heldout` (the stratified design) set them to 0")
+        if self.heldout is None and (self.heldout_repos < 1 or self.heldout_tasks_per_repo < 1):
+            raise ValueError("give heldout_repos and heldout_tasks_per_repo (at least 1 each) or a `heldout` design")
+        return self
 
     @field_validator("sft")
     @classmethod
@@ -112,8 +131,8 @@ SMOKE = Preset(
 )
 
 # most tokens per assistant turn in the mini preset's RL rollouts and evaluation (128 before): the longest turn SFT
-# teaches (a finish summary, ~160 tokens) must fit, or the turn is cut before its call closes (README, "Tokens per
-# turn"; tests/repro/test_sft_turn_lengths.py)
+# teaches (a finish summary, ~160 tokens) must fit, or the turn is cut before its call closes (docs/RESULTS.md,
+# "Tokens per turn"; tests/repro/test_sft_turn_lengths.py)
 _MINI_TURN_TOKENS = 192
 
 MINI = Preset(
@@ -121,8 +140,16 @@ MINI = Preset(
     plan="mini.toml",
     train_repos=40,
     train_tasks_per_repo=10,
-    heldout_repos=8,
-    heldout_tasks_per_repo=5,
+    # the primary held-out set (docs/HARNESS.md, "The primary held-out set"): 10 new repositories from the training
+    # template families with new module names, each with 3 tasks whose fix has a twin in this training set and 1
+    # whose fix has none (30 + 10 = 40 tasks, the size of the set it replaces, so evaluation costs the same); the
+    # twin stratum is where the SFT coder resolves tasks, so where RL could show a loss (assay sensitivity needs a
+    # baseline rate >= 0.2); no-twin tasks measure repair beyond recall. Unseen-template repositories (2 x 5) are a
+    # separate generalization tier, reported, never in a primary endpoint (every earlier run solved 0 of its tasks:
+    # 10 show that at half the evaluation cost of 20). seed: the preregistered held-out seed (fixed before any
+    # result on it was seen, never used for a choice); tuning uses dev_seed (`tgsuite tasks make-heldout --dev`).
+    heldout=HeldoutDesign(seed=20261206, dev_seed=1, repos=10, twin_per_repo=3, no_twin_per_repo=1,
+                          generalization_repos=2, generalization_tasks_per_repo=5),
     validate_runs=2,
     # SFT from the base pretrained here and shipped in assets/base/mini (issue #20; docs/PRETRAIN.md): 400 expert
     # episodes with <think> blocks (so that tg_no_think_kl differs from tg), a fresh repository name per episode and
@@ -131,18 +158,24 @@ MINI = Preset(
     # 5 epochs; a quarter of them under a short turn limit with the finish notice 2 turns before it (the expert then
     # reports what it changed and what still fails); the expert greps the failing test file for the function's calls
     # instead of reading it whole (test_view="search", harness.policies.test_lookup). Measured on 40 held-out
-    # episodes and compared with other settings in README ("SFT from the base")
+    # episodes and compared with other settings in docs/RESULTS.md ("SFT and evaluation experiments")
+    # RL starts from the SFT coder shipped in assets/sft/mini, built with this recipe by `tgsuite train sft --preset
+    # mini --out DIR --ship assets/sft/mini` (repro.sft_ship); `tgsuite reproduce --rebuild-sft` trains it in the run
+    sft_start="sft:mini",
     sft={"preset": "mini", "init": "base:mini", "episodes": 400, "epochs": 5, "think": True, "context_weight": 0.0,
          "lr": 5e-4, "rename_repos": True, "rename_modules": 0.75, "stumble_share": 0.5, "warmup_steps": 10,
          "finish_notice_turns": 2, "budget_share": 0.25, "test_view": "search"},
-    seeds=(0, 1, 2),
+    seeds=(0, 1, 2, 3, 4),  # five training seeds per arm: the analysis's minimum for a method-level claim
     # sized to the 45-minute budget on 2 CPU cores: ~20 s per step (1 group of 4 rollouts, prefix-cached sampling)
     rl={"run.steps": 6, "rollout.groups": 1, "rollout.group_size": 4, "rollout.max_turns": 8,
         "rollout.max_new_tokens": _MINI_TURN_TOKENS, "rollout.max_context_tokens": 4096, "rollout.observation_max_tokens": 1024,
-        "rollout.finish_notice_turns": 2, "optim.lr": 1e-4, "run.progress": False},
+        "rollout.finish_notice_turns": 2, "optim.lr": 1e-4, "run.progress": False,
+        # the trainer on the packed bf16 path (fp32 master weights and AdamW state; repro.precision), the episodes'
+        # tool calls and grading on 4 threads beside sampling (rollout.env_workers): benchmarks/rl_step_bench.py
+        "model.precision": "bf16-mixed", "rollout.env_workers": 4},
     # the finish notice 2 turns before the limit (harness EpisodeLimits.finish_notice_turns), in RL and evaluation;
     # in evaluation a turn without a parsable tool call is sampled again up to 3 times (EpisodeLimits.format_retries;
-    # the drafts are kept and counted; RL rollouts never resample), measured in README ("Format retries")
+    # the drafts are kept and counted; RL rollouts never resample), measured in docs/RESULTS.md ("Format retries")
     eval=EvalSettings(max_turns=8, max_new_tokens=_MINI_TURN_TOKENS, finish_notice_turns=2, format_retries=3),
 )
 

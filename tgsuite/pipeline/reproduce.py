@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evalsuite.schema import Exploratory
 from repro.pretrain.ship import init_fingerprint
+from tgsuite.pipeline.generalization import evaluate_generalization
 from tgsuite.pipeline.presets import Preset
 from tgsuite.pipeline.stages import StageRunner, atomic_write_json, canonical_hash
 from tgsuite.pipeline.steps import (
@@ -26,9 +28,11 @@ from tgsuite.pipeline.steps import (
     stage_analyze,
     stage_eval,
     stage_freeze,
+    stage_heldout,
     stage_images,
     stage_report,
     stage_sft,
+    stage_sft_start,
     stage_tasks,
     stage_train,
     stage_validate,
@@ -64,16 +68,26 @@ def prepare(runner: StageRunner, paths: dict[str, Path], preset: Preset) -> Prep
     train_ts = runner.run("tasks_train", {k: p[k] for k in ("task_seed", "train_repos", "train_tasks_per_repo")},
                           lambda: stage_tasks(paths["train_tasks"], "train", preset.train_repos,
                                               preset.train_tasks_per_repo, preset.task_seed))
-    held_ts = runner.run("tasks_heldout",
-                         {k: p[k] for k in ("task_seed", "heldout_repos", "heldout_tasks_per_repo")},
-                         lambda: stage_tasks(paths["heldout_tasks"], "heldout", preset.heldout_repos,
-                                             preset.heldout_tasks_per_repo, preset.task_seed))
+    held_inputs = {k: p[k] for k in ("task_seed", "heldout_repos", "heldout_tasks_per_repo")}
+    if preset.heldout is not None:  # stratified against the training set: its hash is an input
+        held_inputs = {"train": train_ts["sha256"], "design": p["heldout"], "code": "primary@v1"}
+    held_ts = runner.run("tasks_heldout", held_inputs, lambda: stage_heldout(paths, preset))
     runner.run("validate", {"tasks": held_ts["sha256"], "runs": preset.validate_runs, "image": img.get("digest"),
                             "sandbox": preset.eval.sandbox},
                lambda: stage_validate(paths["heldout_tasks"], preset, held_ts["sha256"]))
-    sft = runner.run("sft", {"tasks": train_ts["sha256"], "sft": p["sft"], "seed": preset.task_seed,
-                             **init_fingerprint(preset.sft.get("init"))},
-                     lambda: stage_sft(paths, preset))
+    if "generalization" in held_ts:
+        gen_sha = held_ts["generalization"]["sha256"]
+        runner.run("validate_generalization", {"tasks": gen_sha, "runs": preset.validate_runs,
+                                               "image": img.get("digest"), "sandbox": preset.eval.sandbox},
+                   lambda: stage_validate(paths["generalization_tasks"], preset, gen_sha))
+    if preset.sft_start is not None:  # RL starts from a shipped SFT coder; nothing is trained here
+        sft = runner.run("sft", {"start": preset.sft_start, **init_fingerprint(preset.sft_start)},
+                         lambda: stage_sft_start(preset))
+    else:
+        sft = runner.run("sft", {"tasks": train_ts["sha256"], "sft": p["sft"], "seed": preset.task_seed,
+                                 **init_fingerprint(preset.sft.get("init"))},
+                         lambda: stage_sft(paths, preset))
+    paths["sft_model"] = Path(sft["paths"]["model"])
     plan_sha = canonical_hash((PLANS_DIR / preset.plan).read_text())
     frozen = runner.run("protocol", {"plan": plan_sha, "tasks": held_ts["sha256"]},
                         lambda: stage_freeze(paths, preset, held_ts))
@@ -133,12 +147,15 @@ def reproduce(preset: Preset, out_dir: str | Path, *, force: frozenset[str] = fr
     excluded = excluded_tests(paths["heldout_tasks"])
     ev_base, ev_arms = evaluate_main(runner, paths, preset, prep, trained, excluded)
     base_dir, arms_dir = paths["eval"] / "base", paths["eval"] / "arms"
-    exploratory = None
+    general = evaluate_generalization(runner, paths, preset, prep.held_ts, trained.ckpts, trained.records,
+                                      prep.frozen["sha256"])
+    exploratory = Exploratory(label_rates=general) if general else None
     if studies:
         ctx = StudyContext(preset=preset, paths=paths, protocol_sha256=prep.frozen["sha256"],
                            heldout_sha256=prep.held_ts["sha256"], sft_report=prep.sft["report"], ckpts=trained.ckpts,
                            excluded=excluded)
-        exploratory = run_studies(runner, ctx, set(studies))
+        ex = run_studies(runner, ctx, set(studies))
+        exploratory = ex.model_copy(update={"label_rates": [*general, *ex.label_rates]})
     ex_hash = canonical_hash(exploratory.model_dump(mode="json")) if exploratory is not None else None
     analysis = runner.run("analyze", {"eval": canonical_hash(ev_arms), "protocol": prep.frozen["sha256"],
                                       "code": "analyze@2", "exploratory": ex_hash},

@@ -30,7 +30,9 @@ def pipeline_paths(out: Path) -> dict[str, Path]:
     return {
         "train_tasks": out / "tasks" / "train",
         "heldout_tasks": out / "tasks" / "heldout",
+        "generalization_tasks": out / "tasks" / "generalization",  # the unseen-template tier (Preset.heldout)
         "sft": out / "sft",
+        "sft_model": out / "sft" / "model",  # the model RL starts from (a shipped coder's folder: stage_sft_start)
         "frozen": out / "protocol" / "frozen.json",
         "train": out / "train",
         "eval": out / "eval",
@@ -59,6 +61,19 @@ def stage_tasks(out: Path, split: str, repos: int, per_repo: int, seed: int) -> 
     return {"paths": {"tasks": str(out / "tasks.jsonl")}, "sha256": ts.sha256, "name": ts.name, "n": summary.tasks}
 
 
+def stage_heldout(paths: dict[str, Path], preset: Preset) -> dict[str, Any]:
+    """The preset's held-out set: the stratified primary set (``Preset.heldout``, against the training set in
+    ``paths["train_tasks"]``) and its generalization tier; without a design, the unstratified generator."""
+    if preset.heldout is None:
+        return stage_tasks(paths["heldout_tasks"], "heldout", preset.heldout_repos, preset.heldout_tasks_per_repo,
+                           preset.task_seed)
+    from tgsuite.pipeline.heldout import train_signatures_of, write_heldout
+
+    sigs = train_signatures_of(paths["train_tasks"], repos=preset.train_repos,
+                               tasks_per_repo=preset.train_tasks_per_repo, seed=preset.task_seed)
+    return write_heldout(preset.heldout, sigs, paths["heldout_tasks"], paths["generalization_tasks"])
+
+
 def stage_validate(task_dir: Path, preset: Preset, sha256: str) -> dict[str, Any]:
     from harness.validate import load_validation, validate_task_set
 
@@ -85,6 +100,21 @@ def stage_sft(paths: dict[str, Path], preset: Preset) -> dict[str, Any]:
     return {"paths": {"model": report.model_dir}, "report": report.model_dump(mode="json")}
 
 
+def stage_sft_start(preset: Preset) -> dict[str, Any]:
+    """The shipped SFT coder ``preset.sft_start`` as the SFT stage's record, after checking every file against its
+    manifest (``repro.sft_ship.verify_sft``): RL starts from it and no SFT is trained."""
+    from repro.pretrain.ship import resolve_init
+    from repro.sft_ship import verify_sft
+
+    assert preset.sft_start is not None
+    path = resolve_init(preset.sft_start)
+    manifest = verify_sft(path)
+    report = {"model_dir": str(path), "shipped": preset.sft_start, "recipe_sha256": manifest.recipe_sha256,
+              "n_trajectories": manifest.n_trajectories, "train_tokens": manifest.train_tokens,
+              "steps": manifest.steps, "wall_s": manifest.wall_s, "heldout": manifest.heldout}
+    return {"paths": {"model": str(path)}, "report": report}
+
+
 def stage_freeze(paths: dict[str, Path], preset: Preset, heldout: dict[str, Any]) -> dict[str, Any]:
     from protocols.freeze import freeze_plan, with_task_set
     from protocols.load import load_plan
@@ -101,7 +131,7 @@ def _rl_config(run_dir: Path, paths: dict[str, Path], preset: Preset, arm: str, 
     from repro.config import load_config
 
     cfg = load_config(arm=arm, overrides={**preset.rl, **(extra or {}), "run.seed": seed,
-                                          "model.init": str(paths["sft"] / "model"),
+                                          "model.init": str(paths["sft_model"]),
                                           "tasks.path": str(paths["train_tasks"])})
     if run_dir.exists():
         shutil.rmtree(run_dir)

@@ -16,7 +16,8 @@ Stages (all resumable, all under ``<out>/train/studies/tiers/`` and ``<out>/eval
 - ``tiers_train_<arm>_<tier>_s<seed>``: for each tier, arms ``grpo`` and ``tg`` (``tgsuite.pipeline.steps.stage_train``,
   the preset's RL settings plus ``reward.checker = <tier>``: the format reward, TG's failing-turn gating and its
   hints all target the tier) from that base, × the study's seeds.
-- ``tiers_tasks``: the held-out instances of the UNSEEN tier only (``template_tier == "unseen_templates"``:
+- ``tiers_tasks``: the held-out instances of the UNSEEN tier only (``template_tier == "unseen_templates"``, from the
+  generalization tier of a stratified held-out design when the run has one, ``unseen_source``:
   templates and names never used in training), written as their own task set with the three tier checkers added
   to each instance's ``behaviour``, so every episode is judged by all three.
 - ``tiers_eval``: the base and every tier checkpoint on that set, without hints (``tgsuite.pipeline.steps.stage_eval``).
@@ -83,6 +84,14 @@ def slug(tier: str) -> str:
 # ----------------------------------------------------------------------------------------------------------------
 
 
+def unseen_source(paths: dict[str, Path]) -> Path:
+    """Where the unseen-template repositories are: the generalization tier of a stratified held-out design
+    (``tgsuite.pipeline.heldout``) when the run has one, else the held-out set (the unstratified generator puts
+    every second repository in that tier)."""
+    gen = paths.get("generalization_tasks")
+    return gen if gen is not None and (gen / "tasks.jsonl").is_file() else paths["heldout_tasks"]
+
+
 def write_unseen_tasks(heldout: Path, out: Path, tiers: tuple[str, ...]) -> dict[str, Any]:
     """Copy the held-out instances with ``template_tier == "unseen_templates"`` (records and snapshots) to ``out``,
     with ``tiers`` added to their ``behaviour`` checkers; returns the stage outputs (path, sha256, name, instance ids)."""
@@ -137,7 +146,7 @@ def _train(runner: StageRunner, ctx: StudyContext, sizes: TierSizes, root: Path,
     """Every (tier, arm, seed) RL run from the tier base; returns the models and each one's trained tier."""
     models: dict[str, StudyModel] = {}
     trained: dict[str, str] = {}
-    paths = {**ctx.paths, "sft": root / "sft"}  # stage_train starts from <paths["sft"]>/model
+    paths = {**ctx.paths, "sft": root / "sft", "sft_model": root / "sft" / "model"}  # stage_train starts there
     for tier in sizes.tiers:
         preset = ctx.preset.with_rl({"reward.checker": tier})
         for arm in sizes.arms:
@@ -184,8 +193,10 @@ def run_behaviour_tiers(runner: StageRunner, ctx: StudyContext, sizes: TierSizes
     models = {"base": StudyModel("base", "base", -1, sft["paths"]["model"]), **rl_models}
     trained: dict[str, str | None] = {"base": None, **rl_tiers}
     task_dir = ctx.paths["heldout_tasks"].parent / "heldout_unseen_tiers"
-    tasks = runner.run("tiers_tasks", {"heldout": ctx.heldout_sha256, "tiers": list(TIERS), "code": "tiers_tasks@1"},
-                       lambda: write_unseen_tasks(ctx.paths["heldout_tasks"], task_dir, TIERS))
+    source = unseen_source(ctx.paths)
+    tasks = runner.run("tiers_tasks", {"heldout": ctx.heldout_sha256, "tiers": list(TIERS), "code": "tiers_tasks@1",
+                                       **({} if source == ctx.paths["heldout_tasks"] else {"source": source.name})},
+                       lambda: write_unseen_tasks(source, task_dir, TIERS))
     run_dir = eval_models(runner, ctx, tasks, models)
     frame = tier_frame(run_dir, study_arms(models), trained, TIERS)
     res = tiers_result(frame, tiers=sizes.tiers, arms=sizes.arms, levels=LEVELS, unseen=UNSEEN,

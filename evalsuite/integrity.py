@@ -1,0 +1,113 @@
+"""One scored episode per cell, from the checkpoint the plan names (issue #37): the checks that refuse run
+directories whose episodes could have been chosen after the results.
+
+- ``checkpoint_identity``: one checkpoint per (protocol arm, training seed) across every run — the same
+  ``checkpoint_sha256`` in every manifest that names one, else the same policy spec — and every episode carries
+  its run's policy for that arm; the training seed a checkpoint records (``ArmSpec.train_seed``, the ``seed`` of
+  ``PATH/checkpoint.json`` behind an ``hf:PATH`` policy) equals the seed in the arm's label (``tg@s3``).
+- ``attempt_history``: a finished attempt is superseded by a later one only when it was an infrastructure failure
+  (the runner's retry policy, ``harness.infra.RetryPolicy``); an agent outcome re-run as a new attempt is refused.
+
+Each problem raises :class:`evalsuite.outcomes.EvalDataError` naming the run, the arm and seed, and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+from evalsuite.outcomes import EvalDataError, LoadedRun, parse_arm, single_seed
+from harness.rundir import RESULT_FILE, attempt_indices, episode_dirs, read_result
+from protocols.schema import Protocol
+
+
+def checkpoint_info(policy: str) -> tuple[Path, dict[str, object]] | None:
+    """(path, contents) of the ``checkpoint.json`` behind an ``hf:PATH`` policy (PATH or its parent); None when the
+    policy names no checkpoint folder."""
+    if not policy.startswith("hf:"):
+        return None
+    for cand in (Path(policy[3:]) / "checkpoint.json", Path(policy[3:]).parent / "checkpoint.json"):
+        if cand.is_file():
+            try:
+                return cand, json.loads(cand.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise EvalDataError(f"{cand}: not a checkpoint record ({exc}); restore it from the training run") from None
+    return None
+
+
+def _planned_arms(proto: Protocol) -> set[str]:
+    pc = proto.assay_sensitivity.positive_control
+    return {a.name for a in proto.arms} | ({pc.arm} if pc else set())
+
+
+def checkpoint_identity(proto: Protocol, runs: list[LoadedRun]) -> None:
+    """Refuse two checkpoints behind one (arm, training seed), or a checkpoint whose recorded seed is not its label's."""
+    planned = _planned_arms(proto)
+    shas: dict[tuple[str, int], set[str]] = defaultdict(set)
+    policies: dict[tuple[str, int], set[str]] = defaultdict(set)
+    unhashed: set[tuple[str, int]] = set()
+    for r in runs:
+        m = r.manifest
+        spec_policy = {}
+        for a in m.arms:
+            if a.name.split("@")[0] not in planned:
+                continue  # another arm of the run (e.g. the base model): not part of this comparison
+            arm, seed = parse_arm(a.name, m, planned, single_seed(proto))
+            spec_policy[a.name] = a.policy
+            key = (arm, seed)
+            policies[key].add(a.policy)
+            if a.checkpoint_sha256:
+                shas[key].add(a.checkpoint_sha256)
+            else:
+                unhashed.add(key)
+            if a.train_seed is not None and int(a.train_seed) != seed:
+                raise EvalDataError(
+                    f"run {m.run_id}: arm {a.name!r} is labelled training seed {seed} but its manifest records "
+                    f"train_seed {a.train_seed}; a checkpoint keeps the seed it was trained with: name the arm "
+                    f"'{arm}@s{a.train_seed}' (and freeze a plan listing the seeds you trained)"
+                )
+            info = checkpoint_info(a.policy)
+            if info is not None and "seed" in info[1] and int(info[1]["seed"]) != seed:  # type: ignore[call-overload]
+                raise EvalDataError(
+                    f"run {m.run_id}: arm {a.name!r} is labelled training seed {seed} but {info[0]} records seed "
+                    f"{info[1]['seed']}; seeds cannot be relabelled after training: evaluate it as "
+                    f"'{arm}@s{info[1]['seed']}' under a plan that preregisters that seed"
+                )
+        for res in r.results:
+            want = spec_policy.get(res.arm)
+            if want is not None and res.policy != want:
+                raise EvalDataError(
+                    f"run {m.run_id}: episode {res.instance_id}/{res.arm}/s{res.seed} was produced by {res.policy!r}, "
+                    f"the manifest's arm {res.arm!r} is {want!r}; one arm and seed is one checkpoint: remove the "
+                    "episodes of the other policy and re-run them"
+                )
+    for key in sorted(policies):
+        many = shas[key] if key not in unhashed else policies[key]
+        if len(many) > 1:
+            what = "checkpoints (sha256)" if key not in unhashed else "policies"
+            raise EvalDataError(
+                f"arm {key[0]} training seed {key[1]} was evaluated with {len(many)} different {what}: "
+                f"{sorted(x[:80] for x in many)}; the plan names one checkpoint per arm and seed, so episodes cannot "
+                "be picked from several: analyse the runs of one checkpoint only (the one trained with that seed)"
+            )
+
+
+def attempt_history(runs: list[LoadedRun]) -> None:
+    """Refuse an episode whose superseded finished attempt was not an infrastructure failure."""
+    bad: list[str] = []
+    for r in runs:
+        if not r.superseded:
+            continue
+        for inst, arm, seed, d in episode_dirs(r.path):
+            idx = [a for a in attempt_indices(d) if (d / f"a{a}" / RESULT_FILE).is_file()]
+            for a in idx[:-1]:
+                res = read_result(d / f"a{a}")
+                if res is not None and res.failure_class != "infra":
+                    bad.append(f"{r.path}/episodes/{inst}/{arm}/s{seed}/a{a} ({res.failure_class}, {res.status})")
+    if bad:
+        raise EvalDataError(
+            f"{len(bad)} episode(s) were re-run after an outcome that was not an infrastructure failure, e.g. "
+            f"{bad[0]}; only infra failures may be retried (the runner never retries an agent outcome): delete "
+            "the later attempt directories of those episodes so that the first scored attempt counts"
+        )

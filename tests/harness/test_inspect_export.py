@@ -1,0 +1,136 @@
+"""``tgsuite export inspect``: a run directory as Inspect ``.eval`` logs, read back with Inspect's own reader
+(``read_eval_log``) and served by Inspect's own viewer API (what ``inspect view`` loads), with per-sample scores,
+messages and tool calls; infra errors as errored samples; grade runs without behaviour scores."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("inspect_ai")
+
+from inspect_ai.log import read_eval_log  # noqa: E402
+
+from harness.infra import RetryPolicy  # noqa: E402
+from harness.interfaces import EpisodeLimits, PolicyOutput  # noqa: E402
+from harness.rundir import latest_results  # noqa: E402
+from harness.runner import run_eval  # noqa: E402
+from harness.schema import TaskSet  # noqa: E402
+from tests.harness_fakes import FakeFactory, FixPolicy, NullFinishPolicy, make_calc_task  # noqa: E402
+
+
+class BadCallPolicy:
+    """Turn 0: read_file without its path (a malformed call); turn 1: finish."""
+
+    name = "bad"
+
+    def act(self, messages: list[Any], *, tools: list[Any], rng: Any) -> PolicyOutput:
+        from harness.tools import format_tool_call
+
+        if not any(m.role == "assistant" for m in messages):
+            return PolicyOutput(text="Let me look.\n" + format_tool_call("read_file", {}))
+        return PolicyOutput(text=format_tool_call("finish", {"message": "Gave up."}))
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A run with arms fix / null / bad on two seeds, and an arm whose sandbox always fails (infra); exported."""
+    from tgsuite.cli import main
+
+    tmp = tmp_path_factory.mktemp("insp")
+    inst, repo = make_calc_task(tmp / "repos", "calc-1")
+    inst = inst.model_copy(update={"behaviour": ["markdown@v1"]})
+    ts = TaskSet(name="calc", path=str(tmp), sha256="e" * 64, instances=[inst])
+    out = tmp / "run"
+    lim = EpisodeLimits(max_turns=4)
+    run_eval(ts, {"fix": FixPolicy(), "null": NullFinishPolicy(), "bad": BadCallPolicy()}, [0, 1], out,
+             sandbox_factory=FakeFactory({"calc-1": repo}), limits=lim)
+    run_eval(ts, {"broken": NullFinishPolicy()}, [0, 1], out, limits=lim, retry=RetryPolicy(max_attempts=1),
+             sandbox_factory=FakeFactory({"calc-1": repo}, fail_agent_attempts={0}))
+    assert main(["export", "inspect", str(out)]) == 0
+    return out, out / "inspect"
+
+
+def test_scores_messages_and_tool_calls_read_back_with_inspect(run: tuple[Path, Path]) -> None:
+    out, logs = run
+    assert sorted(p.name for p in logs.iterdir()) == ["calc_bad.eval", "calc_broken.eval", "calc_fix.eval",
+                                                      "calc_null.eval"]
+    results = {(r.arm, r.seed): r for r in latest_results(out).results}
+    fix = read_eval_log(str(logs / "calc_fix.eval"))
+    assert fix.status == "success" and fix.eval.model == "tgsuite/fix" and fix.eval.task == "calc"
+    assert fix.eval.config.epochs == 2 and sorted(s.epoch for s in fix.samples) == [1, 2]
+    assert {s.name: s.metrics["accuracy"].value for s in fix.results.scores} == {
+        "resolved": 1.0, "behaviour": 1.0, "joint": 1.0}
+    s = fix.samples[0]
+    assert s.id == "calc-1" and s.input == "add() subtracts" and s.metadata["status"] == "ok"
+    assert {k: v.value for k, v in s.scores.items()} == {"resolved": "C", "behaviour": "C", "joint": "C"}
+    assert s.scores["behaviour"].explanation == "markdown@v1: ok"
+    assert [m.role for m in s.messages] == ["system", "user", "assistant", "tool", "assistant", "tool"]
+    edit, finish = s.messages[2].tool_calls[0], s.messages[4].tool_calls[0]
+    assert (edit.function, edit.arguments["path"]) == ("edit_file", "calc.py") and s.messages[3].tool_call_id == edit.id
+    assert finish.function == "finish" and s.messages[5].tool_call_id == finish.id != edit.id
+    assert s.output.completion == "Fixed `add` in `calc.py`: it now adds its arguments."  # the finish message
+
+    null = read_eval_log(str(logs / "calc_null.eval"))
+    for smp in null.samples:
+        r = results[("null", smp.epoch - 1)]
+        assert smp.scores["resolved"].value == "I" and smp.metadata["status"] == "empty_patch"
+        assert smp.scores["behaviour"].value == ("C" if r.behaviour_ok else "I")
+        assert smp.scores["joint"].value == "I"
+
+
+def test_bad_calls_and_infra_errors_keep_their_meaning(run: tuple[Path, Path]) -> None:
+    _, logs = run
+    bad = read_eval_log(str(logs / "calc_bad.eval")).samples[0]
+    call, answer = bad.messages[2].tool_calls[0], bad.messages[3]
+    assert bad.messages[2].text == "Let me look." and call.parse_error and "missing required argument" in call.parse_error
+    assert answer.error is not None and answer.tool_call_id == call.id
+    broken = read_eval_log(str(logs / "calc_broken.eval"))
+    assert broken.results.completed_samples == 0 and broken.results.scores == []
+    assert all(s.error is not None and s.scores is None and "infra" in s.error.message for s in broken.samples)
+
+
+def test_inspect_view_serves_the_logs(run: tuple[Path, Path]) -> None:
+    from fastapi.testclient import TestClient
+    from inspect_ai._view.fastapi_server import view_server_app
+
+    _, logs = run
+    client = TestClient(view_server_app(default_dir=logs.as_posix()))
+    listed = client.get("/log-files").json()
+    names = sorted(Path(f["name"]).name for f in listed["files"])
+    assert names == ["calc_bad.eval", "calc_broken.eval", "calc_fix.eval", "calc_null.eval"]
+    got = client.get(f"/logs/{(logs / 'calc_fix.eval').as_posix()}")
+    assert got.status_code == 200
+    body = got.json()
+    assert body["eval"]["model"] == "tgsuite/fix" and len(body["samples"]) == 2
+
+
+def test_our_importer_reads_the_export_back(run: tuple[Path, Path]) -> None:
+    from harness.trajdata.inspect_log import iter_inspect_log
+
+    recs = list(iter_inspect_log(run[1] / "calc_fix.eval", score_name="resolved"))
+    assert len(recs) == 2 and all(r.outcome.resolved for r in recs)
+    assert [c.name for m in recs[0].trajectory.messages for c in m.tool_calls] == ["edit_file", "finish"]
+
+
+def test_a_grade_run_has_no_behaviour_score(tmp_path: Path) -> None:
+    from harness.predictions import grade_predictions
+    from harness.schema import Prediction
+    from harness.trajdata.inspect_export import export_inspect
+
+    inst, repo = make_calc_task(tmp_path / "repos", "calc-1")
+    ts = TaskSet(name="calc", path=str(tmp_path), sha256="e" * 64, instances=[inst])
+    grade_predictions(ts, [Prediction(instance_id="calc-1", model_name_or_path="m", model_patch=inst.patch)],
+                      tmp_path / "g", sandbox_factory=FakeFactory({"calc-1": repo}))
+    (path,) = export_inspect(tmp_path / "g", tmp_path / "logs")
+    s = read_eval_log(str(path)).samples[0]
+    assert {k: v.value for k, v in s.scores.items()} == {"resolved": "C"} and s.messages == []
+
+
+def test_not_a_run_dir_names_the_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tgsuite.cli import main
+
+    assert main(["export", "inspect", str(tmp_path)]) == 2
+    assert "manifest.json: not found; fix: pass the --out directory" in capsys.readouterr().err

@@ -1,0 +1,51 @@
+"""The generalization tier of ``tgsuite reproduce``: the SFT start and every main checkpoint on held-out repositories
+built from templates no training task uses (``tgsuite.pipeline.heldout``; stage ``eval_generalization``).
+
+It is reported beside the decision (``Exploratory.label_rates``, study ``generalization``: per arm, training seeds
+pooled, Wilson 95 % intervals with the repository-clustered SE) and never enters a primary endpoint: the primary
+analysis reads only the primary set's runs. Runs only when the preset's held-out design has a generalization tier.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tgsuite.pipeline.presets import Preset
+from tgsuite.pipeline.stages import StageRunner, canonical_hash
+from tgsuite.pipeline.steps import excluded_tests, stage_eval
+
+if TYPE_CHECKING:
+    from evalsuite.schema import LabelRates
+
+STUDY = "generalization"
+
+
+def runner_arms(ckpts: dict[str, str]) -> dict[str, tuple[str, int]]:
+    """Runner arm (``base``, ``<arm>@s<seed>``) -> (label, training seed; -1 for the SFT start)."""
+    out: dict[str, tuple[str, int]] = {}
+    for name in ckpts:
+        arm, _, seed = name.partition("@s")
+        out[name] = (arm, int(seed) if seed else -1)
+    return out
+
+
+def evaluate_generalization(runner: StageRunner, paths: dict[str, Path], preset: Preset, held_ts: dict[str, Any],
+                            ckpts: dict[str, str], records: dict[str, Any], protocol: str) -> list[LabelRates]:
+    """Evaluate ``ckpts`` (runner arm -> model dir, ``base`` included) on the generalization tier and return its
+    rates, the SFT start (``base``) first as the reference; [] when the run has no such tier."""
+    from evalsuite.study_tables import label_rates, study_frame
+
+    gen = held_ts.get("generalization")
+    if gen is None:
+        return []
+    run_dir = paths["eval"] / STUDY
+    inputs = {"ckpts": {k: canonical_hash(v) for k, v in sorted(records.items())}, "tasks": gen["sha256"],
+              "protocol": protocol, "eval": preset.eval.stage_inputs(), "which": STUDY}
+    runner.run("eval_generalization", inputs,
+               lambda: stage_eval(run_dir, paths["generalization_tasks"], ckpts, preset, protocol,
+                                  excluded_tests(paths["generalization_tasks"])))
+    arms = runner_arms(ckpts)
+    frame = study_frame(run_dir, arms)
+    labels = sorted({label for label, _ in arms.values()} - {"base"})
+    return label_rates(frame, STUDY, labels, "base")
