@@ -11,8 +11,8 @@ nothing is ever re-tokenised. Engines today:
   call, so optimizer updates are visible immediately; ``set_version`` records which weights they are.
   Equivalence with the HF forward is tested (greedy tokens and log-probs).
 - ``repro.engine.HFEngine``: any transformers causal LM (training rollouts of non-Qwen3 models).
-- ``repro.vllm_engine.VLLMEngine``: a colocated ``vllm.LLM`` (``rollout.engine = "vllm"``, SCALE.md §2.1); a client
-  for an external ``vllm serve`` (``vllm_http``) is not written yet.
+- ``repro.vllm_engine.VLLMEngine``: a colocated ``vllm.LLM`` (``rollout.engine = "vllm"``, SCALE.md §2.1);
+  ``repro.vllm_http``: external ``vllm serve`` processes over HTTP (``rollout.engine = "vllm_http"``, SCALE.md §2.2).
 
 Log-probs are those of the distribution actually sampled from (after temperature and top-p), i.e. μ in METHOD §6.4;
 at T = 1, top_p = 1 they equal the model's raw log-softmax. ``temperature=0`` means greedy (log-prob of the raw
