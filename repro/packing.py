@@ -127,16 +127,18 @@ AttentionInterface.register(ATTN_IMPL, packed_attention_forward)
 @contextlib.contextmanager
 def packed_attention(model: torch.nn.Module, cu_seqlens: tuple[int, ...]) -> Iterator[None]:
     """Run ``model``'s forwards inside this block with attention inside each document of ``cu_seqlens`` only
-    (the ``tg_packed`` implementation); the model's own implementation is restored on exit."""
+    (the ``tg_packed`` implementation); the state before (the model's own implementation, or an enclosing block's
+    documents) is restored on exit, so blocks nest. With activation checkpointing the backward recomputes the layers'
+    forwards: run it inside the same block (``repro.train.optimizer_step`` does)."""
     cfg = model.config
-    before = cfg._attn_implementation
+    before, before_cu = cfg._attn_implementation, getattr(_local, "cu_seqlens", None)
     _local.cu_seqlens = cu_seqlens
     cfg._attn_implementation = ATTN_IMPL
     try:
         yield
     finally:
         cfg._attn_implementation = before
-        _local.cu_seqlens = None
+        _local.cu_seqlens = before_cu
 
 
 def packed_hidden(model: torch.nn.Module, batch: Packed) -> torch.Tensor:

@@ -289,14 +289,16 @@ def optimizer_step(root: LossRoot, cfg: TrainConfig, plan: Any, opt: torch.optim
         batches, n_fill = distributed.micro_batches(plan.trajs, mbs, ctx.rank, ctx.world)
     for i, trajs in enumerate(batches):
         mb = collate(trajs, pad_id, padding_free=cfg.optim.padding_free).to(device)
-        with autocast(cfg.model.precision, device.type):
-            loss, terms = root(mb, plan.n_pg, plan.n_kl)
-        if cfg.run.log_grad_split and loss.requires_grad:
-            _backward_split(root, {k: t for k, t in (("pg", terms.pg), ("kl", terms.kl)) if t is not None}, split)
-        elif ctx is not None:
-            (loss * ctx.world).backward()  # FSDP averages gradients over ranks; the batch loss is their sum
-        elif loss.requires_grad:
-            loss.backward()
+        with root.student_attention(mb):  # forward and backward: checkpointed layers recompute in the backward
+            with autocast(cfg.model.precision, device.type):
+                loss, terms = root(mb, plan.n_pg, plan.n_kl)
+            if cfg.run.log_grad_split and loss.requires_grad:
+                _backward_split(root, {k: t for k, t in (("pg", terms.pg), ("kl", terms.kl)) if t is not None},
+                                split)
+            elif ctx is not None:
+                (loss * ctx.world).backward()  # FSDP averages gradients over ranks; the batch loss is their sum
+            elif loss.requires_grad:
+                loss.backward()
         if i >= len(batches) - n_fill:
             continue  # a zero-weight filler (repro.distributed.micro_batches): no tokens, no statistics
         parts.append(terms.stats)

@@ -13,6 +13,7 @@ turn's assistant header, cut after the last failing turn, position map asserted 
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -336,6 +337,15 @@ class LossRoot(nn.Module):
             h = lm.model(input_ids=seqs.ids, position_ids=seqs.positions, attention_mask=None,
                          use_cache=False).last_hidden_state
         return h[0]
+
+    def student_attention(self, mb: MicroBatch) -> contextlib.AbstractContextManager[None]:
+        """The attention layout of ``mb``'s student sequences, for the forward AND the backward: with activation
+        checkpointing (``model.activation_checkpointing``) the backward recomputes the layers' forwards, which must
+        see the same packed documents (``repro.train.optimizer_step`` runs both inside it)."""
+        if not mb.student.packed:
+            return contextlib.nullcontext()
+        assert mb.student.cu_seqlens is not None
+        return packed_attention(self.lm, mb.student.cu_seqlens)
 
     def _teacher_hidden(self, seqs: Seqs) -> torch.Tensor:
         if self.teacher_lm is None:  # the student's own weights; a LoRA model's fixed teacher: its adapters off

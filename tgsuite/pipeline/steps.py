@@ -163,19 +163,22 @@ def stage_loop(run_dir: Path, paths: dict[str, Path], preset: Preset, arm: str, 
 def eval_policy(model_dir: str, name: str, preset: Preset) -> Any:
     """A sampling policy over the checkpoint, its engine batching the concurrent episodes' turns; close
     ``policy.engine`` when done."""
+    import torch
     from transformers import AutoModelForCausalLM
 
     from repro.batching import BatchingEngine
     from repro.sampler import KVSampler, SamplerPolicy
     from repro.tokenizer import load_tokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    # float32 whatever the files hold (the shipped coder is bf16): evaluation samples as RL rollouts do
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     tok = load_tokenizer(model_dir)
     engine = BatchingEngine(KVSampler(model, prefix_cache=2 * preset.eval.concurrency),
                             max_batch=preset.eval.concurrency)
-    pol = SamplerPolicy(engine, tok, name=name, max_new_tokens=preset.eval.max_new_tokens,
+    spec = f"hf:{model_dir}"  # episodes record it as their policy, as the manifest records the arm's spec
+    pol = SamplerPolicy(engine, tok, name=spec, max_new_tokens=preset.eval.max_new_tokens,
                         temperature=preset.eval.temperature)
-    pol.spec = f"hf:{model_dir}"  # type: ignore[attr-defined]
+    pol.spec = spec  # type: ignore[attr-defined]
     return pol
 
 
