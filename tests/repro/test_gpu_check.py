@@ -90,6 +90,26 @@ def tiny_args(tmp_path: Path) -> Namespace:
         "--vocab", "1000", "--kl-rows", "48", "--kl-vocab", "1000", "--kl-hidden", "16", "--kl-chunk", "16"])
 
 
+def _fsdp_in_a_child(args: Namespace, out: Path, device: str) -> dict:
+    """The real ``run_fsdp`` in a fresh interpreter: its gloo group's threads (TCPStore, gloo loops) outlive
+    ``destroy_process_group`` in the process that made them, and a later fork in the test process (a sandbox's
+    ``preexec_fn``) could then deadlock on a lock one of them held."""
+    import json
+    import pickle
+    import subprocess
+    import sys
+
+    code = ("import json, pickle, sys; from pathlib import Path; from repro.gpu_check_parts import run_fsdp; "
+            "a = pickle.loads(sys.stdin.buffer.read()); "
+            "print('RESULT ' + json.dumps(run_fsdp(a, Path(sys.argv[1]), device=sys.argv[2])))")
+    proc = subprocess.run([sys.executable, "-c", code, str(out), device], input=pickle.dumps(args),
+                          capture_output=True, cwd=Path(__file__).resolve().parents[2], timeout=600)
+    line = next((ln for ln in proc.stdout.decode().splitlines() if ln.startswith("RESULT ")), None)
+    if proc.returncode != 0 or line is None:
+        raise RuntimeError(proc.stderr.decode()[-3000:])
+    return json.loads(line[len("RESULT "):])
+
+
 def test_every_part_runs_on_the_cpu_at_toy_sizes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from vllm_fakes import FakeVLLM
 
@@ -103,6 +123,8 @@ def test_every_part_runs_on_the_cpu_at_toy_sizes(tmp_path: Path, capsys: pytest.
     def runner(part):  # the real functions; vllm over the fake (vLLM itself needs CUDA)
         if part.name == "vllm":
             return lambda a, o, device: run_vllm(a, o, api=fake, device=device)
+        if part.name == "fsdp":
+            return _fsdp_in_a_child
         return getattr(__import__(part.module, fromlist=[part.func]), part.func)
 
     code = run_parts(list(PARTS), args, tmp_path, summary, device="cpu", runner=runner)
