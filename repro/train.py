@@ -38,6 +38,7 @@ from repro.config import ConfigError, TrainConfig, load_saved, to_toml
 from repro.distributed import DistContext
 from repro.pipeline_async import AsyncProducer, StalenessStats, WeightStore, clone_for_producer, take_fresh
 from repro.precision import autocast, master_weights_ok
+from repro.rl_metrics import gate_summary, rollout_metrics, version_metrics
 from repro.rollout import (
     RolloutSample,
     RolloutSettings,
@@ -110,50 +111,6 @@ def _check_run_dir(out: Path, cfg: TrainConfig, resume: bool) -> Path | None:
             raise ConfigError(f"--resume: {saved} differs from the requested config in {diff}; resume with the same "
                               "settings (only run.steps / checkpoint_every may change)")
     return latest
-
-
-def _rollout_metrics(groups: list[list[RolloutSample]]) -> dict[str, Any]:
-    flat = [s for g in groups for s in g]
-    n = len(flat)
-    verdicts = [v for s in flat for v in s.verdicts]
-    applicable = [v for v in verdicts if v != "NA"]
-    traj_ok = [all(v != "FAIL" for v in s.verdicts) for s in flat if any(v != "NA" for v in s.verdicts)]
-    echo = [("reminder" in t.lower() or "as requested" in t.lower()) for s in flat for t in s.texts]
-    from harness.tools import parse_tool_calls
-
-    # valid calls / calls over the step's assistant turns (harness.metrics' tool_call_validity); None: no call
-    calls = [c.valid for s in flat for t in s.texts for c in parse_tool_calls(t)]
-    out: dict[str, Any] = {
-        "reward/total": sum(s.reward for s in flat) / n,
-        "task/pass_rate": sum(s.outcome.resolved for s in flat) / n,
-        "behaviour/compliance": (sum(v == "PASS" for v in applicable) / len(applicable)) if applicable else None,
-        "behaviour/trajectory_compliance": (sum(traj_ok) / len(traj_ok)) if traj_ok else None,
-        "rollout/response_tokens": sum(sum(s.act) for s in flat) / n,
-        "rollout/turns": sum(s.n_turns for s in flat) / n,
-        "rollout/truncated_frac": sum(s.truncated for s in flat) / n,
-        "rollout/infra_errors": sum(s.outcome.infra_error is not None for s in flat),
-        "guidance/hint_echo_rate": (sum(echo) / len(echo)) if echo else None,
-        "rollout/tool_call_validity": (sum(calls) / len(calls)) if calls else None,
-    }
-    for key in flat[0].rewards:  # the breakdown: R_k (reward/<term>) and sign·w·R_k (reward/contrib/<term>)
-        out[f"reward/{key}"] = sum(s.rewards[key] for s in flat) / n
-        out[f"reward/contrib/{key}"] = sum(s.reward_terms.get(key, 0.0) for s in flat) / n
-    return out
-
-
-def version_metrics(groups: list[list[RolloutSample]], step: int) -> dict[str, Any]:
-    """What the engine stamped on the batch trained at ``step`` (whose weights are version ``step``): the
-    staleness ``step − RolloutSample.version`` (mean and max; 0 for synchronous runs, ≤ the lead when async) and
-    the share of assistant turns that ended at ``max_new_tokens`` / the context budget (``finish_reason ==
-    "length"``)."""
-    flat = [s for g in groups for s in g]
-    stale = [step - s.version for s in flat]
-    reasons = [r for s in flat for r in s.finish_reasons]
-    return {
-        "rollout/staleness_mean": sum(stale) / len(stale),
-        "rollout/staleness_max": max(stale),
-        "rollout/finish_length_frac": (sum(r == "length" for r in reasons) / len(reasons)) if reasons else None,
-    }
 
 
 class _Sources:
@@ -446,7 +403,7 @@ def _train_rl(cfg: TrainConfig, out: Path, ctx: DistContext | None, *, setup: RL
             ledger.add("trainer", wall_s=time.perf_counter() - t_train - teacher_s)
             sched.step()
             sources.published(step + 1)
-            metrics.update(_rollout_metrics(groups))
+            metrics.update(rollout_metrics(groups))
             metrics.update(version_metrics(groups, step))
             metrics.update(plan.stats)
             metrics.update(sources.stats.as_metrics(cfg.rollout.groups))
@@ -479,21 +436,6 @@ def _train_rl(cfg: TrainConfig, out: Path, ctx: DistContext | None, *, setup: RL
     if info is None:
         info = ck.read_info(ck.latest_checkpoint(out))
     return info
-
-
-def gate_summary(metrics: dict[str, Any]) -> str:
-    """One line of a TG step's gate diagnostics (``repro.trainer_step``): the share of turns guided, and at the
-    guided turns' behaviour's first token the divergence and P_T(v*) vs P_S(v*). Says so when the gate guided
-    nothing or the hint did not move the teacher there."""
-    frac, n = metrics.get("guidance/guided_turn_frac"), metrics.get("guidance/anchor_tokens") or 0
-    head = f"gate on {frac:.0%} of turns" if frac is not None else "gate: no assistant turn"
-    if not frac:
-        return head + " (inactive: no failing turn to guide)"
-    if not n:
-        return head + "; no guided turn reached its behaviour's first token"
-    kl, pt, ps = metrics["guidance/anchor_kl"], metrics["guidance/anchor_p_teacher"], metrics["guidance/anchor_p_student"]
-    flat = " (the hint does not move the teacher there)" if pt - ps < 0.01 and kl < 1e-3 else ""
-    return f"{head}; at the behaviour's first token ({n}): KL {kl:.3g}, P_T {pt:.3g} vs P_S {ps:.3g}{flat}"
 
 
 def _append_best(path: Path, groups: list[list[RolloutSample]], step: int) -> None:

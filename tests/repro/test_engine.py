@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from repro.engine import HFEngine, RolloutEngine, TokenRequest, uniform_settings
+from repro.rl_metrics import version_metrics
 from repro.sampler import KVSampler
-from repro.train import version_metrics
 
 
 def _engine(kind: str, model: torch.nn.Module) -> RolloutEngine:

@@ -3,8 +3,8 @@ assistant turns (``harness.tools.parse_tool_calls``, the definition of ``harness
 
 from __future__ import annotations
 
+from repro.rl_metrics import rollout_metrics as _rollout_metrics
 from repro.rollout import EnvOutcome, RolloutSample
-from repro.train import _rollout_metrics
 
 GOOD = '<tool_call>\n{"name": "finish", "arguments": {"message": "done"}}\n</tool_call>'
 BAD_JSON = '<tool_call>\n{"name": "finish", "arguments": {"message": \n</tool_call>'

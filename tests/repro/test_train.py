@@ -130,7 +130,7 @@ def test_bf16_mixed_rl_step_keeps_float32_masters(tmp_path: Path) -> None:
 
 
 def test_gate_summary_says_when_the_gate_or_the_hint_does_nothing() -> None:
-    from repro.train import gate_summary
+    from repro.rl_metrics import gate_summary
 
     assert "inactive" in gate_summary({"guidance/guided_turn_frac": 0.0})
     base = {"guidance/guided_turn_frac": 0.25, "guidance/anchor_tokens": 2}
