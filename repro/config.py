@@ -20,8 +20,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from repro.config_sections import ClusterCfg, ConfigSection, ShapeCfg, VllmCfg, VllmHttpCfg
 from repro.precision import Precision
 
 
@@ -29,22 +30,7 @@ class ConfigError(ValueError):
     """A bad configuration value: the message names the source, the field and the fix."""
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_quoted_numbers(cls, value: Any, info: ValidationInfo) -> Any:
-        """A number or boolean written as a string (``lam = "0.3"``) is refused, not silently converted."""
-        annotation = cls.model_fields[info.field_name].annotation if info.field_name else None
-        if isinstance(value, str) and annotation in (int, float, bool):
-            example = {int: "2", float: "0.3", bool: "true"}[annotation]
-            raise ValueError(f"a {annotation.__name__} is written without quotes (e.g. {example}), not as the "
-                             f"string {value!r}")
-        return value
-
-
-class RunCfg(_Section):
+class RunCfg(ConfigSection):
     seed: int = 0
     arm: str = "custom"
     steps: int = Field(8, ge=1, description="optimizer steps (the paper: 200)")
@@ -60,7 +46,7 @@ class RunCfg(_Section):
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
-class LoraCfg(_Section):
+class LoraCfg(ConfigSection):
     """LoRA adapters (``repro.lora``): only the adapter matrices train; the base weights stay frozen."""
 
     enabled: bool = False
@@ -79,7 +65,7 @@ class LoraCfg(_Section):
         return self
 
 
-class ModelCfg(_Section):
+class ModelCfg(ConfigSection):
     @model_validator(mode="before")
     @classmethod
     def _no_dtype(cls, data: Any) -> Any:
@@ -104,14 +90,14 @@ class ModelCfg(_Section):
         "(repro.distributed.activation_checkpointing); the --dry-run plan counts activations accordingly")
 
 
-class TasksCfg(_Section):
+class TasksCfg(ConfigSection):
     path: str | None = Field(None, description="task-set directory (tasks.jsonl + snapshots/)")
     split: Literal["train", "heldout", "test", "dev"] = "train"
     epochs: int = Field(1, ge=1, description="passes over the task list (the paper: single epoch)")
     shuffle: bool = True
 
 
-class RolloutCfg(_Section):
+class RolloutCfg(ConfigSection):
     groups: int = Field(2, ge=1, description="groups (tasks) per step; paper 32")
     group_size: int = Field(4, ge=1, description="rollouts per group; paper 32")
     temperature: float = Field(1.0, gt=0)
@@ -139,7 +125,7 @@ class RolloutCfg(_Section):
         "A single-process run with N reproduces an N-rank run's rollouts; must divide rollout.groups")
 
 
-class RewardCfg(_Section):
+class RewardCfg(ConfigSection):
     """R(τ) = Σ_k sign_k · w_k · R_k (METHOD §6.1); every term, its scale and sign: ``repro.rewards``."""
 
     w_task: float = Field(1.0, ge=0, description="+ hidden tests pass, {0,1}")
@@ -155,7 +141,7 @@ class RewardCfg(_Section):
     checker: str = "markdown@v3"  # v2: broken tool-call turns not judged (issue #13.3); v3: quoted code fails
 
 
-class GrpoCfg(_Section):
+class GrpoCfg(ConfigSection):
     pg_weight: float = Field(1.0, ge=0, description="0 = opd_only (no GRPO term)")
     scale_rewards: Literal["none", "group"] = "none"
     eps_low: float = Field(0.2, gt=0)
@@ -164,7 +150,7 @@ class GrpoCfg(_Section):
     keep_zero_variance_groups: Literal["never", "if_kl", "always"] = "always"
 
 
-class GuidanceCfg(_Section):
+class GuidanceCfg(ConfigSection):
     lam: float = Field(0.0, ge=0, description="λ, the KL weight; 0 = plain GRPO")
     gating: Literal["failing_turns", "all_turns"] = "failing_turns"
     direction: Literal["reverse", "forward", "jsd"] = "reverse"
@@ -185,7 +171,7 @@ class GuidanceCfg(_Section):
     hint_in_rollout: bool = False
 
 
-class OptimCfg(_Section):
+class OptimCfg(ConfigSection):
     lr: float = Field(1e-6, gt=0)
     betas: tuple[float, float] = (0.9, 0.95)
     weight_decay: float = Field(0.01, ge=0)
@@ -198,14 +184,14 @@ class OptimCfg(_Section):
                                "right-padded [B, T] with an attention mask")
 
 
-class AsyncCfg(_Section):
+class AsyncCfg(ConfigSection):
     enabled: bool = False
     max_staleness: int = Field(1, ge=0, description="S_max in versions; 0 = synchronous")
     max_lead: int | None = Field(None, ge=0, description="steps the producer may run ahead; None = max_staleness")
     queue_groups: int = Field(0, ge=0, description="bounded queue size in groups; 0 = groups × (lead + 1)")
 
 
-class DistillCfg(_Section):
+class DistillCfg(ConfigSection):
     rounds: int = Field(1, ge=1, description="distill → RL rounds for `train loop`")
     pool_rollouts: int = Field(8, ge=1, description="rollouts sampled per task to pick the best from")
     pool_tasks: int = Field(8, ge=1, description="tasks sampled for the round-0 pool")
@@ -220,73 +206,7 @@ class DistillCfg(_Section):
                                 "instead of sampling a pool; rewards with [reward]'s weights")
 
 
-class ClusterCfg(_Section):
-    """Placement: ``fsdp`` and ``trainer_gpus`` are checked against the launch (``repro.distributed``); the other
-    keys are planning inputs of ``--dry-run`` only, as each description says."""
-
-    trainer_gpus: int = Field(1, ge=1, description="trainer processes: with fsdp the torchrun world size must equal "
-                              "it; > 1 without fsdp is refused; also the sharding width of the --dry-run plan")
-    inference_gpus: int = Field(0, ge=0, description="dry-run plan only (GPUs for a separate rollout engine; 0 = "
-                                "colocated); with rollout.engine = 'hf_sampler' rollouts run in the trainer processes "
-                                "(a warning)")
-    gpu_memory_gb: float = Field(141.0, gt=0, description="dry-run plan only: memory per GPU")
-    weight_sync: Literal["disk", "nccl"] = Field(
-        "disk", description="dry-run plan only: how a separate rollout engine would receive weights; the "
-        "hf_sampler engine under fsdp reads an all-gathered copy in the trainer processes")
-    fsdp: bool = Field(False, description="train under torchrun + FSDP2 (repro.distributed): launch with "
-                       "`torchrun --nproc-per-node <trainer_gpus> -m tgsuite train rl ...`")
-    inference_tp: int = Field(1, ge=1, description="tensor-parallel size of one rollout-engine replica (plan only)")
-    rollout_concurrency: int = Field(0, ge=0, description="sequences the rollout engines hold at once (plan: KV "
-                                     "cache); 0 = rollout.groups x group_size")
-    tokens_per_trajectory: int = Field(2048, ge=1, description="planning estimate of tokens per trajectory")
-    failing_fraction: float = Field(0.5, ge=0, le=1, description="planning estimate: share needing a teacher pass")
-
-
-class VllmCfg(_Section):
-    """The colocated vLLM engine (``rollout.engine = "vllm"``, ``repro.vllm_engine``); ignored by other engines."""
-
-    gpu_memory_utilization: float = Field(0.3, gt=0, le=1, description="share of the GPU vLLM may take (weights + "
-                                          "KV cache); the trainer shares the GPU, so keep it well below 1")
-    dtype: Literal["bfloat16", "float16", "float32"] = Field(
-        "bfloat16", description="vLLM's compute dtype; the trainer keeps fp32 masters, so bf16 log-probs differ "
-                                "from the trainer's by rounding (scripts/gpu_check.sh prints the largest difference)")
-    max_model_len: int = Field(0, ge=0, description="0 = rollout.max_context_tokens + rollout.max_new_tokens")
-    enforce_eager: bool = Field(True, description="no CUDA graphs: faster start, slower decode")
-    max_num_seqs: int = Field(0, ge=0, description="sequences decoded at once; 0 = rollout.groups x group_size")
-
-
-class VllmHttpCfg(_Section):
-    """External ``vllm serve`` processes (``rollout.engine = "vllm_http"``, ``repro.vllm_http``); ignored by other
-    engines."""
-
-    urls: tuple[str, ...] = Field(("http://127.0.0.1:8000",), min_length=1, description="base URLs of the servers "
-                                  "(requests spread round-robin; every server gets every weight push)")
-    weights_dir: str | None = Field(None, description="the directory every server was started from (`vllm serve "
-                                    "DIR`), shared with the trainer: it writes model.safetensors there and asks the "
-                                    "servers to reload it")
-    model: str = Field("", description="the served model name; '' = the first of GET /v1/models")
-    push_dtype: Literal["bfloat16", "float16", "float32"] = Field("bfloat16", description="dtype of pushed weights")
-    timeout_s: float = Field(600.0, gt=0, description="per HTTP request")
-    concurrency: int = Field(64, ge=1, description="completion requests in flight at once")
-
-
-class ShapeCfg(_Section):
-    """Model shape for the dry-run plan; all 0 = take it from the model preset."""
-
-    layers: int = 0
-    hidden: int = 0
-    heads: int = 0
-    kv_heads: int = 0
-    head_dim: int = 0
-    vocab: int = 0
-    intermediate: int = 0
-    experts: int = 0
-    experts_per_token: int = 0
-    moe_intermediate: int = 0
-    tie_embeddings: bool = False
-
-
-class TrainConfig(_Section):
+class TrainConfig(ConfigSection):
     run: RunCfg = RunCfg()
     model: ModelCfg = ModelCfg()
     tasks: TasksCfg = TasksCfg()
