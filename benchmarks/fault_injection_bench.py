@@ -29,6 +29,7 @@ Counted at the end, from the run directory and the faults log:
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import math
 import os
@@ -187,7 +188,11 @@ def _inject(kind: str, proc: subprocess.Popen, run_id: str, mnt: Path | None, st
     else:  # disk_full: fill the run directory's tmpfs, wait for the child's stop, free the space
         assert mnt is not None
         free = os.statvfs(mnt).f_bavail * os.statvfs(mnt).f_frsize
-        (mnt / "filler").write_bytes(b"\0" * max(0, free - (64 << 10)))
+        try:
+            (mnt / "filler").write_bytes(b"\0" * max(0, free - (64 << 10)))
+        except OSError as exc:  # the child wrote meanwhile and the disk filled before the filler did: full either way
+            if exc.errno != errno.ENOSPC:
+                raise
         out, _ = proc.communicate(timeout=600)
         stats["stop_s"].append(time.monotonic() - t0)
         if "ABORTED" not in out or "full disk" not in out:
