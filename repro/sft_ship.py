@@ -14,16 +14,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from pathlib import Path
 from typing import Any, Literal
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from protocols.provenance import git_state, utc_now
-from repro.checkpoint import file_sha256
-from repro.pretrain.ship import MANIFEST, BaseIntegrityError, verify_files
+from repro.pretrain.ship import MANIFEST, BaseIntegrityError, manifest_kind, verify_files, write_shipped
 
 KIND = "tgsuite-sft-coder"
 
@@ -64,10 +61,7 @@ def export_sft(sft_dir: str | Path, dest: str | Path, *, preset: str, train_task
                heldout: dict[str, Any] | None = None) -> SFTManifest:
     """Write the SFT run ``sft_dir`` (``repro.sft.run_sft``'s folder: ``model/``, ``config.json``,
     ``sft_report.json``) to ``dest`` (replaced) as a bf16 coder with its manifest."""
-    from transformers import Qwen3ForCausalLM
-
     from repro.pretrain.ship import init_fingerprint
-    from repro.tokenizer import load_tokenizer
 
     src, out = Path(sft_dir), Path(dest)
     for need in ("model/config.json", "config.json", "sft_report.json"):
@@ -77,12 +71,7 @@ def export_sft(sft_dir: str | Path, dest: str | Path, *, preset: str, train_task
     cfg = json.loads((src / "config.json").read_text())
     report = json.loads((src / "sft_report.json").read_text())
     recipe = {k: v for k, v in cfg.items() if k not in ("train_tasks", "heldout_tasks", "dataset", "workers")}
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model = Qwen3ForCausalLM.from_pretrained(src / "model", dtype=torch.float32).to(torch.bfloat16)
-    model.save_pretrained(tmp, safe_serialization=True)
-    load_tokenizer(src / "model").save_pretrained(tmp)
-    manifest = SFTManifest(
+    return write_shipped(src / "model", out, lambda files: SFTManifest(
         preset=preset, recipe=recipe, recipe_sha256=recipe_sha256(recipe), base=cfg.get("init"),
         base_manifest_sha256=init_fingerprint(cfg["init"]).get("base_manifest") if cfg.get("init") else None,
         train_tasks_sha256=train_tasks_sha256, task_seed=task_seed, n_trajectories=report["n_trajectories"],
@@ -90,21 +79,11 @@ def export_sft(sft_dir: str | Path, dest: str | Path, *, preset: str, train_task
         final_loss=report["final_loss"], train_tokens_per_s=round(report["train_tokens_per_s"], 1),
         torch_threads=cfg.get("torch_threads", 0), wall_s={k: round(v, 1) for k, v in report["wall_s"].items()},
         heldout=heldout, commit=git_state()[0], created_at=utc_now(),
-        files={p.name: file_sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()})
-    (tmp / MANIFEST).write_text(manifest.model_dump_json(indent=2) + "\n")
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
-    return manifest
+        files=files))
 
 
 def is_sft_coder(path: str | Path) -> bool:
-    m = Path(path) / MANIFEST
-    if not m.is_file():
-        return False
-    try:
-        return json.loads(m.read_text()).get("kind") == KIND
-    except (OSError, ValueError):
-        return False
+    return manifest_kind(path) == KIND
 
 
 def verify_sft(path: str | Path) -> SFTManifest:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,33 +36,47 @@ class BaseIntegrityError(ValueError):
     """A shipped base whose files do not match its manifest."""
 
 
-def export_base(run_dir: str | Path, dest: str | Path) -> BaseManifest:
-    """Write ``run_dir``'s newest checkpoint to ``dest`` (replaced) as a bf16 base with its manifest."""
+def write_shipped(model_dir: Path, dest: Path, manifest_of: Callable[[dict[str, str]], Any]) -> Any:
+    """Write the model in ``model_dir`` to ``dest`` (replaced, atomically) as bf16 safetensors with its tokenizer
+    and ``manifest.json``: ``manifest_of(files)`` builds the manifest from every written file's sha256."""
     from transformers import Qwen3ForCausalLM
 
     from repro.tokenizer import load_tokenizer
 
-    run, out = Path(run_dir), Path(dest)
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model = Qwen3ForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(torch.bfloat16)
+    model.save_pretrained(tmp, safe_serialization=True)
+    load_tokenizer(model_dir).save_pretrained(tmp)
+    manifest = manifest_of({p.name: file_sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()})
+    (tmp / MANIFEST).write_text(manifest.model_dump_json(indent=2) + "\n")
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.rename(dest)
+    return manifest
+
+
+def manifest_kind(path: str | Path) -> str | None:
+    """The ``kind`` of the shipped model's ``manifest.json`` at ``path`` (None: no readable manifest)."""
+    m = Path(path) / MANIFEST
+    try:
+        return json.loads(m.read_text()).get("kind") if m.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
+def export_base(run_dir: str | Path, dest: str | Path) -> BaseManifest:
+    """Write ``run_dir``'s newest checkpoint to ``dest`` (replaced) as a bf16 base with its manifest."""
+    run = Path(run_dir)
     ckpt = latest_checkpoint(run)
     if ckpt is None:
         raise BaseIntegrityError(f"{run}: no checkpoints/step_<n>/ to export; run `tgsuite train pretrain` first.")
     cfg = PretrainConfig.model_validate_json((run / "config.json").read_text())
     state = load_trainer_state(ckpt)
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model = Qwen3ForCausalLM.from_pretrained(ckpt, dtype=torch.float32).to(torch.bfloat16)
-    model.save_pretrained(tmp, safe_serialization=True)
-    load_tokenizer(ckpt).save_pretrained(tmp)
     probes = [ProbeScores.model_validate(p) for p in state["probes"]]
-    manifest = BaseManifest(
+    return write_shipped(ckpt, Path(dest), lambda files: BaseManifest(
         model=cfg.model, recipe_sha256=cfg.recipe_sha256(), step=int(state["step"]), total_steps=cfg.total_steps,
         tokens_seen=int(state["tokens_seen"]), wall_s=round(float(state["wall_s"]), 1),
-        probes=probes[-1] if probes else None, commit=git_state()[0], created_at=utc_now(),
-        files={p.name: file_sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()})
-    (tmp / MANIFEST).write_text(manifest.model_dump_json(indent=2) + "\n")
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
-    return manifest
+        probes=probes[-1] if probes else None, commit=git_state()[0], created_at=utc_now(), files=files))
 
 
 def verify_base(path: str | Path) -> BaseManifest:
@@ -120,11 +135,7 @@ def resolve_init(spec: str | Path) -> Path:
 def is_base(path: str | Path) -> bool:
     """Whether ``path`` holds a shipped base (a manifest of that kind to verify) rather than a plain model folder or
     a shipped SFT coder (``repro.sft_ship``)."""
-    m = Path(path) / MANIFEST
-    try:
-        return m.is_file() and json.loads(m.read_text()).get("kind") == "tgsuite-pretrained-base"
-    except (OSError, ValueError):
-        return False
+    return manifest_kind(path) == "tgsuite-pretrained-base"
 
 
 def init_fingerprint(spec: str | Path | None) -> dict[str, str]:
