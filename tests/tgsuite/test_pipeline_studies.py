@@ -262,7 +262,7 @@ def test_can_do_with_the_real_runner_and_scripted_expert(tmp_path: Path, monkeyp
     from harness.minirepos import make_mini
     from harness.policies import make_policy
 
-    def expert(model_dir: str, name: str, preset: Any) -> Any:
+    def expert(model_dir: str, preset: Any) -> Any:
         return make_policy("expert")
 
     monkeypatch.setattr(steps, "eval_policy", expert)

@@ -160,7 +160,7 @@ def stage_loop(run_dir: Path, paths: dict[str, Path], preset: Preset, arm: str, 
     return {"paths": {"checkpoint": info.path}, "checkpoint": info.model_dump(mode="json")}
 
 
-def eval_policy(model_dir: str, name: str, preset: Preset) -> Any:
+def eval_policy(model_dir: str, preset: Preset) -> Any:
     """A sampling policy over the checkpoint, its engine batching the concurrent episodes' turns; close
     ``policy.engine`` when done."""
     import torch
@@ -197,7 +197,7 @@ def stage_eval(run_dir: Path, heldout: Path, arms: dict[str, str], preset: Prese
 
     fresh_or_resumed(run_dir)  # resume an interrupted evaluation; never keep episodes of other checkpoints
     ts = load_task_set(heldout)
-    policies = {name: eval_policy(d, name, preset) for name, d in arms.items()}
+    policies = {name: eval_policy(d, preset) for name, d in arms.items()}
     limits = EpisodeLimits(max_turns=preset.eval.max_turns, finish_notice_turns=preset.eval.finish_notice_turns,
                            format_retries=preset.eval.format_retries)
     with contextlib.ExitStack() as stack, TaskSandboxFactory(ts, kind=preset.eval.sandbox,
