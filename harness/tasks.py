@@ -185,13 +185,18 @@ def _read_records(tasks_file: Path) -> list[tuple[int, TaskInstance]]:
 _LATER_FIELDS: dict[str, Any] = {"test_log_parser": "junit", "stratum": "n/a"}
 
 
-def canonical_record(instance: TaskInstance) -> str:
-    """The record as canonical JSON (sorted keys, no spaces): what the content hash covers."""
+def _record(instance: TaskInstance) -> dict[str, Any]:
+    """The record without the later fields left at their defaults (so older readers still read it)."""
     rec = instance.model_dump(mode="json")
     for key, default in _LATER_FIELDS.items():
         if rec.get(key) == default:
             rec.pop(key)
-    return json.dumps(rec, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return rec
+
+
+def canonical_record(instance: TaskInstance) -> str:
+    """The record as canonical JSON (sorted keys, no spaces): what the content hash covers."""
+    return json.dumps(_record(instance), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -423,6 +428,6 @@ def write_task_set(
                 target = base / rel
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(data)
-        lines.append(inst.model_dump_json() + "\n")
+        lines.append(json.dumps(_record(inst), separators=(",", ":"), ensure_ascii=False) + "\n")
     tasks_file.write_text("".join(lines), encoding="utf-8")
     return out

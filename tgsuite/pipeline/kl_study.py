@@ -6,7 +6,7 @@ What it runs, as resumable stages of a ``tgsuite.pipeline.stages.StageRunner`` i
 done; changing an input re-runs what depends on it):
 
 1. the preset's training task set (``tasks_train``: the set the main run trains on) and a DEV held-out set
-   (``tasks_dev``: the preset's held-out sizes at ``dev_task_seed``, never the preregistered held-out seed);
+   (``tasks_dev``: the preset's held-out design at ``dev_task_seed``, never the preregistered held-out seed);
 2. ``probe_contexts``: the scripted expert (``harness.policies.scripted``) solves the dev tasks in local sandboxes,
    without hints (plain summaries); each finished episode is cut where its finish message starts
    (``repro.finish_probe``), once unprompted and once with the hint spliced where the teacher sees it;
@@ -95,6 +95,20 @@ def start_fingerprint(start: str) -> dict[str, str]:
     return {"path": str(path), **{f.name: file_sha256(f) for f in files}}
 
 
+def _dev_stage(out: Path, preset: Preset, seed: int) -> dict[str, Any]:
+    """The dev held-out set: the preset's held-out design (the stratified primary set, without its generalization
+    tier) at ``seed`` instead of the preregistered seed; without a design, the unstratified generator."""
+    dest = out / "tasks" / "dev_heldout"
+    if preset.heldout is None:
+        return stage_tasks(dest, "heldout", preset.heldout_repos, preset.heldout_tasks_per_repo, seed)
+    from tgsuite.pipeline.heldout import train_signatures_of, write_heldout
+
+    design = preset.heldout.model_copy(update={"dev_seed": seed})
+    sigs = train_signatures_of(out / "tasks" / "train", repos=preset.train_repos,
+                               tasks_per_repo=preset.train_tasks_per_repo, seed=preset.task_seed)
+    return write_heldout(design, sigs, dest, None, dev=True)
+
+
 def _contexts_stage(out: Path, preset: Preset, spec: KLStudySpec, model_dir: Path) -> dict[str, Any]:
     """Expert episodes on the dev held-out set → finish contexts (``repro.finish_probe``), written as JSON."""
     from harness.tasks import load_task_set
@@ -150,7 +164,8 @@ def _weights_key(path: str) -> str:
 def run_kl_study(preset: Preset, spec: KLStudySpec, out_dir: str | Path, *, force: frozenset[str] = frozenset(),
                  echo: Callable[[str], None] = print) -> dict[str, Any]:
     """Run (or resume) the study into ``out_dir``; returns the study record (also ``out/kl_direction.json``)."""
-    if spec.dev_task_seed == preset.task_seed:
+    held_seed = preset.heldout.seed if preset.heldout is not None else preset.task_seed
+    if spec.dev_task_seed == held_seed:
         raise ValueError(f"dev_task_seed = {spec.dev_task_seed} is the preset's held-out task seed: no tuning choice "
                          "may be measured on the preregistered held-out set; choose another --dev-task-seed")
     out = Path(out_dir).resolve()
@@ -165,9 +180,9 @@ def run_kl_study(preset: Preset, spec: KLStudySpec, out_dir: str | Path, *, forc
                           lambda: stage_tasks(out / "tasks" / "train", "train", preset.train_repos,
                                               preset.train_tasks_per_repo, preset.task_seed))
     dev_ts = runner.run("tasks_dev", {"seed": spec.dev_task_seed, "repos": preset.heldout_repos,
-                                      "per_repo": preset.heldout_tasks_per_repo},
-                        lambda: stage_tasks(out / "tasks" / "dev_heldout", "heldout", preset.heldout_repos,
-                                            preset.heldout_tasks_per_repo, spec.dev_task_seed))
+                                      "per_repo": preset.heldout_tasks_per_repo, "design": p["heldout"],
+                                      "train": train_ts["sha256"]},
+                        lambda: _dev_stage(out, preset, spec.dev_task_seed))
     ctx = runner.run("probe_contexts", {"tasks": dev_ts["sha256"], "n": spec.probe_contexts, "start": start,
                                         "sft": p["sft"], "rl": p["rl"], "code": "finish_probe@1"},
                      lambda: _contexts_stage(out, preset, spec, Path(start["path"])))
