@@ -39,6 +39,8 @@ def _run(policy, ts, out: Path, workers: int, a: argparse.Namespace) -> tuple[fl
 
 
 def main() -> None:
+    from harness.sandbox import SANDBOX_KINDS
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--checkpoint", required=True, help="model directory (HF layout + tokenizer), e.g. an SFT output")
     ap.add_argument("--tasks", required=True, help="held-out task-set directory")
@@ -47,7 +49,7 @@ def main() -> None:
     ap.add_argument("--baseline-workers", type=int, default=2)
     ap.add_argument("--max-turns", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=160)
-    ap.add_argument("--sandbox", default="local", choices=["local", "docker"])
+    ap.add_argument("--sandbox", default="local", choices=SANDBOX_KINDS)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--window", type=float, default=0.05, help="BatchingEngine.window_s")
     a = ap.parse_args()

@@ -230,9 +230,11 @@ def evaluate(run: Path, log: Path, planned: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from harness.sandbox import SANDBOX_KINDS
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--episodes", type=int, default=420, help="planned episodes (rounded up to 3 arms x tasks)")
-    p.add_argument("--sandbox", choices=["docker", "local"], default="docker")
+    p.add_argument("--sandbox", choices=SANDBOX_KINDS, default="docker")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--rate", type=float, default=0.12, help="share of sandboxes (attempts 0, 1) given a fault")
     p.add_argument("--runner-faults", type=int, default=8, help="signals / kill -9 / disk-full injected from here")

@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness.minirepos import make_mini  # noqa: E402
 from harness.runner import run_eval  # noqa: E402
 from harness.runner_sandbox import TaskSandboxFactory  # noqa: E402
+from harness.sandbox import SANDBOX_KINDS  # noqa: E402
 from harness.tasks import load_task_set  # noqa: E402
 
 PHASES = ("sandbox_start", "agent", "extract", "grade_sandbox_start", "grade_tests", "control")
@@ -68,7 +69,7 @@ def bench_one(ts, policy: str, workers: int, kind: str, root: Path) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sandbox", choices=["docker", "local"], default="docker")
+    ap.add_argument("--sandbox", choices=SANDBOX_KINDS, default="docker")
     ap.add_argument("--workers", default="1,2")
     ap.add_argument("--policies", default="oracle,expert")
     ap.add_argument("--tasks", default=None, help="task set dir (default: generate the mini held-out split)")

@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.sandbox import Sandbox, SandboxSpec  # noqa: E402
+from harness.sandbox import SANDBOX_KINDS, Sandbox, SandboxSpec  # noqa: E402
 from harness.schema import TaskInstance  # noqa: E402
 from harness.tools import DEFAULT_TEST_CMD, ToolExecutor, format_tool_call, parse_tool_calls  # noqa: E402
 
@@ -99,7 +99,7 @@ def bench(box: Sandbox, n: int) -> dict[str, dict[str, float]]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sandbox", choices=("local", "docker"), default="local")
+    ap.add_argument("--sandbox", choices=SANDBOX_KINDS, default="local")
     ap.add_argument("--n", type=int, default=20, help="calls per measurement (median reported)")
     ap.add_argument("--json", type=Path, default=None, help="also write the numbers here")
     args = ap.parse_args()

@@ -18,24 +18,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
 
 from harness.grading import InfraPolicy, extract_patch, extract_patch_host, grade_patch
 from harness.infra import Outcome, settle_ambiguous
 from harness.sandbox import Sandbox
+from harness.sandbox_providers import SandboxFactory
 from harness.schema import Grade, TaskInstance
 
 
-def candidate_patch(sandbox: Sandbox, base: str, instance: TaskInstance, factory: Any) -> str:
+def candidate_patch(sandbox: Sandbox, base: str, instance: TaskInstance, factory: SandboxFactory) -> str:
     """The agent's diff (step 1 of the module docstring)."""
-    base_repo = getattr(factory, "base_repo", None)
-    if base_repo is None:
+    host = factory.base_repo(instance)
+    if host is None:
         return extract_patch(sandbox, base)
-    path, head = base_repo(instance)
+    path, head = host
     return extract_patch_host(sandbox, path, head)
 
 
-def grade_candidate(factory: Any, instance: TaskInstance, patch: str, *, attempt: int, timeout_s: float,
+def grade_candidate(factory: SandboxFactory, instance: TaskInstance, patch: str, *, attempt: int, timeout_s: float,
                     infra_policy: InfraPolicy = "reset", excluded_tests: Iterable[str] = (),
                     artifacts: dict[str, str] | None = None) -> Grade | None:
     """Step 2: None for an empty patch, else the grade from a fresh sandbox (``artifacts`` filled as in
@@ -48,7 +48,7 @@ def grade_candidate(factory: Any, instance: TaskInstance, patch: str, *, attempt
                            excluded_tests=excluded_tests, artifacts=artifacts)
 
 
-def gold_control(factory: Any, instance: TaskInstance, *, attempt: int, timeout_s: float,
+def gold_control(factory: SandboxFactory, instance: TaskInstance, *, attempt: int, timeout_s: float,
                  infra_policy: InfraPolicy = "reset", excluded_tests: Iterable[str] = ()) -> Grade:
     """The gold patch graded in a fresh sandbox (``role="control"``) under the same limits."""
     sb, _ = factory.open(instance, role="control", attempt=attempt)

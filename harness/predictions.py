@@ -138,7 +138,7 @@ def grade_predictions(task_set: TaskSet, preds: Sequence[Prediction], out_dir: s
         log.info("grade %s: %d predictions to grade, %d already graded", arm, len(plan.todo), len(plan.done))
         try:  # eval's executor: retries, the infra-error guard, SIGINT/SIGTERM (queued cancelled, sandboxes ended)
             execute_jobs(plan.todo, lambda job: run_patch_attempt(job, patches[job.instance.instance_id], ctx),
-                         getattr(sandbox_factory, "interrupt", lambda: None), ctx, retry, max(1, workers),
+                         sandbox_factory.interrupt, ctx, retry, max(1, workers),
                          ErrorRateGuard(), False, None)
         except RunInterrupted:
             rebuild_results(out, instances, [arm], [0])

@@ -232,16 +232,12 @@ def _attempt_runner(executor: Executor, jobs: list[EpisodeJob], arms: Mapping[st
     ``run_attempt`` here, interrupting through the sandbox factory. Ray: a ``RayPool`` of ``workers`` actors
     (none are started when nothing is left to run)."""
     if executor == "thread" or not jobs:
-        yield (lambda job: run_attempt(job, policies[job.arm], ctx)), getattr(ctx.factory, "interrupt", _nothing)
+        yield (lambda job: run_attempt(job, policies[job.arm], ctx)), ctx.factory.interrupt
         return
     from harness.runner_ray import RayPool
 
     with RayPool(task_set, arms, ctx, workers=workers, address=ray_address, default_metrics=default_metrics) as pool:
         yield pool.run, pool.interrupt
-
-
-def _nothing() -> None:
-    return None
 
 
 def execute_jobs(jobs: list[EpisodeJob], run_one: RunOne, interrupt: Callable[[], object], ctx: EpisodeContext,

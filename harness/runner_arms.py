@@ -33,9 +33,8 @@ def _policy_options(spec: str, task_set: TaskSet, factory: SandboxFactory | None
     scratch sandboxes, so the code it screens runs in this run's kind of sandbox, never on the host."""
     if spec == "oracle":
         return {"tasks": task_set}
-    scratch = getattr(factory, "open_scratch", None)
-    if spec == "expert" and scratch is not None:
-        return {"screen_sandbox": scratch}
+    if spec == "expert" and factory is not None:
+        return {"screen_sandbox": factory.open_scratch}
     return {}
 
 

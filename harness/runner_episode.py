@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol
 
 from harness.behaviour import check_behaviour
 from harness.episode_grading import candidate_patch, gold_control, grade_candidate
@@ -33,32 +32,11 @@ from harness.interfaces import EpisodeLimits, FeedbackProvider, Policy
 from harness.metrics import format_draft_calls, format_drafts
 from harness.rundir import RESULT_FILE, read_result  # noqa: F401  (re-exported: the runner reads results)
 from harness.sandbox import Sandbox
+from harness.sandbox_providers import SandboxFactory  # noqa: F401  (re-exported: the runner's seam)
 from harness.schema import EpisodeMetrics, EpisodeResult, Grade, Message, TaskInstance, Trajectory
 from protocols.provenance import utc_now
 
 log = logging.getLogger(__name__)
-
-Role = Literal["agent", "grade", "control"]
-
-
-class SandboxFactory(Protocol):
-    """Opens fresh sandboxes holding an instance's repository at its base commit in the work directory."""
-
-    kind: Literal["docker", "local"]
-    isolated: bool
-
-    def open(self, instance: TaskInstance, *, role: Role, attempt: int) -> tuple[Sandbox, str]:
-        """A new sandbox and the base commit id its repository is at. Raises ``SandboxUnavailable``."""
-        ...
-
-    def image_digests(self) -> dict[str, str]:
-        """Image key → digest of every image this factory has used or will use."""
-        ...
-
-    # Optional: ``disk_limit() -> dict``: which disk limit the sandboxes get (recorded in the run manifest).
-    # Optional: ``base_repo(instance) -> (host path of a git repository at the base commit, base commit)``.
-    # When present the runner extracts patches on the host against it (``grading.extract_patch_host``).
-
 
 @dataclass(frozen=True)
 class EpisodeJob:

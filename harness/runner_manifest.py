@@ -23,6 +23,7 @@ from typing import Any
 from harness.grading import GRADER_VERSION
 from harness.infra import atomic_write_text
 from harness.interfaces import EpisodeLimits
+from harness.sandbox_providers import SandboxFactory
 from harness.schema import ArmSpec, RunManifest, TaskSet
 from protocols.provenance import git_state, package_versions, utc_now
 
@@ -65,7 +66,7 @@ def describe_feedback(feedback: Any, arms: list[str]) -> dict[str, str]:
             for a, fb in sorted(per_arm.items()) if fb is not None and a in arms}
 
 
-def build_manifest(*, run_id: str, task_set: TaskSet, arm_specs: dict[str, str], seeds: list[int], factory: Any,
+def build_manifest(*, run_id: str, task_set: TaskSet, arm_specs: dict[str, str], seeds: list[int], factory: SandboxFactory,
                    limits: EpisodeLimits, protocol_hash: str | None, argv: list[str],
                    policies: dict[str, Any], feedback: dict[str, str] | None = None) -> RunManifest:
     """A manifest for this invocation, merged with the one already in the run directory (if any)."""
@@ -79,7 +80,7 @@ def build_manifest(*, run_id: str, task_set: TaskSet, arm_specs: dict[str, str],
         git_dirty=dirty, packages=package_versions(), task_set_name=task_set.name, task_set_sha256=task_set.sha256,
         instance_ids=[i.instance_id for i in task_set.instances], image_digests=factory.image_digests(), arms=arms,
         seeds=seeds, sandbox=factory.kind, isolated=factory.isolated,
-        disk_limit=factory.disk_limit() if hasattr(factory, "disk_limit") else {},
+        disk_limit=factory.disk_limit(),
         limits={k: float(v) for k, v in dataclasses.asdict(limits).items()}, grader_version=GRADER_VERSION,
         behaviour_checkers=checkers, feedback=dict(feedback or {}), protocol_hash=protocol_hash,
         host={"platform": platform.platform(), "cpus": os.cpu_count(), "python": sys.executable},

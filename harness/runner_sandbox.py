@@ -1,9 +1,11 @@
-"""``TaskSandboxFactory``: fresh Docker or local sandboxes holding an instance's repository at its base commit.
+"""``TaskSandboxFactory``: fresh sandboxes of one kind holding an instance's repository at its base commit.
 
 Each instance's snapshot is materialised once per factory on the host (``harness.tasks.materialize_snapshot``, a git
 repository without the hidden tests) and copied into every sandbox opened for it: the agent's sandbox, each
-grading sandbox (always a new one, never the agent's), and control runs. Docker sandboxes come from one
-``DockerSandboxProvider`` per run (containers labelled with the run id and removed by label on ``close``).
+grading sandbox (always a new one, never the agent's), and control runs. The sandboxes come from one provider per
+run, chosen by the kind in ``harness.sandbox_providers.make_provider`` (Docker: one ``DockerSandboxProvider``,
+containers labelled with the run id and removed by label on ``close``; local: ``LocalSandboxProvider``); the
+factory itself never branches on the kind.
 """
 
 from __future__ import annotations
@@ -15,24 +17,21 @@ import tempfile
 import threading
 import weakref
 from pathlib import Path
-from typing import Literal
 
-from harness.sandbox import Sandbox, SandboxSpec, SandboxUnavailable
+from harness.sandbox import Sandbox, SandboxKind, SandboxSpec, SandboxUnavailable
+from harness.sandbox_providers import Role, SandboxFactory, make_provider
 from harness.schema import TaskInstance, TaskSet
 
 log = logging.getLogger(__name__)
 
-SandboxKind = Literal["docker", "local"]
 
-
-class TaskSandboxFactory:
-    """Implements ``harness.runner_episode.SandboxFactory`` for a task set on disk."""
+class TaskSandboxFactory(SandboxFactory):
+    """Implements ``harness.sandbox_providers.SandboxFactory`` for a task set on disk."""
 
     def __init__(self, task_set: TaskSet, *, kind: SandboxKind, run_id: str, spec: SandboxSpec | None = None) -> None:
-        if kind not in ("docker", "local"):
-            raise ValueError(f"sandbox kind must be 'docker' or 'local', got {kind!r}")
+        self._provider = make_provider(kind, run_id=run_id)  # ValueError naming the kinds for an unknown one
         self.task_set, self.kind, self.run_id = task_set, kind, run_id
-        self.isolated = kind == "docker"
+        self.isolated = self._provider.isolated
         self.spec = spec or SandboxSpec()
         self._root = Path(task_set.path)
         self._cache = Path(tempfile.mkdtemp(prefix="tgsuite-snapshots-"))
@@ -40,12 +39,7 @@ class TaskSandboxFactory:
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
         self._digests: dict[str, str] = {}
-        self._provider = None
         self._live: weakref.WeakSet[Sandbox] = weakref.WeakSet()  # open sandboxes, for interrupt()
-        if kind == "docker":
-            from harness.sandbox_docker import DockerSandboxProvider
-
-            self._provider = DockerSandboxProvider(run_id=run_id)
 
     def preflight(self) -> dict[str, str]:
         """Every instance's snapshot materialises (a corrupt archive raises ``harness.tasks.TaskSetError`` naming
@@ -58,16 +52,11 @@ class TaskSandboxFactory:
 
         for inst in self.task_set.instances:
             repo, _ = self._repo(inst)
-            problems = tree_problems(repo, disk_bytes=self.spec.disk_bytes if self._provider is not None else None)
+            problems = tree_problems(repo, disk_bytes=self.spec.disk_bytes if self._provider.caps_disk else None)
             if problems:
                 raise TaskSetError(f"{self._root}/snapshots/{inst.instance_id} (instance {inst.instance_id!r}): "
                                    f"task-set fault, found before any episode: {' | '.join(problems)}")
-        if self._provider is None:
-            return {}
-        for image in sorted({i.image for i in self.task_set.instances}):
-            info = self._provider.preflight(image)
-            self._digests[image] = info.get("image_id", "")
-        self._provider.cleanup_orphans()
+        self._digests.update(self._provider.preflight_images(i.image for i in self.task_set.instances))
         return dict(self._digests)
 
     def image_digests(self) -> dict[str, str]:
@@ -76,11 +65,7 @@ class TaskSandboxFactory:
     def disk_limit(self) -> dict[str, object]:
         """Which disk limit this factory's sandboxes get (``RunManifest.disk_limit``): Docker's mode
         (``harness.sandbox_docker_disk``), or the local sandbox's per-file ``RLIMIT_FSIZE`` only."""
-        if self._provider is not None:
-            return self._provider.disk_limit(self.spec)
-        from harness.sandbox_local import FILE_SIZE_LIMIT
-
-        return {"mode": "rlimit-fsize", "bytes": None, "per_file_bytes": FILE_SIZE_LIMIT, "capped": "each file only"}
+        return self._provider.disk_limit(self.spec)
 
     def _repo(self, inst: TaskInstance) -> tuple[Path, str]:
         with self._guard:
@@ -99,17 +84,11 @@ class TaskSandboxFactory:
         """The host copy of the instance's repository at base (never handed to a sandbox) and its commit."""
         return self._repo(instance)
 
-    def open(self, instance: TaskInstance, *, role: str, attempt: int) -> tuple[Sandbox, str]:
+    def open(self, instance: TaskInstance, *, role: Role, attempt: int) -> tuple[Sandbox, str]:
         repo, head = self._repo(instance)
         spec = dataclasses.replace(self.spec, image=instance.image,
                                    labels={**self.spec.labels, "tgsuite.role": role})
-        sb: Sandbox
-        if self._provider is not None:
-            sb = self._provider.create(spec, instance_id=instance.instance_id, attempt=attempt)
-        else:
-            from harness.sandbox_local import LocalSandbox
-
-            sb = LocalSandbox(spec)
+        sb = self._provider.create(spec, instance_id=instance.instance_id, attempt=attempt)
         self._live.add(sb)
         try:
             sb.copy_in(repo, ".")
@@ -132,13 +111,7 @@ class TaskSandboxFactory:
         images = [i.image for i in self.task_set.instances] or [self.spec.image]
         image = max(sorted(set(images)), key=images.count)
         spec = dataclasses.replace(self.spec, image=image, labels={**self.spec.labels, "tgsuite.role": "scratch"})
-        sb: Sandbox
-        if self._provider is not None:
-            sb = self._provider.create(spec, instance_id="scratch", attempt=0)
-        else:
-            from harness.sandbox_local import LocalSandbox
-
-            sb = LocalSandbox(spec)
+        sb = self._provider.create(spec, instance_id="scratch", attempt=0)
         self._live.add(sb)
         return sb
 
@@ -146,25 +119,22 @@ class TaskSandboxFactory:
         """Close every sandbox this factory opened that is still open (their running commands end at once) and,
         for Docker, remove every container labelled with this factory's run id (this process's only). Called
         from the main thread when the run is stopped by a signal; returns how many sandboxes were closed."""
-        if self._provider is not None:
-            self._provider.stop()  # no new container from here on; creations in flight finish first
+        self._provider.stop()  # no new container from here on; creations in flight finish first
         live = list(self._live)
         for sb in live:
             try:
                 sb.close()
             except Exception as exc:  # noqa: BLE001 - best effort while stopping
                 log.warning("closing a sandbox while stopping failed: %s", exc)
-        if self._provider is not None:
-            self._provider.cleanup_run()
+        self._provider.cleanup_run()
         return len(live)
 
     def close(self) -> None:
         shutil.rmtree(self._cache, ignore_errors=True)
-        if self._provider is not None:
-            try:
-                self._provider.cleanup_run()
-            except SandboxUnavailable as exc:
-                log.warning("cleanup of run %s containers failed: %s", self.run_id, exc)
+        try:
+            self._provider.cleanup_run()
+        except SandboxUnavailable as exc:
+            log.warning("cleanup of run %s containers failed: %s", self.run_id, exc)
 
     def __enter__(self) -> TaskSandboxFactory:
         return self

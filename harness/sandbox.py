@@ -1,7 +1,9 @@
 """Sandboxes: where model-written code runs.
 
-This module holds the interface only (``Sandbox``, ``ExecResult``, ``SandboxUnavailable``, ``SandboxSpec``);
-``harness.sandbox_docker.DockerSandbox`` and ``harness.sandbox_local.LocalSandbox`` implement it.
+This module holds the interface only (``Sandbox``, ``ExecResult``, ``SandboxUnavailable``, ``SandboxSpec``) and
+the one list of sandbox kinds (``SandboxKind``, ``SANDBOX_KINDS``: what ``--sandbox``, ``rollout.sandbox`` and the
+run manifest accept); ``harness.sandbox_docker.DockerSandbox`` and ``harness.sandbox_local.LocalSandbox`` implement
+it, and ``harness.sandbox_providers.PROVIDERS`` maps each kind to the provider that makes its sandboxes.
 
 Isolation (filled in by the implementations' docstrings and summarised here):
 - DockerSandbox: network ``none``, all capabilities dropped, no-new-privileges, non-root user, pids / memory
@@ -24,9 +26,15 @@ import abc
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import NamedTuple
+from typing import Literal, NamedTuple, get_args
 
 DEFAULT_OUTPUT_CAP = 1 << 20  # bytes kept per stream (head + tail)
+
+# The kinds of sandbox, defined here once: ``harness.sandbox_providers.PROVIDERS`` maps each to its provider, and
+# the CLI's ``--sandbox`` choices, the configs and the schemas read them from here. A new kind is added here and
+# in ``PROVIDERS`` (tests/harness/test_sandbox_providers.py checks the two agree).
+SandboxKind = Literal["docker", "local"]
+SANDBOX_KINDS: tuple[SandboxKind, ...] = get_args(SandboxKind)
 
 
 class ExecResult(NamedTuple):

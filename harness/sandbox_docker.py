@@ -49,9 +49,9 @@ import tarfile
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness import images
 from harness.sandbox import DEFAULT_OUTPUT_CAP, ExecResult, OutputCapper, Sandbox, SandboxSpec, SandboxUnavailable
@@ -94,6 +94,9 @@ from harness.sandbox_docker_io import (  # noqa: F401  (re-exported: the public 
     translate_errors,
 )
 
+if TYPE_CHECKING:  # the Docker SDK is imported where it is used; these names are for the annotations only
+    from docker import DockerClient
+
 log = logging.getLogger(__name__)
 
 KILL_GRACE_S = 2  # `timeout -k`: SIGKILL this long after SIGTERM
@@ -110,7 +113,7 @@ class DockerSandbox(Sandbox):
 
     isolated = True
 
-    def __init__(self, client: Any, container_id: str, spec: SandboxSpec, name: str, volume: str | None = None) -> None:
+    def __init__(self, client: DockerClient, container_id: str, spec: SandboxSpec, name: str, volume: str | None = None) -> None:
         self._client = client
         self.volume = volume  # the work directory's tmpfs volume (disk mode ``tmpfs``), removed on close
         self._api = client.api
@@ -365,9 +368,13 @@ class DockerSandbox(Sandbox):
 
 
 class DockerSandboxProvider:
-    """Creates ``DockerSandbox``es for one run; share one provider (one client) across worker threads."""
+    """Creates ``DockerSandbox``es for one run; share one provider (one client) across worker threads. The
+    ``docker`` kind's ``harness.sandbox_providers.SandboxProvider``."""
 
-    def __init__(self, client: Any | None = None, *, run_id: str | None = None, client_timeout: float = DEFAULT_CLIENT_TIMEOUT_S) -> None:
+    isolated = True
+    caps_disk = True  # writable space bounded by SandboxSpec.disk_bytes (``disk_mode``)
+
+    def __init__(self, client: DockerClient | None = None, *, run_id: str | None = None, client_timeout: float = DEFAULT_CLIENT_TIMEOUT_S) -> None:
         self._client = client
         self._timeout = client_timeout
         self.run_id = run_id or f"adhoc-{uuid.uuid4().hex[:8]}"
@@ -376,7 +383,7 @@ class DockerSandboxProvider:
         self._gate = CreationGate()
 
     @property
-    def client(self) -> Any:
+    def client(self) -> DockerClient:
         if self._client is None:
             self._client = images.connect(self._timeout)
         return self._client
@@ -402,6 +409,12 @@ class DockerSandboxProvider:
             )
         return {"api_version": api, "server_version": version.get("Version", "?"), "image": tag,
                 "image_id": images.image_digest(self.client, tag)}
+
+    def preflight_images(self, image_keys: Iterable[str]) -> dict[str, str]:
+        """``preflight`` of each image key (in sorted order), then ``cleanup_orphans``; returns image key → digest."""
+        digests = {image: self.preflight(image).get("image_id", "") for image in sorted(set(image_keys))}
+        self.cleanup_orphans()
+        return digests
 
     def create(self, spec: SandboxSpec | None = None, *, instance_id: str = "", attempt: int = 0) -> DockerSandbox:
         """Start a container for ``spec`` (default: base image, /work/repo). Raises ``SandboxUnavailable``."""

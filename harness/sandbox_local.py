@@ -24,6 +24,8 @@ from a process that clears its environment and leaves the cgroup.
 Interpreter: ``python``, ``python3`` and ``pytest`` in the shim dir run ``sys.executable`` (the interpreter
 running the harness, e.g. the project venv), so ``python -m pytest`` works inside and sees the same packages.
 Pass ``python="/usr/bin/python3"`` to use another interpreter.
+
+``LocalSandboxProvider`` makes them for the ``local`` sandbox kind (``harness.sandbox_providers.PROVIDERS``).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from harness.sandbox import (
@@ -344,3 +346,26 @@ class LocalSandbox(Sandbox):
                 self._cgroup.rmdir()
         shutil.rmtree(self.root, ignore_errors=True)
         shutil.rmtree(self._aux, ignore_errors=True)
+
+
+class LocalSandboxProvider:
+    """``harness.sandbox_providers.SandboxProvider`` of kind ``local``: each sandbox a new ``LocalSandbox``. No
+    images, no engine, nothing left behind a closed sandbox; the disk limit is the per-file ``RLIMIT_FSIZE``."""
+
+    isolated = False
+    caps_disk = False  # only each file is capped (FILE_SIZE_LIMIT), not the work directory
+
+    def preflight_images(self, image_keys: Iterable[str]) -> dict[str, str]:
+        return {}
+
+    def create(self, spec: SandboxSpec, *, instance_id: str = "", attempt: int = 0) -> LocalSandbox:
+        return LocalSandbox(spec)
+
+    def disk_limit(self, spec: SandboxSpec) -> dict[str, object]:
+        return {"mode": "rlimit-fsize", "bytes": None, "per_file_bytes": FILE_SIZE_LIMIT, "capped": "each file only"}
+
+    def stop(self) -> None:
+        pass
+
+    def cleanup_run(self) -> int:
+        return 0

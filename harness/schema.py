@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
+from harness.sandbox import SandboxKind
+
 SCHEMA_VERSION = 1
 
 
@@ -283,7 +285,7 @@ class RunManifest(_Frozen):
     image_digests: dict[str, str] = Field(default_factory=dict)
     arms: list[ArmSpec]
     seeds: list[int]
-    sandbox: Literal["docker", "local"]
+    sandbox: SandboxKind
     isolated: bool
     limits: dict[str, float] = Field(default_factory=dict)
     # which disk limit the sandboxes ran under: mode (storage-opt / tmpfs / rlimit-fsize), bytes, what is capped

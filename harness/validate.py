@@ -28,6 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from harness.grading import GRADER_VERSION, grade_patch
 from harness.infra import atomic_write_text, classify_exception
+from harness.sandbox import SandboxKind
+from harness.sandbox_providers import SandboxFactory
 from harness.schema import Grade, TaskInstance, TaskSet, TestStatus
 from protocols.provenance import utc_now
 
@@ -59,7 +61,7 @@ class ValidationReport(BaseModel):
     task_set_sha256: str
     created_at: str
     runs: int
-    sandbox: Literal["docker", "local", "custom"]
+    sandbox: Literal[SandboxKind, "custom"]  # custom: written for a factory without a kind (older versions)
     isolated: bool
     grader_version: str = GRADER_VERSION
     instances: list[InstanceValidation]
@@ -123,13 +125,13 @@ class _ValidationInfra(RuntimeError):
         self.kind = kind
 
 
-def _grade_runs(instance: TaskInstance, patch: str, runs: int, factory: object, *, timeout_s: float,
+def _grade_runs(instance: TaskInstance, patch: str, runs: int, factory: SandboxFactory, *, timeout_s: float,
                 infra_retries: int, label: str) -> list[Grade]:
     grades: list[Grade] = []
     for k in range(runs):
         for attempt in range(infra_retries + 1):
             try:
-                sb, _ = factory.open(instance, role="control", attempt=attempt)  # type: ignore[attr-defined]
+                sb, _ = factory.open(instance, role="control", attempt=attempt)
                 with sb:
                     grades.append(grade_patch(instance, patch, sb, timeout_s=timeout_s))
                 break
@@ -141,7 +143,7 @@ def _grade_runs(instance: TaskInstance, patch: str, runs: int, factory: object, 
     return grades
 
 
-def validate_instance(instance: TaskInstance, factory: object, *, runs: int = 3, timeout_s: float = 900.0,
+def validate_instance(instance: TaskInstance, factory: SandboxFactory, *, runs: int = 3, timeout_s: float = 900.0,
                       infra_retries: int = 2, image_digest: str | None = None) -> InstanceValidation:
     """Run the gate on one instance with sandboxes from ``factory`` (a ``runner_episode.SandboxFactory``)."""
     try:
@@ -160,11 +162,11 @@ def validate_task_set(
     task_dir: str | Path,
     *,
     runs: int = 3,
-    sandbox: Literal["docker", "local"] = "docker",
+    sandbox: SandboxKind = "docker",
     workers: int = 1,
     instance_ids: Sequence[str] | None = None,
     out: str | Path | None = None,
-    sandbox_factory: object | None = None,
+    sandbox_factory: SandboxFactory | None = None,
     grade_timeout_s: float = 900.0,
     progress: bool = False,
     task_set: TaskSet | None = None,
@@ -184,24 +186,23 @@ def validate_task_set(
         if unknown:
             raise ValueError(f"{task_dir}: unknown instance ids {sorted(unknown)}; fix: check --instance")
         insts = [i for i in insts if i.instance_id in set(instance_ids)]
-    factory, owned = sandbox_factory, sandbox_factory is None
+    factory, owned = sandbox_factory, None
     if factory is None:
         from harness.run_control import sandbox_run_id
         from harness.runner_sandbox import TaskSandboxFactory
 
         # unique per process (as eval's): a concurrent validation of a same-named folder never removes ours
-        factory = TaskSandboxFactory(ts, kind=sandbox, run_id=f"validate-{sandbox_run_id(ts.path)}")
-        factory.preflight()  # task-set faults (snapshots, sizes) are named here, before any grading
+        factory = owned = TaskSandboxFactory(ts, kind=sandbox, run_id=f"validate-{sandbox_run_id(ts.path)}")
+        owned.preflight()  # task-set faults (snapshots, sizes) are named here, before any grading
     try:
-        digests = factory.image_digests()  # type: ignore[attr-defined]
+        digests = factory.image_digests()
         results = _run_all(insts, factory, runs, workers, grade_timeout_s, digests, progress)
     finally:
-        if owned:
-            factory.close()  # type: ignore[attr-defined]
+        if owned is not None:
+            owned.close()
     report = ValidationReport(
         task_set_name=ts.name, task_set_sha256=ts.sha256, created_at=utc_now(),
-        runs=runs, sandbox=getattr(factory, "kind", "custom") if not owned else sandbox,
-        isolated=bool(getattr(factory, "isolated", False)), instances=results,
+        runs=runs, sandbox=factory.kind, isolated=factory.isolated, instances=results,
     )
     atomic_write_text(Path(out) if out else Path(task_dir) / VALIDATION_FILE, report.model_dump_json(indent=1))
     for r in report.rejected:
@@ -209,7 +210,7 @@ def validate_task_set(
     return report
 
 
-def _run_all(insts: list[TaskInstance], factory: object, runs: int, workers: int, timeout_s: float,
+def _run_all(insts: list[TaskInstance], factory: SandboxFactory, runs: int, workers: int, timeout_s: float,
              digests: dict[str, str], progress: bool) -> list[InstanceValidation]:
     """Validate on ``workers`` threads. SIGINT/SIGTERM (``harness.run_control.stop_on_signals``): queued instances
     are cancelled, the factory's running sandboxes ended (``interrupt()``) and ``RunInterrupted`` re-raised; no
@@ -231,9 +232,7 @@ def _run_all(insts: list[TaskInstance], factory: object, runs: int, workers: int
                                              disable=not progress)]
     except RunInterrupted:
         pool.shutdown(wait=False, cancel_futures=True)
-        interrupt = getattr(factory, "interrupt", None)
-        if interrupt is not None:
-            interrupt()
+        factory.interrupt()
         raise
     finally:
         pool.shutdown(wait=not stop.is_set(), cancel_futures=stop.is_set())

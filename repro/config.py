@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from harness.sandbox import SandboxKind
 from repro.config_sections import ClusterCfg, ConfigSection, ShapeCfg, VllmCfg, VllmHttpCfg
 from repro.precision import Precision
 
@@ -108,7 +109,7 @@ class RolloutCfg(ConfigSection):
     max_new_tokens: int = Field(96, ge=1, description="per assistant turn")
     max_context_tokens: int = Field(2048, ge=16)
     observation_max_tokens: int = Field(256, ge=8, description="tool output tokens kept per observation")
-    sandbox: Literal["local", "docker"] = "local"
+    sandbox: SandboxKind = "local"
     engine: Literal["hf_sampler", "vllm", "vllm_http"] = Field(
         "hf_sampler", description="hf_sampler = our KV-cached sampler (repro.sampler) or HFEngine; vllm = a colocated "
         "vllm.LLM in this process (repro.vllm_engine; needs the gpu extra and CUDA); vllm_http = external "

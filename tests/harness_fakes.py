@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from harness.sandbox import ExecResult, Sandbox, SandboxUnavailable, cap_output
+from harness.sandbox_providers import SandboxFactory
 from harness.schema import TaskInstance
 
 BIN = str(Path(sys.executable).parent)
@@ -137,8 +138,9 @@ def make_calc_src_task(root: Path, instance_id: str = "calc-src") -> tuple[TaskI
     return inst, repo
 
 
-class FakeFactory:
-    """SandboxFactory over ``DirSandbox``: each open() copies the instance's git repo into a new temp dir.
+class FakeFactory(SandboxFactory):
+    """SandboxFactory over ``DirSandbox``: each open() copies the instance's git repo into a new temp dir (the
+    protocol's defaults for the rest: no disk limit recorded, local scratch sandboxes, nothing to interrupt).
 
     ``fail_agent_attempts``: attempt indices whose AGENT sandbox raises SandboxUnavailable after ``fail_after``
     exec calls (an engine failure injected mid-episode).

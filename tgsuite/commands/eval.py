@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.sandbox import SANDBOX_KINDS
 from tgsuite.commands.common import CLIError
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--seeds", default="0", help="comma-separated arm seeds, e.g. 0,1,2 (default 0)")
     p.add_argument("--out", required=True, metavar="RUN_DIR", help="run directory (created, or resumed)")
     p.add_argument("--workers", type=int, default=1, help="episodes run at once (default 1; 2 fits 2 cores)")
-    p.add_argument("--sandbox", choices=["docker", "local"], default="docker", help="default docker")
+    p.add_argument("--sandbox", choices=SANDBOX_KINDS, default="docker", help="default docker")
     p.add_argument("--executor", choices=["thread", "ray"], default="thread",
                    help="thread: --workers threads here (default); ray: --workers Ray actors, each running episodes "
                         "on its own node's sandboxes (needs pip install 'tgsuite[ray]')")

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.sandbox import SANDBOX_KINDS
 from tgsuite.commands.common import CLIError
 from tgsuite.commands.tasks import positive_int
 
@@ -62,7 +63,7 @@ def register(subparsers: Any) -> None:
                    help="arm name of the results (default: the model name, '/' as '__'); for `tgsuite analyze` "
                         "name it after the plan's arm and training seed, e.g. --arm tg@s0")
     p.add_argument("--workers", type=positive_int, default=1, help="patches graded at once (default 1)")
-    p.add_argument("--sandbox", choices=["docker", "local"], default="docker",
+    p.add_argument("--sandbox", choices=SANDBOX_KINDS, default="docker",
                    help="default docker; local runs the tests on this machine, NOT isolated")
     p.add_argument("--max-attempts", type=positive_int, default=3, help="attempts per patch on infra errors (default 3)")
     p.add_argument("--grade-timeout", type=float, default=900.0, help="seconds for the hidden tests (default 900)")

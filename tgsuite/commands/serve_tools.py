@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from harness.sandbox import SANDBOX_KINDS
 from tgsuite.commands.common import CLIError
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--transport", choices=["stdio", "http"], default="stdio",
                    help="stdio (default: the agent launches this command) or streamable HTTP on 127.0.0.1")
     p.add_argument("--port", type=int, default=8765, help="with --transport http: the port (default 8765; 0 = free)")
-    p.add_argument("--sandbox", choices=["docker", "local"], default="docker",
+    p.add_argument("--sandbox", choices=SANDBOX_KINDS, default="docker",
                    help="default docker; local runs the task's code on this machine, NOT isolated")
     p.add_argument("--max-turns", type=int, default=30, help="tool calls in the episode (default 30, as eval)")
     p.add_argument("--finish-notice", type=int, default=0, metavar="N",

@@ -9,6 +9,7 @@ import random
 import time
 from pathlib import Path
 
+from harness.sandbox import SANDBOX_KINDS
 from tgsuite.commands.common import CLIError
 
 log = logging.getLogger(__name__)
@@ -234,7 +235,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     va.add_argument("dir", help="task set folder (tasks.jsonl + snapshots/)")
     va.add_argument("--runs", type=positive_int, default=3, help="gold and empty runs per instance (default 3)")
-    va.add_argument("--sandbox", choices=("docker", "local"), default="docker",
+    va.add_argument("--sandbox", choices=SANDBOX_KINDS, default="docker",
                     help="docker (isolated, default) or local (NOT isolated; for machines without Docker)")
     va.add_argument("--workers", type=positive_int, default=1, help="instances validated in parallel (default 1)")
     va.add_argument("--instance", action="append", metavar="ID", help="only this instance (repeatable)")

@@ -8,11 +8,12 @@ preregistered ``mini`` plan.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from harness.interfaces import MAX_FORMAT_RETRIES
+from harness.sandbox import SandboxKind
 from tgsuite.pipeline.heldout import HeldoutDesign
 
 # dotted TrainConfig key -> value, e.g. {"guidance.lam": 0.3}: the `--set` layer of repro.config.load_config
@@ -24,7 +25,7 @@ class EvalSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    sandbox: Literal["docker", "local"] = "docker"
+    sandbox: SandboxKind = "docker"
     episodes: int = Field(1, ge=1, description="episodes per (checkpoint, task)")
     max_turns: int = Field(8, ge=1)
     finish_notice_turns: int = Field(0, ge=0, description="the agent loop tells the agent when only this many turns "
