@@ -30,10 +30,13 @@ import tempfile
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from harness import images
 from harness.images import ImageBuildError
+
+if TYPE_CHECKING:  # the Docker SDK is imported where it is used; these names are for the annotations only
+    from docker import DockerClient
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +92,7 @@ def _tar_dir(src: Path, arcname: str) -> bytes:
     return buf.getvalue()
 
 
-def _install(client: Any, base_tag: str, wheels: Path, pip_wheel: Path, reqs: list[str], tag: str) -> None:
+def _install(client: DockerClient, base_tag: str, wheels: Path, pip_wheel: Path, reqs: list[str], tag: str) -> None:
     (wheels / "requirements.txt").write_text("".join(r + "\n" for r in reqs))
     name = f"tgsuite-envbuild-{uuid.uuid4().hex[:10]}"
     box = client.containers.create(base_tag, ["sleep", "3600"], name=name, user="root", network_mode="none",
@@ -113,7 +116,7 @@ def _install(client: Any, base_tag: str, wheels: Path, pip_wheel: Path, reqs: li
             box.remove(force=True)
 
 
-def ensure_env_image(client: Any, requirements: Sequence[str], *, base_tag: str | None = None) -> tuple[str, bool]:
+def ensure_env_image(client: DockerClient, requirements: Sequence[str], *, base_tag: str | None = None) -> tuple[str, bool]:
     """(tag, built): the environment image for ``requirements`` on the base image, built when missing (module
     docstring). Raises ``ValueError`` for unpinned requirements and ``ImageBuildError`` when a step fails."""
     base = base_tag or images.base_image_tag()

@@ -32,9 +32,12 @@ import tempfile
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from harness.sandbox import SandboxUnavailable
+
+if TYPE_CHECKING:  # the Docker SDK is imported where it is used; these names are for the annotations only
+    from docker import DockerClient
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +130,7 @@ def find_apt_mirror(suite: str = DEFAULT_SUITE, patterns: Sequence[str] = _DEFAU
 # --- engine connection -------------------------------------------------------------------------------------
 
 
-def connect(timeout: float = 120.0) -> Any:
+def connect(timeout: float = 120.0) -> DockerClient:
     """A Docker SDK client pinned to API 1.41 with an explicit timeout, or ``SandboxUnavailable``.
 
     Honours ``DOCKER_HOST``. Errors say what is wrong and how to fix it.
@@ -159,7 +162,7 @@ def connect(timeout: float = 120.0) -> Any:
         ) from exc
 
 
-def image_present(client: Any, tag: str) -> bool:
+def image_present(client: DockerClient, tag: str) -> bool:
     import docker
 
     try:
@@ -169,12 +172,12 @@ def image_present(client: Any, tag: str) -> bool:
         return False
 
 
-def image_digest(client: Any, tag: str) -> str:
+def image_digest(client: DockerClient, tag: str) -> str:
     """The local image id (``sha256:...``) behind ``tag``; use it in run manifests."""
     return str(client.images.get(tag).id)
 
 
-def image_manifest(client: Any, tag: str) -> dict[str, str]:
+def image_manifest(client: DockerClient, tag: str) -> dict[str, str]:
     """``{package: version}`` recorded in the image's ``tgsuite.manifest`` label at build time."""
     label = (client.images.get(tag).labels or {}).get(LABEL_MANIFEST, "")
     return dict(item.split("=", 1) for item in label.split(",") if "=" in item)
@@ -196,7 +199,7 @@ def _build_lock() -> Iterator[None]:
 
 
 def ensure_base_image(
-    client: Any | None = None,
+    client: DockerClient | None = None,
     *,
     force: bool = False,
     suite: str = DEFAULT_SUITE,
@@ -222,7 +225,7 @@ def ensure_base_image(
     return tag
 
 
-def _point_alias(client: Any, tag: str) -> None:
+def _point_alias(client: DockerClient, tag: str) -> None:
     image = client.images.get(tag)
     if f"{ALIAS_TAG}" not in (image.tags or []):
         image.tag(REPOSITORY, "latest")
@@ -247,7 +250,7 @@ def _preflight_build(build_root: str) -> None:
 
 
 def _build(
-    client: Any, tag: str, *, suite: str, packages: Sequence[str], mirror: str | None, build_dir: str | None
+    client: DockerClient, tag: str, *, suite: str, packages: Sequence[str], mirror: str | None, build_dir: str | None
 ) -> None:
     build_root = build_dir or os.environ.get("TGSUITE_BUILD_DIR") or tempfile.gettempdir()
     _preflight_build(build_root)
@@ -296,7 +299,7 @@ def _build(
             client.images.remove(temp_tag, noprune=False)
 
 
-def _remove_stale(client: Any, build_root: str) -> None:
+def _remove_stale(client: DockerClient, build_root: str) -> None:
     """Leftovers of a build that was killed (SIGKILL, power loss): temp tags and rootfs dirs. We hold the build
     lock, so no other build on this machine owns them."""
     for image in client.images.list(name=REPOSITORY):
@@ -366,7 +369,7 @@ _VERIFY_SCRIPT = (
 )
 
 
-def _verify(client: Any, tag: str) -> None:
+def _verify(client: DockerClient, tag: str) -> None:
     try:
         out = client.containers.run(
             tag, ["sh", "-c", _VERIFY_SCRIPT], remove=True, network_mode="none", stdout=True, stderr=True

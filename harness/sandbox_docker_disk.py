@@ -26,10 +26,13 @@ import errno
 import posixpath
 import tempfile
 from collections.abc import Iterator
-from typing import IO, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 from harness import images
 from harness.sandbox_docker_io import AGENT_UID, translate_errors
+
+if TYPE_CHECKING:  # the Docker SDK is imported where it is used; these names are for the annotations only
+    from docker import APIClient
 
 DiskMode = Literal["storage-opt", "tmpfs"]
 SIZED_DRIVERS = ("btrfs", "zfs", "devicemapper")
@@ -54,7 +57,7 @@ def volume_name(container_name: str) -> str:
     return f"{container_name}-work"
 
 
-def create_work_volume(api: Any, name: str, size: int, labels: dict[str, str]) -> None:
+def create_work_volume(api: APIClient, name: str, size: int, labels: dict[str, str]) -> None:
     """A local tmpfs volume of ``size`` bytes, its root owned by uid 1000 (mode 0755)."""
     opts = {"type": "tmpfs", "device": "tmpfs", "o": f"size={int(size)},uid={AGENT_UID},gid={AGENT_UID},mode=0755"}
     with translate_errors(f"create work-directory volume {name}", kind="CONTAINER_CREATE"):
@@ -80,13 +83,13 @@ def host_config_args(mode: DiskMode, size: int, workdir: str, volume: str | None
     return {"tmpfs": tmpfs, "mounts": mounts}
 
 
-def remove_volume(api: Any, name: str) -> None:
+def remove_volume(api: APIClient, name: str) -> None:
     with contextlib.suppress(Exception):
         api.remove_volume(name, force=True)
 
 
 @contextlib.contextmanager
-def snapshot_workdir(api: Any, cid: str, workdir: str, what: str) -> Iterator[IO[bytes]]:
+def snapshot_workdir(api: APIClient, cid: str, workdir: str, what: str) -> Iterator[IO[bytes]]:
     """The work directory as a tar (top entry: its base name), spooled to a host temp file while in use."""
     with tempfile.SpooledTemporaryFile(max_size=32 << 20) as buf:
         with translate_errors(f"save the work directory of {what}", kind="EXEC_TRANSPORT"):
@@ -97,7 +100,7 @@ def snapshot_workdir(api: Any, cid: str, workdir: str, what: str) -> Iterator[IO
         yield buf
 
 
-def restore_workdir(api: Any, cid: str, workdir: str, archive: IO[bytes], what: str) -> None:
+def restore_workdir(api: APIClient, cid: str, workdir: str, archive: IO[bytes], what: str) -> None:
     """Put a ``snapshot_workdir`` tar back (into the work directory's parent: the tar's top entry is its name)."""
     parent = workdir.rstrip("/").rsplit("/", 1)[0] or "/"
     with translate_errors(f"restore the work directory of {what}", kind="EXEC_TRANSPORT"):

@@ -19,10 +19,14 @@ import tarfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING, Any, cast
 
 from harness import images
 from harness.sandbox import ExecResult, OutputCapper, SandboxUnavailable
+
+if TYPE_CHECKING:  # the Docker SDK is imported where it is used; these names are for the annotations only
+    from docker import APIClient, DockerClient
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +65,10 @@ def owner_alive(owner: str) -> bool:
     return os.path.exists(f"/proc/{pid}") and _start_time(int(pid)) == start
 
 
-LIVE: dict[str, Any] = {}  # container id -> docker APIClient
+LIVE: dict[str, APIClient] = {}  # container id -> the client that made it
 LIVE_LOCK = threading.RLock()  # re-entrant: the signal handler may run while the main thread holds it
 _HANDLERS_INSTALLED = False
+SignalHandler = Callable[[int, FrameType | None], object] | int | None  # what signal.getsignal returns
 
 
 def _cleanup_live() -> None:
@@ -90,7 +95,7 @@ def install_cleanup_handlers() -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         previous = signal.getsignal(sig)
 
-        def handler(signum: int, frame: Any, _previous: Any = previous) -> None:
+        def handler(signum: int, frame: FrameType | None, _previous: SignalHandler = previous) -> None:
             _cleanup_live()
             if callable(_previous):
                 _previous(signum, frame)
@@ -101,7 +106,8 @@ def install_cleanup_handlers() -> None:
         signal.signal(sig, handler)
 
 
-def _remove_by_filters(client: Any, filters: dict[str, Any], keep: Any = None) -> int:
+def _remove_by_filters(client: DockerClient, filters: dict[str, Any],
+                       keep: Callable[[dict[str, Any]], bool] | None = None) -> int:
     removed = 0
     with translate_errors("list containers"):
         found = client.api.containers(all=True, filters=filters)
@@ -114,7 +120,7 @@ def _remove_by_filters(client: Any, filters: dict[str, Any], keep: Any = None) -
     return removed
 
 
-def remove_volumes(api: Any, labels: list[str], keep: Callable[[dict[str, Any]], bool] | None = None) -> int:
+def remove_volumes(api: APIClient, labels: list[str], keep: Callable[[dict[str, Any]], bool] | None = None) -> int:
     """Remove the volumes carrying every label in ``labels`` (``key`` or ``key=value``) except those ``keep``
     accepts; a volume still mounted by a container is left (the engine refuses). Returns how many went."""
     with translate_errors("list volumes"):
@@ -129,7 +135,7 @@ def remove_volumes(api: Any, labels: list[str], keep: Callable[[dict[str, Any]],
     return removed
 
 
-def cleanup_run(run_id: str, client: Any | None = None) -> int:
+def cleanup_run(run_id: str, client: DockerClient | None = None) -> int:
     """Remove every container labelled ``tgsuite.run_id=<run_id>`` (and then their work-directory volumes);
     returns how many containers were removed."""
     client = client or images.connect(DEFAULT_CLIENT_TIMEOUT_S)
@@ -167,7 +173,7 @@ class CreationGate:
                 self._inflight -= 1
                 self._cond.notify_all()
 
-    def discard_if_stopping(self, api: Any, cid: str) -> None:
+    def discard_if_stopping(self, api: APIClient, cid: str) -> None:
         """Inside ``creating()``, after the container exists: remove it and refuse if the run began stopping."""
         with self._cond:
             stopping = self._stopping
@@ -187,7 +193,7 @@ class CreationGate:
         return self.drain(wait_s)
 
 
-def cleanup_orphans(client: Any | None = None) -> int:
+def cleanup_orphans(client: DockerClient | None = None) -> int:
     """Remove tgsuite containers whose owner process (on this host) is gone, e.g. after a SIGKILL."""
     client = client or images.connect(DEFAULT_CLIENT_TIMEOUT_S)
     keep = lambda c: owner_alive((c.get("Labels") or {}).get(LABEL_OWNER, ""))  # noqa: E731
@@ -289,7 +295,7 @@ def tar_dirs(names: list[str]) -> bytes:
     return buf.getvalue()
 
 
-def make_dirs(api: Any, cid: str, path: str) -> None:
+def make_dirs(api: APIClient, cid: str, path: str) -> None:
     """Create ``path`` and its missing parents owned by uid 1000, via the engine (the engine's own ``WorkingDir``
     would make them root's). Existing ancestors are left as they are (their owner and mode are not touched)."""
     import docker
@@ -340,16 +346,16 @@ class Demux:
             view = view[len(take) :]
 
 
-def hijacked(sock: Any) -> tuple[socket.socket, bytes]:
+def hijacked(sock: socket.SocketIO | socket.socket) -> tuple[socket.socket, bytes]:
     """The socket under ``exec_start(socket=True)``'s stream, and the stream bytes already read past the headers.
 
-    docker-py returns the raw socket object under http.client's buffered reader, which read the engine's ``101
-    UPGRADED`` headers in chunks. When the command's first output arrived before the client read those headers (a
+    docker-py returns the raw socket object (a ``socket.SocketIO``) under http.client's buffered reader, which read
+    the engine's ``101 UPGRADED`` headers in chunks. When the command's first output arrived before the client read those headers (a
     loaded host: it did in CI, and ``tests/harness/test_sandbox_docker_stream.py`` delays the read on purpose), the reader
     holds that output; read from the socket alone, the exec returned exit code 0 with no output. Those bytes are taken
     from the reader here (``read1`` on the non-blocking socket: the buffer, or one read that may find nothing).
     """
-    raw = getattr(sock, "_sock", sock)
+    raw = cast(socket.socket, getattr(sock, "_sock", sock))  # a SocketIO's socket, or ``sock`` when it is one
     response = getattr(getattr(sock, "_response", None), "raw", None)
     reader = getattr(getattr(response, "_fp", None), "fp", None)
     raw.setblocking(False)
