@@ -12,7 +12,7 @@ from typing import get_args
 import pytest
 
 from harness.sandbox import SANDBOX_KINDS, SandboxKind
-from harness.sandbox_providers import PROVIDERS, SandboxFactory, SandboxProvider, make_provider
+from harness.sandbox_providers import PROVIDERS, SandboxFactory, make_provider
 from harness.schema import TaskInstance, TaskSet
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,7 +30,6 @@ def test_each_provider_offers_the_protocol(kind: str) -> None:
         assert callable(getattr(provider, name)), name
     assert isinstance(provider.isolated, bool) and isinstance(provider.caps_disk, bool)
     assert provider.isolated is (kind == "docker")  # only Docker keeps model-written code off the host
-    _typed: SandboxProvider = provider  # noqa: F841  (mypy checks the structural match)
 
 
 def test_the_local_provider_needs_no_engine_and_caps_files_only() -> None:
