@@ -27,9 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.rundir import latest_results
-from harness.runner_episode import read_trajectory
-from harness.runner_manifest import read_manifest
+from harness.rundir import latest_results, read_manifest, read_trajectory
 from harness.schema import EpisodeResult, RunManifest, Trajectory
 from harness.tools import ERROR_PREFIX, visible_text
 

@@ -176,7 +176,7 @@ def test_real_runner_pairs_probe_and_plain_episodes_by_seed(tmp_path: Path) -> N
     effect is measured."""
     from harness.metrics import RepoIndex, compute_metrics
     from harness.runner import run_eval
-    from harness.runner_episode import read_trajectory
+    from harness.rundir import read_trajectory
     from harness.schema import TaskSet
     from tests.harness_fakes import FakeFactory, make_calc_task
 
