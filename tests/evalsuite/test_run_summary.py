@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.rundir import RunDirError
 from evalsuite.run_summary import aggregate_run, aggregate_run_dir
+from harness.rundir import RunDirError
 from harness.schema import EpisodeMetrics, EpisodeResult
 
 

@@ -11,11 +11,11 @@ import pytest
 
 from evalsuite.analyze import analyze
 from evalsuite.synthetic import SyntheticArm, SyntheticDesign, write_synthetic_runs
+from harness.rundir import load_run
 from harness.schema import ArmSpec
 from protocols.freeze import freeze_plan
 from protocols.load import load_plan, protocol_from_dict
 from reports.build import build_view
-from harness.rundir import load_run
 
 ROOT = Path(__file__).resolve().parents[2]
 SHA = "a" * 64

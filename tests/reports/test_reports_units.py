@@ -12,11 +12,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "reports"))
 import report_factory as factory  # noqa: E402
 
+from harness.rundir import RunDirError, load_run, read_trajectory  # noqa: E402
 from harness.schema import Message, Trajectory  # noqa: E402
 from reports import format as fmt  # noqa: E402
 from reports import pages, sections, training  # noqa: E402
 from reports.build import build_report  # noqa: E402
-from harness.rundir import RunDirError, load_run, read_trajectory  # noqa: E402
 from reports.episodes import _parse_trajectory, read_episode_files  # noqa: E402
 from reports.summary_md import md_escape  # noqa: E402
 
