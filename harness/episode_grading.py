@@ -18,15 +18,25 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Literal, Protocol
 
 from harness.grading import InfraPolicy, extract_patch, extract_patch_host, grade_patch
 from harness.infra import Outcome, settle_ambiguous
 from harness.sandbox import Sandbox
 from harness.schema import Grade, TaskInstance
 
+Role = Literal["agent", "grade", "control"]
 
-def candidate_patch(sandbox: Sandbox, base: str, instance: TaskInstance, factory: Any) -> str:
+
+class SandboxOpener(Protocol):
+    """What grading uses of a sandbox factory (every ``harness.runner_episode.SandboxFactory`` is one)."""
+
+    def open(self, instance: TaskInstance, *, role: Role, attempt: int) -> tuple[Sandbox, str]:
+        """A new sandbox and the base commit id its repository is at. Raises ``SandboxUnavailable``."""
+        ...
+
+
+def candidate_patch(sandbox: Sandbox, base: str, instance: TaskInstance, factory: SandboxOpener) -> str:
     """The agent's diff (step 1 of the module docstring)."""
     base_repo = getattr(factory, "base_repo", None)
     if base_repo is None:
@@ -35,7 +45,7 @@ def candidate_patch(sandbox: Sandbox, base: str, instance: TaskInstance, factory
     return extract_patch_host(sandbox, path, head)
 
 
-def grade_candidate(factory: Any, instance: TaskInstance, patch: str, *, attempt: int, timeout_s: float,
+def grade_candidate(factory: SandboxOpener, instance: TaskInstance, patch: str, *, attempt: int, timeout_s: float,
                     infra_policy: InfraPolicy = "reset", excluded_tests: Iterable[str] = (),
                     artifacts: dict[str, str] | None = None) -> Grade | None:
     """Step 2: None for an empty patch, else the grade from a fresh sandbox (``artifacts`` filled as in
@@ -48,7 +58,7 @@ def grade_candidate(factory: Any, instance: TaskInstance, patch: str, *, attempt
                            excluded_tests=excluded_tests, artifacts=artifacts)
 
 
-def gold_control(factory: Any, instance: TaskInstance, *, attempt: int, timeout_s: float,
+def gold_control(factory: SandboxOpener, instance: TaskInstance, *, attempt: int, timeout_s: float,
                  infra_policy: InfraPolicy = "reset", excluded_tests: Iterable[str] = ()) -> Grade:
     """The gold patch graded in a fresh sandbox (``role="control"``) under the same limits."""
     sb, _ = factory.open(instance, role="control", attempt=attempt)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from harness.behaviour import check_behaviour
-from harness.episode_grading import candidate_patch, gold_control, grade_candidate
+from harness.episode_grading import Role, candidate_patch, gold_control, grade_candidate
 from harness.grading import GRADER_VERSION, InfraPolicy
 from harness.infra import ControlCache, Outcome, agent_outcome, atomic_write_text, classify_exception, settle_ambiguous
 from harness.interfaces import EpisodeLimits, FeedbackProvider, Policy
@@ -37,9 +37,6 @@ from harness.schema import EpisodeMetrics, EpisodeResult, Grade, TaskInstance, T
 from protocols.provenance import utc_now
 
 log = logging.getLogger(__name__)
-
-Role = Literal["agent", "grade", "control"]
-
 
 class SandboxFactory(Protocol):
     """Opens fresh sandboxes holding an instance's repository at its base commit in the work directory."""
