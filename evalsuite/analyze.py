@@ -22,7 +22,7 @@ import numpy as np
 from evalsuite import assurance, describe, integrity, sensitivity
 from evalsuite.checks import seed_claim_block
 from evalsuite.decide import CriterionOutcome, DecisionOutcome, decide
-from evalsuite.outcomes import LoadedRun, OutcomeTable, build_outcome_table, load_run
+from evalsuite.outcomes import OutcomeTable, build_outcome_table
 from evalsuite.power import power_artifact, power_ni_crossed
 from evalsuite.power_sim import power_range
 from evalsuite.primary import primary_estimate
@@ -41,6 +41,7 @@ from evalsuite.schema import (
     VarianceSplit,
 )  # fmt: skip
 from evalsuite.variance import EffectEstimate, variance_components
+from harness.rundir import LoadedRun, load_run
 from protocols.deviations import covers, default_log_path, load_deviations
 from protocols.freeze import check, load_frozen, utc_now
 from protocols.load import ProtocolError
@@ -77,7 +78,7 @@ def check_provenance(frozen: FrozenProtocol, runs: list[LoadedRun], devs: list[D
             _require(devs, "plan_changed", None, str(exc), frozen_path)
     t_freeze = _ts(frozen.frozen_at)
     for r in runs:
-        m = r.manifest
+        m = r.need_manifest()
         if m.protocol_hash != frozen.sha256:
             named = m.protocol_hash[:12] + "…" if m.protocol_hash else "no protocol hash"
             _require(devs, "protocol_hash_mismatch", m.run_id,
@@ -223,7 +224,7 @@ def _warnings(record: FrozenProtocol, runs: list[LoadedRun], table: OutcomeTable
     warns = list(table.warnings)
     graders = {e.grader_version for e in proto.endpoints if e.grader_version}
     for run in runs:
-        m = run.manifest
+        m = run.need_manifest()
         if graders and m.grader_version not in graders:
             warns.append(f"run {m.run_id} was graded with {m.grader_version}, the plan names {sorted(graders)}")
         if not m.isolated:
@@ -240,7 +241,7 @@ def _warnings(record: FrozenProtocol, runs: list[LoadedRun], table: OutcomeTable
 def task_list_reason(proto: Protocol, runs: list[LoadedRun], devs: list[Deviation]) -> str | None:
     """Why the runs' instance list is not the one the plan pinned at freeze (design.n_tasks of the pinned task set),
     or None; a recorded ``data_exclusion`` deviation says why and lifts it."""
-    n = len({i for r in runs for i in r.manifest.instance_ids})
+    n = len({i for r in runs for i in r.need_manifest().instance_ids})
     if n == proto.design.n_tasks or covers(devs, "data_exclusion"):
         return None
     return (f"the runs list {n} instances, the plan pinned n_tasks = {proto.design.n_tasks} of task set "
@@ -339,10 +340,10 @@ def analyze(
         criteria=results, arm_summaries=describe.arm_summaries(table),
         secondary=describe.secondary(table, secondary_ids) if table.tasks else [],
         breakdowns=describe.breakdowns(table), missing_data=missing, deviations=devs,
-        runs=[RunRef(run_id=r.manifest.run_id, path=str(r.path), created_at=r.manifest.created_at,
-                     protocol_hash=r.manifest.protocol_hash, task_set_sha256=r.manifest.task_set_sha256,
-                     git_commit=r.manifest.git_commit, n_episodes=len(r.results)) for r in runs],
-        run_ids=[r.manifest.run_id for r in runs], power=power_summaries(proto),
+        runs=[RunRef(run_id=r.need_manifest().run_id, path=str(r.path), created_at=r.need_manifest().created_at,
+                     protocol_hash=r.need_manifest().protocol_hash, task_set_sha256=r.need_manifest().task_set_sha256,
+                     git_commit=r.need_manifest().git_commit, n_episodes=len(r.results)) for r in runs],
+        run_ids=[r.need_manifest().run_id for r in runs], power=power_summaries(proto),
         exploratory=exploratory or Exploratory(), software=package_versions(), warnings=warns, assay_checks=assay,
         prereg_checks=prereg, consort=assurance.consort_items(proto, results, missing, assay),
     )  # fmt: skip

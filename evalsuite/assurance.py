@@ -15,9 +15,10 @@ from __future__ import annotations
 from evalsuite.checks import control_protocol
 from evalsuite.decide import criterion_verdict
 from evalsuite.integrity import checkpoint_info
-from evalsuite.outcomes import EvalDataError, LoadedRun, build_outcome_table
+from evalsuite.outcomes import EvalDataError, build_outcome_table
 from evalsuite.primary import primary_estimate
 from evalsuite.schema import Check, ConsortItem, CriterionResult, MissingData
+from harness.rundir import LoadedRun
 from protocols.anchor_verify import verify_anchor
 from protocols.schema import CriterionSpec, Protocol
 
@@ -63,7 +64,7 @@ def _checkpoint_times(runs: list[LoadedRun]) -> dict[str, str]:
     """created_at of the checkpoints the runs evaluated (ArmSpec.policy 'hf:PATH' with PATH/checkpoint.json)."""
     out: dict[str, str] = {}
     for r in runs:
-        for a in r.manifest.arms:
+        for a in r.need_manifest().arms:
             info = checkpoint_info(a.policy)
             if info is not None:
                 out[f"{a.name} ({info[0].parent.name})"] = str(info[1].get("created_at", "") or "unknown")
@@ -73,11 +74,11 @@ def _checkpoint_times(runs: list[LoadedRun]) -> dict[str, str]:
 def _result_times(runs: list[LoadedRun]) -> dict[str, str]:
     """Every run's ``created_at`` and the earliest ``finished_at`` of its episodes: two clocks, so that moving the
     manifests' ``created_at`` after a re-freeze does not reorder results that were finished before it."""
-    out = {r.manifest.run_id: r.manifest.created_at for r in runs}
+    out = {r.need_manifest().run_id: r.need_manifest().created_at for r in runs}
     for r in runs:
         done = sorted(x.finished_at for x in r.results if x.finished_at)
         if done:
-            out[f"{r.manifest.run_id} (first episode finished)"] = done[0]
+            out[f"{r.need_manifest().run_id} (first episode finished)"] = done[0]
     return out
 
 

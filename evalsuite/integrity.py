@@ -17,8 +17,8 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from evalsuite.outcomes import EvalDataError, LoadedRun, parse_arm, single_seed
-from harness.rundir import RESULT_FILE, attempt_indices, episode_dirs, read_result
+from evalsuite.outcomes import EvalDataError, parse_arm, single_seed
+from harness.rundir import RESULT_FILE, LoadedRun, attempt_indices, episode_dirs, read_result
 from protocols.schema import Protocol
 
 
@@ -48,7 +48,7 @@ def checkpoint_identity(proto: Protocol, runs: list[LoadedRun]) -> None:
     policies: dict[tuple[str, int], set[str]] = defaultdict(set)
     unhashed: set[tuple[str, int]] = set()
     for r in runs:
-        m = r.manifest
+        m = r.need_manifest()
         spec_policy = {}
         for a in m.arms:
             if a.name.split("@")[0] not in planned:

@@ -28,10 +28,9 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
-from pydantic import ValidationError
 
 from evalsuite.rates import StatsInputError
-from harness.rundir import RunDirError, latest_results
+from harness.rundir import LoadedRun, load_run
 from harness.schema import EpisodeResult, RunManifest
 from protocols.schema import Protocol
 
@@ -46,31 +45,6 @@ INT_COLS = ("train_seed", "episode_seed")
 
 class EvalDataError(StatsInputError):
     """The run data do not fit the plan (unbalanced, missing arm, bad field). The message names the fix."""
-
-
-@dataclass(frozen=True)
-class LoadedRun:
-    path: Path
-    manifest: RunManifest
-    results: list[EpisodeResult]
-    superseded: int
-
-
-def load_run(run_dir: str | Path) -> LoadedRun:
-    """Read ``manifest.json`` and the counting attempt of every episode (``harness.rundir.latest_results``)."""
-    root = Path(run_dir)
-    mpath = root / "manifest.json"
-    if not mpath.is_file():
-        raise EvalDataError(f"{root}: no manifest.json; is this a run directory written by `tgsuite eval`?")
-    try:
-        manifest = RunManifest.model_validate_json(mpath.read_text(encoding="utf-8"))
-    except ValidationError as exc:
-        raise EvalDataError(f"{mpath}: not a valid RunManifest: {exc.errors()[0]}") from None
-    try:
-        latest = latest_results(root)  # the counting attempt per episode: harness.rundir's rules
-    except RunDirError as exc:
-        raise EvalDataError(str(exc)) from None
-    return LoadedRun(root, manifest, latest.results, latest.superseded)
 
 
 def single_seed(protocol: Protocol) -> int | None:
@@ -204,7 +178,7 @@ def _collect_rows(
     foreign: set[str] = set()
     for run in runs:
         for res in run.results:
-            arm, seed = parse_arm(res.arm, run.manifest, set(roles) | ctrl, single_seed(protocol))
+            arm, seed = parse_arm(res.arm, run.need_manifest(), set(roles) | ctrl, single_seed(protocol))
             if arm not in roles:
                 foreign.add(arm)
                 continue
@@ -222,12 +196,12 @@ def _collect_rows(
 
 
 def _expected_tasks(runs: list[LoadedRun], protocol: Protocol) -> tuple[list[str], list[str]]:
-    shas = {r.manifest.task_set_sha256 for r in runs}
+    shas = {r.need_manifest().task_set_sha256 for r in runs}
     if len(shas) > 1:
         raise EvalDataError(
             f"runs use different task sets {sorted(s[:12] for s in shas)}; analyse runs of one held-out set together"
         )
-    tasks = sorted({i for r in runs for i in r.manifest.instance_ids})
+    tasks = sorted({i for r in runs for i in r.need_manifest().instance_ids})
     return tasks, []  # an instance list other than the plan's n_tasks: evalsuite.analyze.task_list_reason
 
 

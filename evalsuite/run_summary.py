@@ -23,9 +23,9 @@ from pathlib import Path
 import pandas as pd
 
 from evalsuite.describe import joint_table, rate_ci
-from evalsuite.outcomes import load_run
 from evalsuite.rates import se_clt
 from evalsuite.schema import ArmAggregate, MetricMean, RunAggregate
+from harness.rundir import load_run
 from harness.schema import EpisodeMetrics, EpisodeResult, RunManifest
 
 AGGREGATE_FILE = "aggregate.json"
@@ -87,11 +87,11 @@ def aggregate_run(results: Sequence[EpisodeResult], manifest: RunManifest | None
 
 def aggregate_run_dir(run_dir: str | Path, *, config: Mapping[str, float | int | str | bool | None] | None = None,
                       write: bool = True) -> RunAggregate:
-    """``aggregate_run`` over a run directory (``evalsuite.outcomes.load_run``: the latest attempt of each episode);
+    """``aggregate_run`` over a run directory (``harness.rundir.load_run``: the latest attempt of each episode);
     with ``write`` it is also written to ``RUN_DIR/aggregate.json``. Raises ``EvalDataError`` naming the file."""
     run = load_run(run_dir)
     results = sorted(run.results, key=lambda r: (r.arm, r.instance_id, r.seed))
-    agg = aggregate_run(results, run.manifest, config=config, run_id=run.manifest.run_id)
+    agg = aggregate_run(results, run.need_manifest(), config=config, run_id=run.need_manifest().run_id)
     if write:
         path = Path(run_dir) / AGGREGATE_FILE
         tmp = path.with_name(path.name + ".tmp")

@@ -27,7 +27,6 @@ import pandas as pd
 from scipy import stats
 
 from evalsuite.noninferiority import mcnemar_test, rd_ci_paired
-from evalsuite.outcomes import load_run
 from evalsuite.rates import StatsInputError
 from evalsuite.schema import (
     CanDoResult,
@@ -42,6 +41,7 @@ from evalsuite.schema import (
     PairedChange,
     TrendTest,
 )  # fmt: skip
+from harness.rundir import load_run
 
 _KIND_SCORE = {"correct": 0.0, "irrelevant": 0.5, "wrong": 1.0}
 _MIX = re.compile(r"^wrong=(?P<f>[0-9.]+)$")
@@ -53,7 +53,7 @@ def episode_frame(run_dirs: Sequence[str | Path]) -> pd.DataFrame:
     rows = []
     for d in run_dirs:
         run = load_run(d)
-        specs = {a.name: a.train_seed for a in run.manifest.arms}
+        specs = {a.name: a.train_seed for a in run.need_manifest().arms}
         for r in run.results:
             if r.scored:
                 arm, _, seed = r.arm.partition("@s")

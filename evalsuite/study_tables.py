@@ -3,7 +3,7 @@
 ``tgsuite.pipeline.studies`` / ``tiers`` / ``probes`` train and evaluate the study models and call these builders;
 everything that turns their run directories into frames, paired rows and study results lives here:
 
-- :func:`study_frame` — scored episodes (highest attempt, ``evalsuite.outcomes.load_run``) of the study models,
+- :func:`study_frame` — scored episodes (highest attempt, ``harness.rundir.load_run``) of the study models,
   with study label and training seed; :func:`noisy_frame` / :func:`noisy_result` (noisy feedback),
   :func:`can_do_rows` / :func:`can_do_result` (plain vs corrective answers of the same states),
   :func:`equal_compute_result` (TG vs GRPO at matched FLOPs, from ``CheckpointEval`` rows the caller read from the
@@ -26,7 +26,6 @@ from typing import Any
 import pandas as pd
 
 from evalsuite.describe import rate_ci
-from evalsuite.outcomes import load_run
 from evalsuite.probes import hint_probe_study
 from evalsuite.rates import StatsInputError
 from evalsuite.schema import (
@@ -42,6 +41,7 @@ from evalsuite.schema import (
     ProbeInfo,
 )
 from evalsuite.studies import can_do_study, equal_compute_study, noisy_feedback_study
+from harness.rundir import load_run
 
 StudyArms = Mapping[str, tuple[str, int]]  # runner arm -> (study label, training seed; -1 = the SFT base)
 ENDPOINTS = ("behaviour_ok", "code_ok", "joint_ok")

@@ -27,9 +27,10 @@ from harness.infra import ControlCache, RetryPolicy
 from harness.interfaces import EpisodeLimits
 from harness.mcp_bridge import BRIDGE_SPEC, ToolBridge
 from harness.run_control import run_id_for, stop_on_signals
+from harness.rundir import episode_dir
 from harness.runner import plan_work, rebuild_results, run_lock
 from harness.runner_arms import ARM_NAME, snapshot_metrics
-from harness.runner_episode import EpisodeContext, EpisodeJob, SandboxFactory, episode_dir, run_attempt
+from harness.runner_episode import EpisodeContext, EpisodeJob, SandboxFactory, run_attempt
 from harness.runner_manifest import build_manifest, check_resume_compatible, write_manifest
 from harness.schema import EpisodeResult, TaskSet
 

@@ -22,12 +22,18 @@ import logging
 import socket
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from harness.agent import system_prompt
 from harness.mcp_bridge import ToolBridge
 from harness.schema import TaskInstance
 from harness.tools import tool_schemas
+
+if TYPE_CHECKING:  # the optional `mcp` extra: imported at run time only inside the functions that serve
+    import mcp_types
+    import uvicorn
+    from mcp.server.context import ServerRequestContext
+    from mcp.server.lowlevel import Server
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +47,7 @@ def instructions_for(instance: TaskInstance) -> str:
     return f"{system_prompt()}\n\nThe task (the user's message):\n\n{instance.problem_statement}"
 
 
-def build_server(bridge: ToolBridge, instance: TaskInstance) -> Any:
+def build_server(bridge: ToolBridge, instance: TaskInstance) -> Server:
     """A low-level ``mcp.server.lowlevel.Server`` serving ``bridge`` (module docstring)."""
     import anyio.to_thread
     import mcp_types as types
@@ -51,18 +57,22 @@ def build_server(bridge: ToolBridge, instance: TaskInstance) -> Any:
                         input_schema=s["function"]["parameters"]) for s in tool_schemas()]
     schemas = {t.name: t.input_schema for t in tools}
 
-    async def list_tools(ctx: Any, params: Any) -> Any:
+    async def list_tools(ctx: ServerRequestContext,
+                         params: mcp_types.PaginatedRequestParams | None) -> mcp_types.ListToolsResult:
         return types.ListToolsResult(tools=tools)
 
-    async def call_tool(ctx: Any, params: Any) -> Any:
+    async def call_tool(ctx: ServerRequestContext,
+                        params: mcp_types.CallToolRequestParams) -> mcp_types.CallToolResult:
         answer = await anyio.to_thread.run_sync(bridge.call, params.name, params.arguments, abandon_on_cancel=True)
         return types.CallToolResult(content=[types.TextContent(text=answer.text)], is_error=answer.error)
 
-    async def list_prompts(ctx: Any, params: Any) -> Any:
+    async def list_prompts(ctx: ServerRequestContext,
+                           params: mcp_types.PaginatedRequestParams | None) -> mcp_types.ListPromptsResult:
         return types.ListPromptsResult(prompts=[types.Prompt(name=TASK_PROMPT,
                                                              description="the task: the user's problem statement")])
 
-    async def get_prompt(ctx: Any, params: Any) -> Any:
+    async def get_prompt(ctx: ServerRequestContext,
+                         params: mcp_types.GetPromptRequestParams) -> mcp_types.GetPromptResult:
         if params.name != TASK_PROMPT:
             from mcp.shared.exceptions import MCPError
 
@@ -75,7 +85,7 @@ def build_server(bridge: ToolBridge, instance: TaskInstance) -> Any:
                   get_tool_input_schema=schemas.get)
 
 
-def serve_stdio(server: Any) -> None:
+def serve_stdio(server: Server) -> None:
     """Serve one client over this process's stdin / stdout until stdin closes (blocks)."""
     import anyio
     from mcp.server.stdio import stdio_server
@@ -93,7 +103,7 @@ class HttpServer:
 
     port: int
     thread: threading.Thread
-    uvicorn_server: Any
+    uvicorn_server: uvicorn.Server
 
     @property
     def url(self) -> str:
@@ -104,7 +114,7 @@ class HttpServer:
         self.thread.join(timeout)
 
 
-def serve_http(server: Any, port: int = 0) -> HttpServer:
+def serve_http(server: Server, port: int = 0) -> HttpServer:
     """Start serving streamable HTTP on the loopback interface (``port`` 0: a free one); returns once it listens.
     Raises OSError naming the port when it cannot bind."""
     import uvicorn

@@ -31,7 +31,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Literal
 
-from harness.runner_manifest import MANIFEST_FILE, read_manifest
+from harness.rundir import MANIFEST_FILE, read_manifest
 
 RunKind = Literal["eval", "grade"]
 _RUN_ENTRIES = frozenset({MANIFEST_FILE, "episodes", "results.jsonl", "aggregate.json", "controls"})

@@ -1,7 +1,13 @@
-"""The one reader of a run directory's episodes, and its attempt rules (``tgsuite eval --out DIR``).
+"""The one run-directory module (``tgsuite eval --out DIR``): its layout, its attempt rules and its readers.
 
-Layout: ``DIR/episodes/<instance_id>/<arm>/s<seed>/a<attempt>/result.json`` (plus trajectory, patch, grade logs).
-An episode is one (instance, arm, seed); each try at it is an attempt directory ``a0``, ``a1``, ...
+Layout: ``DIR/manifest.json`` (``RunManifest``, :func:`read_manifest`), ``DIR/results.jsonl`` (derived: written by
+``harness.runner.rebuild_results``, read by nobody here) and
+``DIR/episodes/<instance_id>/<arm>/s<seed>/a<attempt>/{result.json, trajectory.jsonl, patch.diff, grade/}``
+(:func:`episode_dir`, :func:`read_result`, :func:`read_trajectory`). An episode is one (instance, arm, seed); each
+try at it is an attempt directory ``a0``, ``a1``, ...
+
+:func:`load_run` is the one loader of a whole run: the analysis (``evalsuite``) and the report (``reports``) both
+read a run through it, so both see the same episodes: the counting attempt of every episode under ``episodes/``.
 
 Attempt rules (used by resume, regrade, ``results.jsonl``, the analysis and the report; nowhere else):
 
@@ -14,11 +20,13 @@ Attempt rules (used by resume, regrade, ``results.jsonl``, the analysis and the 
   (``harness.runner.plan_work``).
 
 This module imports only ``harness.schema`` (no Docker, no torch), so ``evalsuite`` and ``reports`` may use it.
-A ``result.json`` that does not parse raises :class:`RunDirError` naming the file and the fix.
+A file that does not parse (``manifest.json``, ``result.json``, ``trajectory.jsonl``) raises :class:`RunDirError`
+naming the file and the fix.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,10 +34,12 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from harness.schema import EpisodeResult
+from harness.schema import EpisodeResult, Message, RunManifest, Trajectory
 
+MANIFEST_FILE = "manifest.json"
 EPISODES_DIR = "episodes"
 RESULT_FILE = "result.json"
+TRAJECTORY_FILE = "trajectory.jsonl"
 _ATTEMPT = re.compile(r"a\d+")
 
 
@@ -44,6 +54,30 @@ class LatestResults:
 
     results: list[EpisodeResult]
     superseded: int
+
+
+@dataclass(frozen=True)
+class LoadedRun:
+    """One run directory read back (:func:`load_run`): its manifest (None when it has no ``manifest.json``), the
+    counting result of every episode (sorted by instance, arm, seed) and how many finished lower attempts those
+    superseded."""
+
+    path: Path
+    manifest: RunManifest | None
+    results: tuple[EpisodeResult, ...]
+    superseded: int
+
+    def need_manifest(self) -> RunManifest:
+        """The manifest; :class:`RunDirError` when the run has none (the analysis needs it: arms, seeds, tasks)."""
+        if self.manifest is None:
+            raise RunDirError(f"{self.path}: no {MANIFEST_FILE}; is this a run directory written by `tgsuite eval`?")
+        return self.manifest
+
+
+def episode_dir(run_dir: Path, instance_id: str, arm: str, seed: int, attempt: int | None = None) -> Path:
+    """``run_dir/episodes/<instance_id>/<arm>/s<seed>`` (one episode), or its attempt ``a<attempt>`` directory."""
+    d = Path(run_dir) / EPISODES_DIR / instance_id / arm / f"s{seed}"
+    return d if attempt is None else d / f"a{attempt}"
 
 
 def attempt_indices(episode_dir: Path) -> list[int]:
@@ -62,9 +96,7 @@ def read_result(attempt_dir: Path) -> EpisodeResult | None:
     try:
         return EpisodeResult.model_validate_json(p.read_text(encoding="utf-8", errors="strict"))
     except ValidationError as exc:
-        e = exc.errors()[0]
-        field = ".".join(str(x) for x in e["loc"]) or "<root>"
-        raise RunDirError(f"{p}: not an episode result (not a valid EpisodeResult: field {field}: {e['msg']}); fix: "
+        raise RunDirError(f"{p}: not an episode result (not a valid EpisodeResult: {_first_error(exc)}); fix: "
                           f"delete {p} (the attempt then re-runs on resume) or restore it from a copy") from None
     except UnicodeDecodeError as exc:
         raise RunDirError(f"{p}: not an episode result ({exc}); fix: delete {p} (the attempt then re-runs on "
@@ -99,3 +131,63 @@ def latest_results(run_dir: Path) -> LatestResults:
         superseded += sum((d / f"a{a}" / RESULT_FILE).is_file() for a in attempt_indices(d) if a < got[0])
     results.sort(key=lambda r: (r.instance_id, r.arm, r.seed))
     return LatestResults(results=results, superseded=superseded)
+
+
+def load_run(run_dir: str | Path, *, require_manifest: bool = True) -> LoadedRun:
+    """Read a run directory: ``manifest.json`` (:func:`read_manifest`) and the counting attempt of every episode
+    (:func:`latest_results`). ``require_manifest=False`` (the report) accepts a run without a manifest; a directory
+    with neither a manifest nor a finished episode is not a run directory. Errors are :class:`RunDirError`."""
+    root = Path(run_dir)
+    if not root.is_dir():
+        raise RunDirError(f"{root}: run directory does not exist; pass the folder given to `tgsuite eval --out`")
+    manifest = read_manifest(root)
+    if manifest is None and require_manifest:
+        raise RunDirError(f"{root}: no {MANIFEST_FILE}; is this a run directory written by `tgsuite eval`?")
+    latest = latest_results(root)
+    if manifest is None and not latest.results:
+        raise RunDirError(f"{root}: neither {MANIFEST_FILE} nor {EPISODES_DIR}/*/*/s*/a*/{RESULT_FILE} found; is "
+                          "this a run dir?")
+    return LoadedRun(path=root, manifest=manifest, results=tuple(latest.results), superseded=latest.superseded)
+
+
+def read_manifest(run_dir: Path) -> RunManifest | None:
+    """``run_dir/manifest.json``; None when the run has none. One that does not parse raises :class:`RunDirError`."""
+    p = Path(run_dir) / MANIFEST_FILE
+    if not p.is_file():
+        return None
+    try:
+        return RunManifest.model_validate_json(p.read_text(encoding="utf-8", errors="strict"))
+    except ValidationError as exc:
+        raise RunDirError(f"{p}: not a run manifest (not a valid RunManifest: {_first_error(exc)}); fix: use a new "
+                          "--out directory, or restore it from a copy") from None
+    except UnicodeDecodeError as exc:
+        raise RunDirError(f"{p}: not a run manifest ({exc}); fix: use a new --out directory, or restore it from a "
+                          "copy") from None
+
+
+def read_trajectory(path: Path) -> Trajectory:
+    """A ``trajectory.jsonl`` as ``harness.runner_episode.write_trajectory`` writes it (a ``{"type": "trajectory"}``
+    header line, then one ``{"type": "message"}`` line per message); :class:`RunDirError` naming the file and line
+    on bad content."""
+    header: dict | None = None
+    messages: list[Message] = []
+    for i, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            kind = obj.pop("type")
+            if kind == "trajectory":
+                header = obj
+            else:
+                messages.append(Message.model_validate(obj))
+        except (ValueError, KeyError) as exc:
+            raise RunDirError(f"{path}:{i}: not a trajectory event ({exc}); fix: delete the attempt to re-run it") from exc
+    if header is None:
+        raise RunDirError(f"{path}: no trajectory header line; fix: delete the attempt to re-run it")
+    return Trajectory.model_validate({**header, "messages": messages})
+
+
+def _first_error(exc: ValidationError) -> str:
+    e = exc.errors()[0]
+    return f"field {'.'.join(str(x) for x in e['loc']) or '<root>'}: {e['msg']}"

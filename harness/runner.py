@@ -47,16 +47,9 @@ from harness.infra import (
 )
 from harness.interfaces import EpisodeLimits, FeedbackProvider, Policy
 from harness.run_control import RunInterrupted, check_out_dir, run_id_for, stop_on_signals
-from harness.rundir import attempt_indices, counting_attempt, episode_dirs
+from harness.rundir import attempt_indices, counting_attempt, episode_dir, episode_dirs, read_result
 from harness.runner_arms import ARM_NAME, resolve_arms, snapshot_metrics
-from harness.runner_episode import (
-    EpisodeContext,
-    EpisodeJob,
-    SandboxFactory,
-    episode_dir,
-    read_result,
-    run_attempt,
-)
+from harness.runner_episode import EpisodeContext, EpisodeJob, SandboxFactory, run_attempt
 from harness.runner_manifest import build_manifest, check_resume_compatible, describe_feedback, write_manifest
 from harness.schema import EpisodeMetrics, EpisodeResult, TaskInstance, TaskSet, Trajectory
 

@@ -30,10 +30,10 @@ from harness.grading import GRADER_VERSION, InfraPolicy
 from harness.infra import ControlCache, Outcome, agent_outcome, atomic_write_text, classify_exception, settle_ambiguous
 from harness.interfaces import EpisodeLimits, FeedbackProvider, Policy
 from harness.metrics import format_draft_calls, format_drafts
-from harness.rundir import RESULT_FILE, read_result  # noqa: F401  (re-exported: the runner reads results)
+from harness.rundir import RESULT_FILE, episode_dir
 from harness.sandbox import Sandbox
-from harness.sandbox_providers import SandboxFactory  # noqa: F401  (re-exported: the runner's seam)
-from harness.schema import EpisodeMetrics, EpisodeResult, Grade, Message, TaskInstance, Trajectory
+from harness.sandbox_providers import Role, SandboxFactory  # noqa: F401  (SandboxFactory re-exported: the runner's seam)
+from harness.schema import EpisodeMetrics, EpisodeResult, Grade, TaskInstance, Trajectory
 from protocols.provenance import utc_now
 
 log = logging.getLogger(__name__)
@@ -65,40 +65,15 @@ class EpisodeContext:
     stop: threading.Event = field(default_factory=threading.Event)  # set on SIGINT/SIGTERM (harness.run_control)
 
 
-def episode_dir(out_dir: Path, instance_id: str, arm: str, seed: int, attempt: int | None = None) -> Path:
-    d = Path(out_dir) / "episodes" / instance_id / arm / f"s{seed}"
-    return d if attempt is None else d / f"a{attempt}"
-
-
 # ------------------------------------------------------------------------------------------------ trajectory files
 
 
 def write_trajectory(path: Path, traj: Trajectory) -> None:
+    """Header line, then one line per message; read back by ``harness.rundir.read_trajectory``."""
     header = traj.model_dump(mode="json", exclude={"messages"})
     lines = [json.dumps({"type": "trajectory", **header})]
     lines += [json.dumps({"type": "message", **m.model_dump(mode="json")}) for m in traj.messages]
     atomic_write_text(path, "\n".join(lines) + "\n")
-
-
-def read_trajectory(path: Path) -> Trajectory:
-    """Inverse of ``write_trajectory``; raises ValueError naming the file and line on bad content."""
-    header: dict | None = None
-    messages: list[Message] = []
-    for i, line in enumerate(Path(path).read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-            kind = obj.pop("type")
-            if kind == "trajectory":
-                header = obj
-            else:
-                messages.append(Message.model_validate(obj))
-        except (ValueError, KeyError) as exc:
-            raise ValueError(f"{path}:{i}: not a trajectory event ({exc}); fix: delete the attempt to re-run it") from exc
-    if header is None:
-        raise ValueError(f"{path}: no trajectory header line; fix: delete the attempt to re-run it")
-    return Trajectory.model_validate({**header, "messages": messages})
 
 
 # ------------------------------------------------------------------------------------------------ one attempt

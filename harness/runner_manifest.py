@@ -22,22 +22,11 @@ from typing import Any
 
 from harness.grading import GRADER_VERSION
 from harness.infra import atomic_write_text
-from harness.interfaces import EpisodeLimits
+from harness.interfaces import EpisodeLimits, FeedbackProvider, Policy
+from harness.rundir import MANIFEST_FILE, read_manifest
 from harness.sandbox_providers import SandboxFactory
 from harness.schema import ArmSpec, RunManifest, TaskSet
 from protocols.provenance import git_state, package_versions, utc_now
-
-MANIFEST_FILE = "manifest.json"
-
-
-def read_manifest(out_dir: Path) -> RunManifest | None:
-    p = Path(out_dir) / MANIFEST_FILE
-    if not p.is_file():
-        return None
-    try:
-        return RunManifest.model_validate_json(p.read_text())
-    except ValueError as exc:
-        raise ValueError(f"{p}: not a run manifest ({exc}); fix: use a new --out directory") from exc
 
 
 def check_resume_compatible(out_dir: Path, task_set: TaskSet, arm_specs: dict[str, str]) -> None:
@@ -55,7 +44,8 @@ def check_resume_compatible(out_dir: Path, task_set: TaskSet, arm_specs: dict[st
                              f"{arm_specs[arm.name]!r}; fix: give the new policy another arm name or a new --out")
 
 
-def describe_feedback(feedback: Any, arms: list[str]) -> dict[str, str]:
+def describe_feedback(feedback: FeedbackProvider | Mapping[str, FeedbackProvider | None] | None,
+                      arms: list[str]) -> dict[str, str]:
     """``{arm: the provider's repr}`` for the arms that get hints (``feedback``: one provider for every arm, or
     ``{arm: provider}`` as ``run_eval`` takes it). The shipped providers are frozen dataclasses, whose repr names
     every setting (kind, placement, checkers, mixture weights); any other provider is named by its class."""
@@ -66,9 +56,9 @@ def describe_feedback(feedback: Any, arms: list[str]) -> dict[str, str]:
             for a, fb in sorted(per_arm.items()) if fb is not None and a in arms}
 
 
-def build_manifest(*, run_id: str, task_set: TaskSet, arm_specs: dict[str, str], seeds: list[int], factory: SandboxFactory,
-                   limits: EpisodeLimits, protocol_hash: str | None, argv: list[str],
-                   policies: dict[str, Any], feedback: dict[str, str] | None = None) -> RunManifest:
+def build_manifest(*, run_id: str, task_set: TaskSet, arm_specs: dict[str, str], seeds: list[int],
+                   factory: SandboxFactory, limits: EpisodeLimits, protocol_hash: str | None, argv: list[str],
+                   policies: Mapping[str, Policy], feedback: dict[str, str] | None = None) -> RunManifest:
     """A manifest for this invocation, merged with the one already in the run directory (if any)."""
     arms = [ArmSpec(name=n, policy=s, checkpoint_sha256=getattr(_inner(policies.get(n)), "checkpoint_sha256", None),
                     train_seed=getattr(_inner(policies.get(n)), "train_seed", None),
@@ -87,11 +77,12 @@ def build_manifest(*, run_id: str, task_set: TaskSet, arm_specs: dict[str, str],
     )
 
 
-def _inner(policy: Any) -> Any:
+def _inner(policy: Policy | None) -> object:
+    """The policy a wrapper (e.g. a hint or timing wrapper with ``.inner``) delegates to; the policy itself else."""
     return getattr(policy, "inner", policy)
 
 
-def generation_of(policy: Any) -> dict[str, Any]:
+def generation_of(policy: Policy | None) -> dict[str, Any]:
     """The policy's ``generation_settings()`` (what it sends / samples with), {} when it has none."""
     settings = getattr(_inner(policy), "generation_settings", None)
     return dict(settings()) if callable(settings) else {}

@@ -39,8 +39,8 @@ from typing import Any
 
 from harness.infra import ControlCache, atomic_write_bytes
 from harness.interfaces import EpisodeLimits, FeedbackProvider, Policy
-from harness.rundir import RESULT_FILE
-from harness.runner_episode import EpisodeContext, EpisodeJob, episode_dir, run_attempt
+from harness.rundir import RESULT_FILE, episode_dir
+from harness.runner_episode import EpisodeContext, EpisodeJob, run_attempt
 from harness.runner_sandbox import TaskSandboxFactory
 from harness.sandbox import SandboxKind, SandboxSpec
 from harness.schema import EpisodeMetrics, EpisodeResult, TaskInstance, TaskSet, Trajectory

@@ -17,10 +17,9 @@ from pathlib import Path
 from harness.grading import GRADER_VERSION, STDERR_SEPARATOR, TEST_LOG_ARTIFACT, grade_from_output
 from harness.infra import ControlCache, Outcome, agent_outcome, atomic_write_text, settle_ambiguous
 from harness.interfaces import EpisodeLimits
-from harness.rundir import RESULT_FILE, counting_attempt, episode_dirs
+from harness.rundir import RESULT_FILE, counting_attempt, episode_dirs, read_manifest, read_trajectory
 from harness.runner import rebuild_results, run_lock
-from harness.runner_episode import EpisodeContext, EpisodeJob, episode_result, read_trajectory
-from harness.runner_manifest import read_manifest
+from harness.runner_episode import EpisodeContext, EpisodeJob, episode_result
 from harness.schema import EpisodeResult, Grade, TaskSet
 
 log = logging.getLogger(__name__)

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from evalsuite.schema import AnalysisResult, RunAggregate
+from harness.rundir import LoadedRun, episode_dir, load_run
 from harness.schema import EpisodeResult, RunManifest
 from protocols.provenance import utc_now
 from protocols.schema import FrozenProtocol
@@ -173,7 +174,7 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _write_pages(out: Path, runs: Sequence[episodes.LoadedRun], paged: set[str]) -> list[str]:
+def _write_pages(out: Path, runs: Sequence[LoadedRun], paged: set[str]) -> list[str]:
     tdir = out / "trajectories"
     for old in tdir.glob("*.html") if tdir.is_dir() else ():
         old.unlink()  # pages of an earlier report would be stale; nothing else in the folder is touched
@@ -182,10 +183,10 @@ def _write_pages(out: Path, runs: Sequence[episodes.LoadedRun], paged: set[str])
     tdir.mkdir(parents=True, exist_ok=True)
     written = []
     for run in runs:
-        for ep in run.episodes:
+        for ep in run.results:
             if pages.episode_key(ep) not in paged:
                 continue
-            files = episodes.read_episode_files(episodes.episode_dir(run.path, ep))
+            files = episodes.read_episode_files(episode_dir(run.path, ep.instance_id, ep.arm, ep.seed, ep.attempt))
             name = pages.page_name(ep)
             _write(out / name, render.render_trajectory(pages.trajectory_view(ep, files)))
             written.append(name)
@@ -213,9 +214,9 @@ def build_report(
     a = load_analysis(analysis) if isinstance(analysis, str | Path) else analysis
     proto = load_protocol(protocol) if isinstance(protocol, str | Path) else protocol
     dirs, warn = _resolve_run_dirs(a, run_dirs, base)
-    runs = [episodes.load_run(d) for d in dirs]
+    runs = [load_run(d, require_manifest=False) for d in dirs]
     all_manifests = list(manifests) + [r.manifest for r in runs if r.manifest is not None]
-    eps = [e for r in runs for e in r.episodes]
+    eps = [e for r in runs for e in r.results]
     paged = pages.select_pages(eps, max_trajectory_pages)
     train = training.load_training(training_metrics) if training_metrics else None
     now = now or utc_now()
@@ -246,8 +247,8 @@ def build_descriptive_report(
     ``aggregate.json`` (the aggregate it shows) in ``out_dir``. Returns (episodes, trajectory pages)."""
     from reports.descriptive import descriptive_view
 
-    run = episodes.load_run(Path(run_dir))
-    eps = list(run.episodes)
+    run = load_run(run_dir, require_manifest=False)
+    eps = list(run.results)
     paged = pages.select_pages(eps, max_trajectory_pages)
     now = now or utc_now()
     view = descriptive_view(aggregate, eps, paged=paged, max_pages=max_trajectory_pages, now=now)

@@ -1,8 +1,8 @@
-"""Read episodes back from run directories (ARCHITECTURE §4) for the per-episode table and trajectory pages.
+"""What a trajectory page shows of one episode directory (ARCHITECTURE §4): trajectory, patch and grading logs.
 
-A run directory holds ``manifest.json``, ``results.jsonl`` (one ``EpisodeResult`` per line, derived) and
-``episodes/<instance_id>/<arm>/s<seed>/a<attempt>/{trajectory.jsonl, patch.diff, grade/, result.json}``.
-``results.jsonl`` is read when present (fast); otherwise every ``result.json`` under ``episodes/`` is read.
+Runs themselves are read by ``harness.rundir.load_run`` (the analysis reads them through it too, so the report's
+per-episode table and the analysis see the same episodes); the attempt directory of an episode is
+``harness.rundir.episode_dir``.
 
 ``trajectory.jsonl`` is accepted in the shapes the harness may write: the runner's event format (a
 ``{"type": "trajectory", …}`` header line, then one ``{"type": "message", …}`` line per message; see
@@ -20,24 +20,11 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from harness import rundir
-from harness.rundir import latest_results
-from harness.schema import EpisodeResult, Message, RunManifest, Trajectory
+from harness.schema import Message, Trajectory
 
 log = logging.getLogger(__name__)
 
 GRADE_LOG_NAMES = ("test_output.txt", "grade.json", "eval.sh", "junit.xml", "exit_code", "status_map.json", "behaviour.json")
-
-
-class RunDirError(ValueError):
-    """A run directory that cannot be read; the message names the file, the field and the fix."""
-
-
-@dataclass(frozen=True)
-class LoadedRun:
-    path: Path
-    manifest: RunManifest | None
-    episodes: tuple[EpisodeResult, ...]
 
 
 @dataclass(frozen=True)
@@ -51,57 +38,9 @@ class EpisodeFiles:
     grade_logs: tuple[tuple[str, str], ...]
 
 
-def read_manifest(run_dir: Path) -> RunManifest | None:
-    f = run_dir / "manifest.json"
-    if not f.is_file():
-        return None
-    try:
-        return RunManifest.model_validate_json(f.read_text(encoding="utf-8"))
-    except ValidationError as exc:
-        raise RunDirError(f"{f}: not a valid RunManifest ({_first_error(exc)}); re-run `tgsuite eval` to rewrite it") from exc
-
-
 def _first_error(exc: ValidationError) -> str:
     e = exc.errors()[0]
     return f"field {'.'.join(str(x) for x in e['loc']) or '<root>'}: {e['msg']}"
-
-
-def read_results(run_dir: Path) -> tuple[EpisodeResult, ...]:
-    """The counting result of every episode: ``results.jsonl`` (derived with ``harness.rundir``'s rules) if present,
-    else ``harness.rundir.latest_results`` over ``episodes/``."""
-    res = run_dir / "results.jsonl"
-    out: list[EpisodeResult] = []
-    if res.is_file():
-        with res.open(encoding="utf-8") as fh:
-            for i, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    out.append(EpisodeResult.model_validate_json(line))
-                except ValidationError as exc:
-                    raise RunDirError(
-                        f"{res}:{i}: not a valid EpisodeResult ({_first_error(exc)}); rebuild results.jsonl from "
-                        "episodes/ (`tgsuite eval --resume`) or fix the line"
-                    ) from exc
-        return tuple(out)
-    try:
-        out = latest_results(run_dir).results  # no results.jsonl: the counting attempt per episode (harness.rundir)
-    except rundir.RunDirError as exc:
-        raise RunDirError(str(exc)) from None
-    if not out:
-        raise RunDirError(f"{run_dir}: neither results.jsonl nor episodes/*/*/s*/a*/result.json found; is this a run dir?")
-    return tuple(out)
-
-
-def load_run(run_dir: str | Path) -> LoadedRun:
-    p = Path(run_dir)
-    if not p.is_dir():
-        raise RunDirError(f"{p}: run directory does not exist; pass the folder given to `tgsuite eval --out`")
-    return LoadedRun(path=p, manifest=read_manifest(p), episodes=read_results(p))
-
-
-def episode_dir(run_dir: Path, ep: EpisodeResult) -> Path:
-    return run_dir / "episodes" / ep.instance_id / ep.arm / f"s{ep.seed}" / f"a{ep.attempt}"
 
 
 def _parse_trajectory(text: str) -> tuple[Trajectory | None, tuple[Message, ...]]:

@@ -21,7 +21,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.behaviour import MARKDOWN_HINT  # noqa: E402
-from harness.runner_episode import read_trajectory  # noqa: E402
+from harness.rundir import read_trajectory  # noqa: E402
 from harness.tools import tool_schemas  # noqa: E402
 from repro.tokenizer import ChatEncoder, load_tokenizer  # noqa: E402
 

@@ -29,8 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from evalsuite.canary.schema import CanaryAssignment, CanaryEpisode
-from evalsuite.outcomes import load_run
 from evalsuite.rates import StatsInputError
+from harness.rundir import load_run
 from harness.schema import EpisodeResult
 
 

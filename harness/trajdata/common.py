@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from harness.schema import Message, ToolCall, Trajectory
 from harness.tools import TOOL_NAMES, format_tool_call, validate_arguments
@@ -27,6 +26,10 @@ class NoTrajectory(RecordError):
     """An entry of a log that holds no trajectory to import (always counted as a skip, never an error)."""
 
 
+ErrorAt = Callable[[str, str, str], RecordError]
+"""The ``RecordError`` of the record being read, from (field, problem, fix): the importers' ``err``."""
+
+
 def sha256_file(path: str | Path) -> str:
     h = hashlib.sha256()
     with Path(path).open("rb") as fh:
@@ -40,7 +43,7 @@ def record_id(prov: Provenance) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
-def normalise_call(name: str, arguments: Any, call_id: str | None, *, parse_error: str | None = None) -> ToolCall:
+def normalise_call(name: str, arguments: object, call_id: str | None, *, parse_error: str | None = None) -> ToolCall:
     """A logged tool call as a ``ToolCall``. Arguments may be a JSON string (OpenAI) or an object (Inspect).
 
     Invalid when the arguments do not parse to a JSON object, when the log itself records a parse error, or when the
@@ -53,7 +56,7 @@ def normalise_call(name: str, arguments: Any, call_id: str | None, *, parse_erro
         return ToolCall(name="", raw=raw, valid=False, error="the tool call has no function name", call_id=call_id)
     if parse_error:
         return ToolCall(name=name, raw=raw, valid=False, error=f"logged parse error: {parse_error}", call_id=call_id)
-    args = arguments
+    args: object = arguments
     if isinstance(arguments, str):
         try:
             args = json.loads(arguments) if arguments.strip() else {}

@@ -27,9 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.rundir import latest_results
-from harness.runner_episode import read_trajectory
-from harness.runner_manifest import read_manifest
+from harness.rundir import TRAJECTORY_FILE, episode_dir, latest_results, read_manifest, read_trajectory
 from harness.schema import EpisodeResult, RunManifest, Trajectory
 from harness.tools import ERROR_PREFIX, visible_text
 
@@ -174,7 +172,7 @@ def export_inspect(run_dir: str | Path, out_dir: str | Path) -> list[Path]:
     for arm in sorted({r.arm for r in results}):
         samples = []
         for r in (r for r in results if r.arm == arm):
-            d = root / "episodes" / r.instance_id / r.arm / f"s{r.seed}" / f"a{r.attempt}" / "trajectory.jsonl"
+            d = episode_dir(root, r.instance_id, r.arm, r.seed, r.attempt) / TRAJECTORY_FILE
             try:
                 traj = read_trajectory(d) if d.is_file() else None
             except ValueError as exc:

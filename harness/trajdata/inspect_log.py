@@ -23,20 +23,29 @@ from __future__ import annotations
 import json
 import re
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from harness.schema import Message
 from harness.tools import ERROR_PREFIX
-from harness.trajdata.common import LOG_POLICY, RecordError, make_record, normalise_call, render_assistant, sha256_file
+from harness.trajdata.common import (
+    LOG_POLICY,
+    ErrorAt,
+    RecordError,
+    make_record,
+    normalise_call,
+    render_assistant,
+    sha256_file,
+)
 from harness.trajdata.schema import Provenance, RecordOutcome, SourceFormat, TrajectoryRecord
 
 _ATTACH = re.compile(r"attachment://([0-9A-Za-z_-]+)")
 _SAMPLE_MEMBER = re.compile(r"^samples/.+\.json$")
 
 
-def _resolve(value: Any, attachments: dict[str, str], err: Any) -> Any:
+def _resolve(value: object, attachments: dict[str, str], err: ErrorAt) -> object:
+    """``value`` (parsed JSON) with every ``attachment://<hash>`` reference in its strings replaced."""
     if isinstance(value, str):
         def sub(m: re.Match[str]) -> str:
             if m.group(1) not in attachments:
@@ -51,15 +60,15 @@ def _resolve(value: Any, attachments: dict[str, str], err: Any) -> Any:
     return value
 
 
-def _parts(content: Any, err: Any, where: str) -> tuple[str, str]:
+def _parts(content: object, err: ErrorAt, where: str) -> tuple[str, str]:
     if isinstance(content, str):
         return content, ""
     text, reasoning = [], []
     for j, part in enumerate(content if isinstance(content, list) else [None]):
         kind = part.get("type") if isinstance(part, dict) else None
-        if kind == "text":
+        if isinstance(part, dict) and kind == "text":
             text.append(str(part.get("text", "")))
-        elif kind == "reasoning":
+        elif isinstance(part, dict) and kind == "reasoning":
             reasoning.append(str(part.get("reasoning", "")))
         else:
             raise err(f"{where}[{j}]", f"content part of type {kind!r} is not text or reasoning",
@@ -67,10 +76,10 @@ def _parts(content: Any, err: Any, where: str) -> tuple[str, str]:
     return "".join(text), "\n".join(reasoning)
 
 
-def _message(m: Any, i: int, err: Any) -> Message:
+def _message(m: object, i: int, err: ErrorAt) -> Message:
     where = f"messages[{i}]"
     role = m.get("role") if isinstance(m, dict) else None
-    if role not in ("system", "user", "assistant", "tool"):
+    if not isinstance(m, dict) or role not in ("system", "user", "assistant", "tool"):
         raise err(f"{where}.role", f"role {role!r} is not system/user/assistant/tool", "fix the message role")
     text, reasoning = _parts(m.get("content", ""), err, f"{where}.content")
     if role == "assistant":
@@ -85,7 +94,7 @@ def _message(m: Any, i: int, err: Any) -> Message:
     return Message(role=role, content=text)
 
 
-def _score(scores: Any, score_name: str | None, err: Any) -> tuple[bool | None, float | None]:
+def _score(scores: Mapping[str, object] | None, score_name: str | None, err: ErrorAt) -> tuple[bool | None, float | None]:
     if not scores:
         return None, None
     if score_name is None:
@@ -95,7 +104,8 @@ def _score(scores: Any, score_name: str | None, err: Any) -> tuple[bool | None, 
         score_name = next(iter(scores))
     if score_name not in scores:
         raise err(f"scores.{score_name}", f"no such score (have {', '.join(sorted(scores))})", "fix --score")
-    v = scores[score_name].get("value") if isinstance(scores[score_name], dict) else None
+    entry = scores[score_name]
+    v = entry.get("value") if isinstance(entry, dict) else None
     if isinstance(v, bool):
         return v, float(v)
     if v in ("C", "I"):
@@ -106,7 +116,7 @@ def _score(scores: Any, score_name: str | None, err: Any) -> tuple[bool | None, 
               "pick a score whose value is C/I or numeric with --score")
 
 
-def _sample(s: Any, fmt: SourceFormat, path: Path, sha: str, model: str | None,
+def _sample(s: object, fmt: SourceFormat, path: Path, sha: str, model: str | None,
             score_name: str | None) -> TrajectoryRecord:
     sid, epoch = (s.get("id"), s.get("epoch", 1)) if isinstance(s, dict) else (None, None)
     loc = f"sample {sid} epoch {epoch}"
@@ -116,15 +126,17 @@ def _sample(s: Any, fmt: SourceFormat, path: Path, sha: str, model: str | None,
 
     if not isinstance(s, dict) or not isinstance(s.get("messages"), list) or not s["messages"]:
         raise err("messages", "missing or empty", "log the samples' messages (the default in inspect_ai)")
-    s = _resolve(s, s.get("attachments") or {}, err)
-    msgs = [_message(m, i, err) for i, m in enumerate(s["messages"])]
-    resolved, reward = _score(s.get("scores"), score_name, err)
-    error, limit = s.get("error"), s.get("limit")
+    attachments = s.get("attachments") or {}
+    sample: dict[str, Any] = {k: _resolve(v, attachments, err) for k, v in s.items()}  # parsed JSON
+    msgs = [_message(m, i, err) for i, m in enumerate(sample["messages"])]
+    resolved, reward = _score(sample.get("scores"), score_name, err)
+    error, limit = sample.get("error"), sample.get("limit")
     outcome = RecordOutcome(
         resolved=resolved, reward=reward, status="error" if error else None,
         infra_error=(str(error.get("message", "error")) if isinstance(error, dict) else str(error)) if error else None,
         truncated=f"{limit.get('type')} limit {limit.get('limit')}" if isinstance(limit, dict) else None)
-    meta = s.get("metadata") if isinstance(s.get("metadata"), dict) else {}
+    meta = sample.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
     prov = Provenance(source_format=fmt, path=str(path), locator=loc, source_id=str(sid), source_sha256=sha,
                       model=model)
     return make_record(msgs, instance_id=str(meta.get("instance_id") or sid), policy=model or LOG_POLICY, prov=prov,

@@ -32,13 +32,21 @@ from pathlib import Path
 from typing import Any
 
 from harness.schema import Message, ToolCall
-from harness.trajdata.common import LOG_POLICY, RecordError, make_record, normalise_call, render_assistant, sha256_file
+from harness.trajdata.common import (
+    LOG_POLICY,
+    ErrorAt,
+    RecordError,
+    make_record,
+    normalise_call,
+    render_assistant,
+    sha256_file,
+)
 from harness.trajdata.schema import Provenance, RecordOutcome, TrajectoryRecord
 
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 
 
-def _text(content: Any, err: Any, where: str) -> str:
+def _text(content: object, err: ErrorAt, where: str) -> str:
     if content is None:
         return ""
     if isinstance(content, str):
@@ -56,7 +64,7 @@ def _text(content: Any, err: Any, where: str) -> str:
               "write the message text as a string")
 
 
-def _calls(raw: Any, err: Any, where: str) -> list[ToolCall]:
+def _calls(raw: object, err: ErrorAt, where: str) -> list[ToolCall]:
     if raw is None:
         return []
     if not isinstance(raw, list):
@@ -64,14 +72,14 @@ def _calls(raw: Any, err: Any, where: str) -> list[ToolCall]:
     calls = []
     for j, c in enumerate(raw):
         fn = c.get("function") if isinstance(c, dict) else None
-        if not isinstance(fn, dict):
+        if not isinstance(c, dict) or not isinstance(fn, dict):
             raise err(f"{where}[{j}].function", "missing or not an object",
                       "give each call {\"function\": {\"name\": ..., \"arguments\": \"<json>\"}}")
         calls.append(normalise_call(str(fn.get("name") or ""), fn.get("arguments", "{}"), c.get("id")))
     return calls
 
 
-def _message(m: Any, i: int, err: Any, names: dict[str, str]) -> Message:
+def _message(m: object, i: int, err: ErrorAt, names: dict[str, str]) -> Message:
     where = f"messages[{i}]"
     if not isinstance(m, dict) or m.get("role") not in _ROLES:
         role = m.get("role") if isinstance(m, dict) else None
@@ -98,7 +106,7 @@ def _get(obj: dict[str, Any], key: str) -> Any:
 FEEDBACK_WORDS = {"up": 1.0, "down": -1.0}  # thumbs as canary logs write them (evalsuite.canary.schema)
 
 
-def _outcome(obj: dict[str, Any], err: Any) -> RecordOutcome:
+def _outcome(obj: dict[str, Any], err: ErrorAt) -> RecordOutcome:
     vals = {k: _get(obj, k) for k in ("resolved", "reward", "user_feedback", "infra_error", "truncated")}
     word = vals["user_feedback"]
     if isinstance(word, str):
@@ -123,7 +131,7 @@ def _outcome(obj: dict[str, Any], err: Any) -> RecordOutcome:
                          infra_error=str(vals["infra_error"]) if vals["infra_error"] else None, truncated=truncated)
 
 
-def _record(obj: Any, path: Path, n: int, sha: str, default_instance_id: str | None) -> TrajectoryRecord:
+def _record(obj: object, path: Path, n: int, sha: str, default_instance_id: str | None) -> TrajectoryRecord:
     loc = f"line {n}"
 
     def err(field: str, problem: str, fix: str) -> RecordError:

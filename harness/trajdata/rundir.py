@@ -15,8 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from harness.rundir import RESULT_FILE, counting_attempt, episode_dirs
-from harness.runner_episode import read_trajectory
+from harness.rundir import RESULT_FILE, counting_attempt, episode_dirs, read_trajectory
 from harness.schema import EpisodeResult
 from harness.signals import grade_code_runs
 from harness.trajdata.common import NoTrajectory, RecordError, record_id, sha256_file

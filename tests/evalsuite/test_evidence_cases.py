@@ -285,7 +285,8 @@ def test_7_half_observed_cells_count_as_missing(tmp_path):
 def test_7_partly_observed_cells_are_filled_by_the_worst_case(tmp_path):
     """A SHIP with a partly observed cell must survive that cell's missing episode counted against the treatment."""
     from evalsuite.assurance import worst_case
-    from evalsuite.outcomes import build_outcome_table, load_run
+    from evalsuite.outcomes import build_outcome_table
+    from harness.rundir import load_run
 
     plan = _plan(criteria=NI, k=2, n_tasks=120, n_repos=12)
     rec = freeze_plan(plan, now=T0)

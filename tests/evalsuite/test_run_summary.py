@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from evalsuite.outcomes import EvalDataError
 from evalsuite.run_summary import aggregate_run, aggregate_run_dir
+from harness.rundir import RunDirError
 from harness.schema import EpisodeMetrics, EpisodeResult
 
 
@@ -45,7 +45,7 @@ def test_rates_denominators_2x2_per_repo_and_secondary() -> None:
 def test_empty_arm_and_run_dir(tmp_path: Path) -> None:
     (arm,) = aggregate_run([_r("a", "x", "A", status="infra_error", fc="infra")], now="t").arms
     assert arm.n_scored == 0 and all(r.rate is None for r in arm.rates)
-    with pytest.raises(EvalDataError, match="no manifest.json"):
+    with pytest.raises(RunDirError, match="no manifest.json"):
         aggregate_run_dir(tmp_path)
 
 

@@ -42,7 +42,7 @@ def test_string_booleans_are_refused() -> None:
 
 
 def test_truncated_result_json_names_the_file(tmp_path: Path) -> None:
-    from harness.runner_episode import read_result
+    from harness.rundir import read_result
 
     (tmp_path / "result.json").write_text('{"run_id": "r", "instance')
     with pytest.raises(ValueError, match=r"result\.json: not an episode result .*fix: delete"):

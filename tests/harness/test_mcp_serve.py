@@ -17,8 +17,11 @@ from harness.interfaces import EpisodeLimits  # noqa: E402
 from harness.mcp_bridge import ToolBridge  # noqa: E402
 from harness.mcp_episode import ServedEpisode, open_episode  # noqa: E402
 from harness.mcp_server import build_server, instructions_for  # noqa: E402
-from harness.rundir import counting_attempt, latest_results  # noqa: E402
-from harness.runner_episode import read_trajectory  # noqa: E402
+from harness.rundir import (  # noqa: E402
+    counting_attempt,
+    latest_results,
+    read_trajectory,  # noqa: E402
+)
 from harness.schema import EpisodeResult, TaskSet  # noqa: E402
 from harness.tools import TOOL_NAMES  # noqa: E402
 from tests.harness_fakes import FakeFactory, FixPolicy, NullFinishPolicy, make_calc_task  # noqa: E402

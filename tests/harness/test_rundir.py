@@ -1,6 +1,6 @@
-"""harness.rundir: the one run-directory reader and its attempt rules, shared by resume (plan_work),
-results.jsonl (rebuild_results), regrade, the analysis (evalsuite.outcomes.load_run) and the report
-(reports.episodes.read_results)."""
+"""harness.rundir: the one run-directory module (load_run, the manifest, result and trajectory readers) and its
+attempt rules, shared by resume (plan_work), results.jsonl (rebuild_results), regrade, the analysis and the report
+(both through load_run)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from harness.rundir import RunDirError, attempt_indices, counting_attempt, latest_results, read_result
+from harness.rundir import (
+    RunDirError,
+    attempt_indices,
+    counting_attempt,
+    latest_results,
+    load_run,
+    read_manifest,
+    read_result,
+)
 from harness.schema import ArmSpec, EpisodeResult, RunManifest
 
 
@@ -57,20 +65,54 @@ def test_the_highest_finished_attempt_counts(tmp_path: Path) -> None:
     assert latest.superseded == 1
 
 
+def _report_episodes(run: Path) -> list[EpisodeResult]:
+    """The episodes the report lists: build_descriptive_report over the run, capturing what it hands the view."""
+    import reports.descriptive as descriptive
+    from evalsuite.run_summary import aggregate_run_dir
+    from reports.build import build_descriptive_report
+
+    seen: list[EpisodeResult] = []
+    real = descriptive.descriptive_view
+
+    def spy(agg, eps, **kw):  # noqa: ANN001, ANN003, ANN202
+        seen.extend(eps)
+        return real(agg, eps, **kw)
+
+    descriptive.descriptive_view = spy
+    try:
+        build_descriptive_report(run, aggregate_run_dir(run), out_dir=run.parent / "report", max_trajectory_pages=0)
+    finally:
+        descriptive.descriptive_view = real
+    return seen
+
+
 def test_every_reader_applies_the_same_rule(tmp_path: Path) -> None:
-    from evalsuite.outcomes import load_run as analysis_load
     from harness.runner import rebuild_results
-    from reports.episodes import read_results as report_read
 
     run = _run(tmp_path)
     _manifest(run)
     want = [(r.instance_id, r.attempt) for r in latest_results(run).results]
-    report = [(r.instance_id, r.attempt) for r in report_read(run)]  # no results.jsonl: it kept every attempt before
-    assert report == want
-    loaded = analysis_load(run)
-    assert sorted((r.instance_id, r.attempt) for r in loaded.results) == want and loaded.superseded == 1
+    loaded = load_run(run)
+    assert [(r.instance_id, r.attempt) for r in loaded.results] == want and loaded.superseded == 1
+    assert [(r.instance_id, r.attempt) for r in _report_episodes(run)] == want
     assert [(r.instance_id, r.attempt) for r in rebuild_results(run)] == want
-    assert [(r.instance_id, r.attempt) for r in report_read(run)] == want  # now from the rebuilt results.jsonl
+
+
+def test_the_analysis_and_the_report_read_the_same_episodes(tmp_path: Path) -> None:
+    """One run directory, whatever its derived results.jsonl says: the analysis's per-episode rows and the
+    report's episode list are the same records (the counting attempt of every episode under episodes/)."""
+    from evalsuite.studies import episode_frame
+
+    run = _run(tmp_path)
+    _manifest(run)
+    stale = _res("t1", "tg", 0, 0, False).model_dump_json()  # a results.jsonl from before the retry
+    (run / "results.jsonl").write_text(stale + "\n")
+    report = _report_episodes(run)
+    analysis = load_run(run).results
+    assert [r.model_dump() for r in report] == [r.model_dump() for r in analysis]
+    assert [(r.instance_id, r.attempt) for r in report] == [("t1", 1), ("t2", 0)]
+    frame = episode_frame([run])  # the analysis's per-episode rows of the same run
+    assert list(zip(frame["instance_id"], frame["code_ok"], strict=True)) == [(r.instance_id, r.resolved) for r in report]
 
 
 def test_bad_result_names_the_file_and_the_fix(tmp_path: Path) -> None:
@@ -78,17 +120,18 @@ def test_bad_result_names_the_file_and_the_fix(tmp_path: Path) -> None:
     (d / "result.json").write_text('{"run_id": 3}')
     with pytest.raises(RunDirError, match=r"a0/result\.json: not an episode result \(not a valid EpisodeResult.*fix: delete"):
         read_result(d)
-    from evalsuite.outcomes import EvalDataError, load_run
-
     _manifest(tmp_path / "run")
-    with pytest.raises(EvalDataError, match="not a valid EpisodeResult"):
+    with pytest.raises(RunDirError, match="not a valid EpisodeResult"):
         load_run(tmp_path / "run")
+    (tmp_path / "run" / "manifest.json").write_text('{"run_id": 3}')
+    with pytest.raises(RunDirError, match=r"manifest\.json: not a run manifest \(not a valid RunManifest.*fix: use"):
+        read_manifest(tmp_path / "run")
 
 
 def test_rundir_needs_neither_docker_nor_torch() -> None:
     tree = ast.parse((Path(__file__).resolve().parents[2] / "harness" / "rundir.py").read_text())
     mods = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     mods |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    assert {m.split(".")[0] for m in mods if m} <= {"__future__", "re", "collections", "dataclasses", "pathlib",
-                                                      "pydantic", "harness"}
+    assert {m.split(".")[0] for m in mods if m} <= {"__future__", "json", "re", "collections", "dataclasses",
+                                                      "pathlib", "pydantic", "harness"}
     assert {m for m in mods if m and m.startswith("harness")} == {"harness.schema"}

@@ -309,7 +309,7 @@ class _HintOnce:
 
 
 def test_feedback_per_arm(tmp_path: Path) -> None:
-    from harness.runner_episode import read_trajectory
+    from harness.rundir import read_trajectory
 
     ts, repos = _task_set(tmp_path, 1)
     out = tmp_path / "run"
@@ -369,7 +369,7 @@ class _VersionedPolicy:
 
 
 def test_trajectory_records_each_turns_finish_reason_and_policy_version(tmp_path: Path) -> None:
-    from harness.runner_episode import read_trajectory
+    from harness.rundir import read_trajectory
     from harness.schema import Message
 
     ts, repos = _task_set(tmp_path, 1)

@@ -156,7 +156,7 @@ def test_ray_executor_in_docker_matches_threads(ray_cluster: str, mini: TaskSet,
 
 @needs_ray
 def test_episodes_run_in_ray_actors_on_both_nodes(ray_cluster: str, mini: TaskSet, tmp_path: Path) -> None:
-    from harness.runner_episode import read_trajectory
+    from harness.rundir import read_trajectory
     from harness.runner_sandbox import TaskSandboxFactory
 
     with TaskSandboxFactory(mini, kind="local", run_id="pytest-ray-where") as factory:

@@ -11,11 +11,11 @@ import pytest
 
 from evalsuite.analyze import analyze
 from evalsuite.synthetic import SyntheticArm, SyntheticDesign, write_synthetic_runs
+from harness.rundir import load_run
 from harness.schema import ArmSpec
 from protocols.freeze import freeze_plan
 from protocols.load import load_plan, protocol_from_dict
 from reports.build import build_view
-from reports.episodes import load_run
 
 ROOT = Path(__file__).resolve().parents[2]
 SHA = "a" * 64
@@ -32,7 +32,7 @@ def _analysis(root: Path, arms: tuple[str, str], p_treat: float, p_base: float):
     runs = write_synthetic_runs(root, design, rng=np.random.default_rng(0), protocol_hash=frozen.sha256,
                                 task_set_sha256=SHA)
     loaded = [load_run(Path(r)) for r in runs]
-    return analyze(frozen, runs), [r.manifest for r in loaded if r.manifest], [e for r in loaded for e in r.episodes]
+    return analyze(frozen, runs), [r.manifest for r in loaded if r.manifest], [e for r in loaded for e in r.results]
 
 
 def _view(a, manifests, eps):  # noqa: ANN001, ANN202

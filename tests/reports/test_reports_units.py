@@ -12,11 +12,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "reports"))
 import report_factory as factory  # noqa: E402
 
+from harness.rundir import RunDirError, load_run, read_trajectory  # noqa: E402
 from harness.schema import Message, Trajectory  # noqa: E402
 from reports import format as fmt  # noqa: E402
 from reports import pages, sections, training  # noqa: E402
 from reports.build import build_report  # noqa: E402
-from reports.episodes import RunDirError, _parse_trajectory, load_run, read_episode_files  # noqa: E402
+from reports.episodes import _parse_trajectory, read_episode_files  # noqa: E402
 from reports.summary_md import md_escape  # noqa: E402
 
 
@@ -115,7 +116,7 @@ def test_parse_trajectory_shapes() -> None:
 
 
 def test_parse_trajectory_reads_the_runner_format(tmp_path: Path) -> None:
-    from harness.runner_episode import read_trajectory, write_trajectory
+    from harness.runner_episode import write_trajectory
 
     msgs = [Message(role="user", content="hi", turn=0), Message(role="assistant", content="ok", turn=0, is_hint=False)]
     t = Trajectory(instance_id="i", policy="p", seed=3, messages=msgs, final_message="done", finished=True,
@@ -133,16 +134,17 @@ def test_episode_files_report_unreadable_trajectory(tmp_path: Path) -> None:
 
 
 def test_run_dir_errors(tmp_path: Path) -> None:
+    """The report reads a run as the analysis does (``harness.rundir.load_run``): episodes/, not results.jsonl."""
     with pytest.raises(RunDirError, match="does not exist"):
-        load_run(tmp_path / "nope")
+        load_run(tmp_path / "nope", require_manifest=False)
     (tmp_path / "empty").mkdir()
-    with pytest.raises(RunDirError, match="neither results.jsonl nor"):
-        load_run(tmp_path / "empty")
-    factory.write_run(tmp_path / "r", "0" * 64, n_tasks=2, with_files=False)
-    lines = (tmp_path / "r" / "results.jsonl").read_text().splitlines()
-    (tmp_path / "r" / "results.jsonl").write_text(lines[0] + "\n" + lines[1].replace('"joint_ok":', '"joint_okk":') + "\n")
-    with pytest.raises(RunDirError, match=r"results\.jsonl:2: not a valid EpisodeResult"):
-        load_run(tmp_path / "r")
+    with pytest.raises(RunDirError, match="neither manifest.json nor episodes/"):
+        load_run(tmp_path / "empty", require_manifest=False)
+    eps = factory.write_run(tmp_path / "r", "0" * 64, n_tasks=2, with_files=False)
+    bad = tmp_path / "r" / "episodes" / eps[1].instance_id / eps[1].arm / f"s{eps[1].seed}" / "a0" / "result.json"
+    bad.write_text(bad.read_text().replace('"joint_ok":', '"joint_okk":'))
+    with pytest.raises(RunDirError, match=r"a0/result\.json: not an episode result \(not a valid EpisodeResult"):
+        load_run(tmp_path / "r", require_manifest=False)
 
 
 def test_criterion_reason_states_bound_bar_and_verdict() -> None:

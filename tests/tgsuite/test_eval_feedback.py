@@ -30,7 +30,7 @@ def _eval(mini: TaskSet, out: Path, *extra: str) -> int:
 
 def test_feedback_hints_every_episode_and_is_recorded(mini: TaskSet, tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    from harness.runner_episode import read_trajectory
+    from harness.rundir import read_trajectory
 
     hinted, plain = tmp_path / "hinted", tmp_path / "plain"
     assert _eval(mini, hinted, "--feedback", "correct") == 0

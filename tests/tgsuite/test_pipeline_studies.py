@@ -258,9 +258,9 @@ def test_can_do_with_the_real_runner_and_scripted_expert(tmp_path: Path, monkeyp
     """Integration (local sandbox, no model): the scripted expert's plain summary fails markdown@v1; with the
     corrective hint before finish it passes. Both evals go through the real runner: tgsuite.pipeline.steps.stage_eval for
     the plain answers and (with the corrective hint) for the corrective ones, then the real pairing and can_do_study."""
-    from evalsuite.outcomes import load_run
     from harness.minirepos import make_mini
     from harness.policies import make_policy
+    from harness.rundir import load_run
 
     def expert(model_dir: str, preset: Any) -> Any:
         return make_policy("expert")

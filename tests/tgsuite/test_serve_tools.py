@@ -86,7 +86,7 @@ def _check_expert_and_null(mini: TaskSet, out: Path, expert: ScriptedExpert, *ex
 
 
 def test_stdio_expert_resolves_and_null_fails_in_the_local_sandbox(mini: TaskSet, tmp_path: Path) -> None:
-    from harness.runner_episode import read_trajectory
+    from harness.rundir import read_trajectory
     from tgsuite.cli import main
 
     out, ev, iid = tmp_path / "run", tmp_path / "eval", mini.instances[0].instance_id

@@ -38,6 +38,7 @@ def _fmt(x: float | None, sign: bool = True) -> str:
 def _run(args: argparse.Namespace) -> int:
     from evalsuite.analyze import analyze
     from evalsuite.rates import StatsInputError
+    from harness.rundir import RunDirError
     from protocols.load import ProtocolError
 
     if Path(args.out).is_dir():
@@ -49,7 +50,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         res = analyze(args.protocol, args.runs, plan=args.plan, deviations_path=args.deviations,
                       public_key=args.verify_key)
-    except (ProtocolError, StatsInputError) as exc:
+    except (ProtocolError, StatsInputError, RunDirError) as exc:
         raise CLIError(str(exc)) from None
     out = Path(args.out)
     try:

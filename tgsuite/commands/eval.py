@@ -428,7 +428,7 @@ def write_aggregate(out: Path, config: dict[str, Any] | None) -> None:
 def generation_config(out: Path) -> dict[str, Any]:
     """``generation.<arm>.<setting>``: what each arm's policy sent / sampled with, from the run manifest (the
     settings every finished episode ran with: a resume with others is refused)."""
-    from harness.runner_manifest import read_manifest
+    from harness.rundir import read_manifest
 
     manifest = read_manifest(out)
     return {f"generation.{a.name}.{k}": v for a in (manifest.arms if manifest else []) for k, v in a.generation.items()

@@ -72,8 +72,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from harness.rundir import RunDirError
     from reports.build import ReportInputError, build_report  # imported late: keeps `tgsuite --help` fast
-    from reports.episodes import RunDirError
     from reports.training import MetricsError
 
     if args.out is not None and Path(args.out).exists() and not Path(args.out).is_dir():
@@ -112,8 +112,8 @@ def _descriptive(args: argparse.Namespace) -> int:
     from evalsuite.outcomes import EvalDataError
     from evalsuite.run_summary import AGGREGATE_FILE, aggregate_run_dir
     from evalsuite.schema import RunAggregate
+    from harness.rundir import RunDirError
     from reports.build import build_descriptive_report
-    from reports.episodes import RunDirError
 
     if args.protocol is not None or args.training or args.fail_unless_ship or args.run_dir:
         raise CLIError("--protocol, --training, --run-dir and --fail-unless-ship need --analysis; a RUN_DIR report "

@@ -229,6 +229,7 @@ def run_studies(runner: StageRunner, ctx: StudyContext, studies: set[str]) -> Ex
     ablation rates, the reason a study's analysis could not run)."""
     from evalsuite.rates import StatsInputError
     from evalsuite.schema import Exploratory
+    from harness.rundir import RunDirError
 
     unknown = sorted(set(studies) - set(STUDIES))
     if unknown:
@@ -265,7 +266,7 @@ def run_studies(runner: StageRunner, ctx: StudyContext, studies: set[str]) -> Ex
                     out["label_rates"] += fn()
                 else:
                     out["can_do_vs_does_do" if name == "can_do" else name] = fn()
-            except StatsInputError as exc:
+            except (StatsInputError, RunDirError) as exc:
                 log.warning("study %s: analysis not possible: %s", name, exc)
                 errors[name] = str(exc)
     ex = Exploratory(**out)
