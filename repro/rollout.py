@@ -23,6 +23,7 @@ import random
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import torch
@@ -323,7 +324,7 @@ def _grade_finished(live: list[_Live], outcomes: dict[int, Future[EnvOutcome]], 
     sample); ``final``: every episode has ended."""
     for i, lv in enumerate(live):
         if i not in outcomes and (lv.done or final):
-            outcomes[i] = pool.submit(lambda env=lv.env: _outcome_and_close(env))
+            outcomes[i] = pool.submit(partial(_outcome_and_close, lv.env))
 
 
 def _outcome_and_close(env: RolloutEnv) -> EnvOutcome:
@@ -372,7 +373,7 @@ def _record_turn(lv: _Live, res: TokenResult, turn: int, encoder: ConversationEn
     lv.versions.append(res.version)
     lv.reasons.append(res.finish_reason)
     body = ids if finished else ids + [encoder.im_end]
-    text = tokenizer.decode(ids[:-1] if finished else ids, skip_special_tokens=False)
+    text = _decode(tokenizer, ids[:-1] if finished else ids)
     lv.texts.append(text)
     lv.truncated.append(not finished)
     lv.messages.append(Message(role="assistant", content=text, turn=turn, token_ids=list(ids),
@@ -380,6 +381,13 @@ def _record_turn(lv: _Live, res: TokenResult, turn: int, encoder: ConversationEn
                                tool_calls=parse_tool_calls(text), finish_reason=res.finish_reason,
                                policy_version=res.version))
     lv.ctx += encoder.assistant_header + body + encoder.newline
+
+
+def _decode(tokenizer: TokenDecoder, ids: list[int]) -> str:
+    """The text of ``ids`` with special tokens kept (a list of ids decodes to one string)."""
+    text = tokenizer.decode(ids, skip_special_tokens=False)
+    assert isinstance(text, str)
+    return text
 
 
 def _observe(lv: _Live, out: StepOut, encoder: ConversationEncoder) -> None:
@@ -430,6 +438,6 @@ def _anchors(lv: _Live, turn_of: list[int], act: list[int], tokenizer: TokenDeco
     for k, (m, text) in enumerate(zip(turns, lv.texts, strict=True)):
         ids = m.token_ids or []
         body = ids[:-1] if m.finish_reason == "stop" else ids
-        i = anchor_token(body, behaviour_anchor(text), lambda x: tokenizer.decode(list(x), skip_special_tokens=False))
+        i = anchor_token(body, behaviour_anchor(text), lambda x: _decode(tokenizer, list(x)))
         out.append(-1 if i is None or i >= len(positions.get(k, [])) else positions[k][i])
     return out

@@ -31,7 +31,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
@@ -198,7 +198,7 @@ ChatMessage = Message | Mapping[str, Any]  # a harness Message, or a dict with i
 class TokenDecoder(Protocol):
     """What the rollout needs of a tokenizer: token ids back to text (a transformers tokenizer is one)."""
 
-    def decode(self, token_ids: list[int], skip_special_tokens: bool = False) -> str: ...
+    def decode(self, token_ids: list[int], skip_special_tokens: bool = False) -> str | list[str]: ...  # str here
 
 
 class ConversationEncoder(Protocol):
@@ -232,7 +232,8 @@ class ChatEncoder:
 
     def __init__(self, tokenizer: PreTrainedTokenizerFast) -> None:
         self.tok = tokenizer
-        ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS + MARKUP_TOKENS}
+        # one token string -> one id (transformers' annotation also allows a list, for a list of strings)
+        ids = cast(dict[str, int], {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS + MARKUP_TOKENS})
         self.im_start, self.im_end = ids[IM_START], ids[IM_END]
         self.think_open, self.think_close = ids["<think>"], ids["</think>"]
         self.newline = self.text_ids("\n")
