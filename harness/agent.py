@@ -406,7 +406,8 @@ def run_episode(
     tools = tool_schemas()
     rng = random.Random(seed)
     fb_rng = random.Random(f"feedback:{seed}")
-    fb: Any = feedback.bind(instance, fb_rng) if feedback is not None and hasattr(feedback, "bind") else feedback
+    fb: FeedbackProvider | None = (feedback.bind(instance, fb_rng) if feedback is not None and hasattr(feedback, "bind")
+                                   else feedback)
     while not env.done:
         if env.check_wall():
             break
@@ -428,7 +429,7 @@ def run_episode(
 
 
 def _turn(policy: Policy, env: AgentEnv, tools: list[dict[str, Any]], rng: random.Random, instance: TaskInstance,
-          fb: Any, fb_rng: random.Random) -> tuple[PolicyOutput, float]:
+          fb: FeedbackProvider | None, fb_rng: random.Random) -> tuple[PolicyOutput, float]:
     """The turn to record: the policy's sample after any feedback review and format retries (``run_episode``)."""
     if fb is not None:
         hint = fb.hint_for(instance, list(env.messages), env.turn, fb_rng)

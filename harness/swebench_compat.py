@@ -25,12 +25,15 @@ import importlib
 import importlib.util
 import sys
 import types
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.schema import TestStatus
+
+if TYPE_CHECKING:
+    from swebench.types import TestSpec
 
 SWEBENCH_VERSION = "5.0.2"
 STATUS_MAP: dict[str, TestStatus] = {"PASSED": "passed", "FAILED": "failed", "ERROR": "error", "SKIPPED": "skipped",
@@ -86,7 +89,10 @@ def parse_log_as(name: str, text: str, *, instance_id: str = "", f2p: Iterable[s
     return _run(fn, text, "", instance_id, list(f2p), list(p2p))
 
 
-def _run(fn: Any, text: str, repo: str, instance_id: str, f2p: list[str], p2p: list[str]) -> dict[str, TestStatus]:
+LogParser = Callable[[str, "TestSpec"], dict[str, str]]  # swebench's parse_log_<name>: log text -> id -> status
+
+
+def _run(fn: LogParser, text: str, repo: str, instance_id: str, f2p: list[str], p2p: list[str]) -> dict[str, TestStatus]:
     raw = fn(text, _spec(repo, instance_id, f2p, p2p))
     unknown = sorted({s for s in raw.values() if s not in STATUS_MAP})
     if unknown:
@@ -94,7 +100,7 @@ def _run(fn: Any, text: str, repo: str, instance_id: str, f2p: list[str], p2p: l
     return {test: STATUS_MAP[s] for test, s in raw.items()}
 
 
-def _spec(repo: str, instance_id: str, f2p: list[str], p2p: list[str]) -> Any:
+def _spec(repo: str, instance_id: str, f2p: list[str], p2p: list[str]) -> TestSpec:
     from swebench.types import TestSpec  # noqa: PLC0415 - loaded by parsers()
 
     return TestSpec(instance_id=instance_id, image="", eval_script_list=[], repo=repo, version="",

@@ -85,7 +85,7 @@ class TaskSetError(ValueError):
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def parse_record(obj: Any, *, where: str) -> TaskInstance:
+def parse_record(obj: object, *, where: str) -> TaskInstance:
     """Validate one JSON record (SWE-bench or ours) into a ``TaskInstance``; ``where`` names it in errors."""
     if not isinstance(obj, dict):
         raise TaskSetError(f"{where}: a record must be a JSON object, got {type(obj).__name__}")

@@ -134,7 +134,7 @@ def visible_text(text: str) -> str:
     return _CALL_RE.sub("", strip_think(text)).strip()
 
 
-def validate_arguments(name: str, arguments: Any) -> str | None:
+def validate_arguments(name: str, arguments: object) -> str | None:
     """Check ``arguments`` against tool ``name``'s schema; returns an error text or None when valid."""
     schema = _SCHEMA_BY_NAME.get(name)
     if schema is None:

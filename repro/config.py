@@ -69,7 +69,7 @@ class LoraCfg(ConfigSection):
 class ModelCfg(ConfigSection):
     @model_validator(mode="before")
     @classmethod
-    def _no_dtype(cls, data: Any) -> Any:
+    def _no_dtype(cls, data: object) -> object:
         if isinstance(data, dict) and "dtype" in data:
             raise ValueError("model.dtype was removed: training kept parameters and AdamW state in bf16 with no "
                              "float32 master copy (small updates were lost). Fix: delete model.dtype and set "
@@ -418,7 +418,7 @@ def to_toml(cfg: TrainConfig) -> str:
     return "\n".join(out)
 
 
-def _toml_value(value: Any) -> str:
+def _toml_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):

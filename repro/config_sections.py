@@ -4,7 +4,7 @@ engine), ``vllm_http`` (external ``vllm serve`` processes), ``shape`` (the dry-r
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
@@ -16,7 +16,7 @@ class ConfigSection(BaseModel):
 
     @field_validator("*", mode="before")
     @classmethod
-    def _no_quoted_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+    def _no_quoted_numbers(cls, value: object, info: ValidationInfo) -> object:
         """A number or boolean written as a string (``lam = "0.3"``) is refused, not silently converted."""
         annotation = cls.model_fields[info.field_name].annotation if info.field_name else None
         if isinstance(value, str) and annotation in (int, float, bool):

@@ -17,15 +17,21 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.behaviour import get_checker, turn_verdicts
 from harness.schema import Message, Trajectory
 from harness.signals import episode_signals
 from harness.trajdata.dataset import read_dataset
 from harness.trajdata.schema import TrajectoryRecord
-from repro.config import ConfigError
+from repro.config import ConfigError, RewardCfg, TrainConfig
 from repro.rewards import reward_components, total_reward
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedTokenizerFast
+
+    from repro.schema import DistillExample
 
 log = logging.getLogger(__name__)
 
@@ -34,12 +40,12 @@ log = logging.getLogger(__name__)
 class ModelSetup:
     """What distilling from a dataset needs: the model, its tokenizer and the tool schemas (no tasks, no sandboxes)."""
 
-    tokenizer: Any
-    model: Any
+    tokenizer: PreTrainedTokenizerFast
+    model: torch.nn.Module
     tools: list[dict[str, Any]]
 
 
-def model_setup(cfg: Any) -> ModelSetup:
+def model_setup(cfg: TrainConfig) -> ModelSetup:
     from harness.tools import tool_schemas
     from repro.wiring import load_model_and_tokenizer
 
@@ -47,8 +53,8 @@ def model_setup(cfg: Any) -> ModelSetup:
     return ModelSetup(tokenizer=tok, model=model, tools=tool_schemas())
 
 
-def record_reward(record: TrajectoryRecord, weights: Any) -> float | None:
-    """R(τ) of an imported record with ``weights`` (a ``RewardCfg``); None when ``resolved`` is unknown."""
+def record_reward(record: TrajectoryRecord, weights: RewardCfg) -> float | None:
+    """R(τ) of an imported record with ``weights``; None when ``resolved`` is unknown."""
     if record.outcome.resolved is None:
         return None
     traj = record.trajectory
@@ -78,7 +84,8 @@ def sft_trajectories(path: str | Path) -> list[Trajectory]:
     return [r.trajectory.model_copy(update={"messages": _plain(r.trajectory.messages)}) for r in load_records(path)]
 
 
-def distill_examples(path: str | Path, tokenizer: Any, tools: list[dict[str, Any]], weights: Any) -> tuple[list, int]:
+def distill_examples(path: str | Path, tokenizer: PreTrainedTokenizerFast, tools: list[dict[str, Any]],
+                     weights: RewardCfg) -> tuple[list[DistillExample], int]:
     """(``DistillExample`` per record with a known reward, number of records without one)."""
     from repro.schema import DistillExample
     from repro.tokenizer import ChatEncoder

@@ -26,8 +26,8 @@ import copy
 import json
 import logging
 import random
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -48,9 +48,9 @@ from repro.wiring import RLSetup, default_setup
 logger = logging.getLogger(__name__)
 
 
-def select_best(samples: list[Any], top_k: int, min_reward: float) -> list[DistillExample]:
+def select_best(samples: Sequence[DistillExample], top_k: int, min_reward: float) -> list[DistillExample]:
     """The ``top_k`` highest-reward samples per task with reward ≥ ``min_reward`` (stable on ties)."""
-    by_task: dict[str, list[Any]] = {}
+    by_task: dict[str, list[DistillExample]] = {}
     for s in samples:
         by_task.setdefault(s.instance_id, []).append(s)
     out = []
@@ -105,7 +105,8 @@ def distill_loss(student: torch.nn.Module, teacher: torch.nn.Module, ids: torch.
     return loss, {"kl": float(kl.detach()), "ce": float(ce.detach()), "n": int(rows.numel())}
 
 
-def _pool(cfg: TrainConfig, setup: Any) -> list[Any]:
+def _pool(cfg: TrainConfig, setup: RLSetup) -> list[DistillExample]:
+    """``distill.pool_rollouts`` rollouts of each of the first ``distill.pool_tasks`` tasks, as candidates."""
     d, r = cfg.distill, cfg.rollout
     settings = RolloutSettings(d.pool_rollouts, r.max_turns, r.max_new_tokens, r.max_context_tokens, r.temperature,
                                r.top_p, env_workers=r.env_workers)
@@ -117,7 +118,8 @@ def _pool(cfg: TrainConfig, setup: Any) -> list[Any]:
                              engine=setup.engine_factory(setup.model, setup.tokenizer.pad_token_id),
                              encoder=encoder, tokenizer=setup.tokenizer, tools=setup.tools, checker=setup.checker,
                              settings=settings, run_seed=cfg.run.seed + 7, reward_weights=cfg.reward)
-    return samples
+    return [DistillExample(instance_id=s.instance_id, reward=s.reward, ids=s.encoded.ids, act=s.encoded.act)
+            for s in samples]
 
 
 def _fit(model: torch.nn.Module, teacher: torch.nn.Module, examples: list[DistillExample],

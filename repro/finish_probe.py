@@ -26,13 +26,16 @@ import inspect
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from harness.tools import parse_tool_calls
 from repro.guidance import anchor_token, behaviour_anchor
-from repro.tokenizer import ChatEncoder
+from repro.tokenizer import ChatEncoder, ChatMessage
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 HEADING = "#"
 
@@ -55,15 +58,15 @@ class FinishContext:
         return cls(str(d["instance_id"]), [int(i) for i in d["ids"]], [int(i) for i in d["hinted_ids"]], str(d["rest"]))
 
 
-def _role(m: Any) -> str:
+def _role(m: ChatMessage) -> str:
     return m["role"] if isinstance(m, dict) else m.role
 
 
-def _content(m: Any) -> str:
+def _content(m: ChatMessage) -> str:
     return m["content"] if isinstance(m, dict) else m.content
 
 
-def finish_turn(messages: Sequence[Any]) -> int | None:
+def finish_turn(messages: Sequence[ChatMessage]) -> int | None:
     """Index (in ``messages``) of the first assistant message with a valid ``finish`` call that has a message
     (``harness.tools.parse_tool_calls``)."""
     for i, m in enumerate(messages):
@@ -73,7 +76,7 @@ def finish_turn(messages: Sequence[Any]) -> int | None:
     return None
 
 
-def finish_context(instance_id: str, messages: Sequence[Any], encoder: ChatEncoder, tools: list[dict[str, Any]],
+def finish_context(instance_id: str, messages: Sequence[ChatMessage], encoder: ChatEncoder, tools: list[dict[str, Any]],
                    hint_text: str) -> FinishContext:
     """The finish context of one episode (module docstring); ``messages`` are harness ``Message`` objects or dicts
     with ``role`` / ``content``. Raises ValueError when the episode has no finish call with a message."""
@@ -103,7 +106,7 @@ def finish_context(instance_id: str, messages: Sequence[Any], encoder: ChatEncod
 class HeadingVocab:
     """The vocabulary's token texts, and per ``rest`` string the tokens that complete or continue it."""
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: PreTrainedTokenizerBase) -> None:
         self.texts = [tokenizer.decode([i]) for i in range(len(tokenizer))]
         self._cache: dict[str, tuple[list[int], list[tuple[int, str]]]] = {}
 
@@ -177,7 +180,7 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
-def probe_headings(model: torch.nn.Module, tokenizer: Any, contexts: Sequence[FinishContext], *,
+def probe_headings(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, contexts: Sequence[FinishContext], *,
                    floor: float = 1e-9) -> dict[str, Any]:
     """P(heading) of ``model`` at every context, unprompted and hinted: per-context values and their mean,
     geometric mean (the values span orders of magnitude) and max. The conversation both views share (everything

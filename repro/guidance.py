@@ -22,13 +22,31 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, get_args
 
+from harness.schema import Verdict
 from repro.tokenizer import EncodedConversation
 
-Verdict = Literal["PASS", "FAIL", "NA"]
+if TYPE_CHECKING:
+    from repro.config import GuidanceCfg
+
 GuidanceVariant = Literal["failing_turns", "all_turns", "per_turn_ctx"]
 HintIds = Sequence[int] | Mapping[int, Sequence[int]]
+
+
+def guidance_variant(cfg: GuidanceCfg) -> GuidanceVariant:
+    """The variant a ``[guidance]`` section selects: ``gating = "all_turns"`` wins over ``per_turn_ctx``."""
+    if cfg.gating == "all_turns":
+        return "all_turns"
+    return "per_turn_ctx" if cfg.per_turn_ctx else "failing_turns"
+
+
+def guided_turns(verdicts: Sequence[Verdict], variant: GuidanceVariant) -> list[int]:
+    """The assistant turns that get a hint (and KL tokens when λ > 0): every turn for ``"all_turns"``, else the
+    FAIL turns (``verdicts[k]`` is turn k's verdict)."""
+    if variant == "all_turns":
+        return list(range(len(verdicts)))
+    return [k for k, v in enumerate(verdicts) if v == "FAIL"]
 
 
 _FINISH_MESSAGE = re.compile(r'<tool_call>\s*\{[^<]*?"name"\s*:\s*"finish"[^<]*?"message"\s*:\s*"', re.DOTALL)
@@ -164,9 +182,9 @@ def plan_guidance(enc: EncodedConversation, verdicts: Sequence[Verdict], hint_id
     bad = [v for v in verdicts if v not in ("PASS", "FAIL", "NA")]
     if bad:
         raise ValueError(f"unknown verdicts {bad}; each must be 'PASS', 'FAIL' or 'NA'.")
-    if variant not in ("failing_turns", "all_turns", "per_turn_ctx"):
+    if variant not in get_args(GuidanceVariant):
         raise ValueError(f"unknown guidance variant {variant!r}; use failing_turns, all_turns or per_turn_ctx.")
-    guided = list(range(n_turns)) if variant == "all_turns" else [k for k, v in enumerate(verdicts) if v == "FAIL"]
+    guided = guided_turns(verdicts, variant)
     gset = set(guided)
     m_act = list(enc.act)
     m_fail = [a if (tk >= 0 and verdicts[tk] == "FAIL") else 0 for a, tk in zip(enc.act, enc.turn, strict=True)]

@@ -164,7 +164,7 @@ def merged_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
-def save_pretrained(model: nn.Module, directory: Path, **kwargs: Any) -> None:
+def save_pretrained(model: nn.Module, directory: Path, **kwargs: object) -> None:
     """``model.save_pretrained(directory)``; a LoRA model writes its merged weights (:func:`merged_state_dict`) and
     its adapters in peft's format under ``directory/adapter/`` (:func:`save_adapter`)."""
     if not has_lora(model):

@@ -34,11 +34,13 @@ drafts a feedback provider rejected in a ``tgsuite eval`` run (``repro.dataset_i
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING
 
+from harness.schema import Verdict
 from harness.signals import EpisodeSignals
 
-Verdict = Literal["PASS", "FAIL", "NA"]
+if TYPE_CHECKING:
+    from repro.config import RewardCfg
 
 # term -> (sign, weight field of RewardCfg)
 TERMS: dict[str, tuple[int, str]] = {
@@ -73,7 +75,7 @@ def edits_shape(n: int, target: int) -> float:
     return max(-1.0, 1.0 - (n - target) / target)
 
 
-def reward_components(signals: EpisodeSignals, verdicts: Sequence[Verdict], weights: Any) -> dict[str, float]:
+def reward_components(signals: EpisodeSignals, verdicts: Sequence[Verdict], weights: RewardCfg) -> dict[str, float]:
     """R_k of every term (unweighted, before the sign; see the module docstring)."""
     code = {True: 1.0, False: -1.0, None: 0.0}[signals.code_runs]
     return {
@@ -89,7 +91,7 @@ def reward_components(signals: EpisodeSignals, verdicts: Sequence[Verdict], weig
     }
 
 
-def contributions(components: dict[str, float], weights: Any) -> dict[str, float]:
+def contributions(components: dict[str, float], weights: RewardCfg) -> dict[str, float]:
     """sign_k · w_k · R_k per term: the reward breakdown (sums to :func:`total_reward`)."""
     missing = set(TERMS) - set(components)
     if missing:
@@ -97,6 +99,6 @@ def contributions(components: dict[str, float], weights: Any) -> dict[str, float
     return {k: sign * float(getattr(weights, field)) * components[k] for k, (sign, field) in TERMS.items()}
 
 
-def total_reward(components: dict[str, float], weights: Any) -> float:
+def total_reward(components: dict[str, float], weights: RewardCfg) -> float:
     """R = Σ_k sign_k · w_k · R_k."""
     return sum(contributions(components, weights).values())

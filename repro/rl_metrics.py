@@ -26,7 +26,7 @@ def rollout_metrics(groups: list[list[RolloutSample]]) -> dict[str, Any]:
         "task/pass_rate": sum(s.outcome.resolved for s in flat) / n,
         "behaviour/compliance": (sum(v == "PASS" for v in applicable) / len(applicable)) if applicable else None,
         "behaviour/trajectory_compliance": (sum(traj_ok) / len(traj_ok)) if traj_ok else None,
-        "rollout/response_tokens": sum(sum(s.act) for s in flat) / n,
+        "rollout/response_tokens": sum(sum(s.encoded.act) for s in flat) / n,
         "rollout/turns": sum(s.n_turns for s in flat) / n,
         "rollout/truncated_frac": sum(s.truncated for s in flat) / n,
         "rollout/infra_errors": sum(s.outcome.infra_error is not None for s in flat),

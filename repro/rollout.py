@@ -22,8 +22,9 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import torch
 
@@ -32,12 +33,17 @@ from harness.signals import episode_signals
 from harness.tools import parse_tool_calls
 from repro.compute import ComputeLedger, forward_flops
 from repro.engine import FinishReason, RolloutEngine, TokenRequest, TokenResult
-from repro.guidance import anchor_token, behaviour_anchor
+from repro.guidance import Verdict, anchor_token, behaviour_anchor
 from repro.rewards import contributions, reward_components
+from repro.tokenizer import EncodedConversation
+
+if TYPE_CHECKING:
+    from repro.config import RewardCfg
+    from repro.tokenizer import ConversationEncoder, TokenDecoder
 
 logger = logging.getLogger(__name__)
-
-Verdict = Literal["PASS", "FAIL", "NA"]
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -86,18 +92,13 @@ HintSource = Callable[[TaskInstance, int, random.Random], str | None]  # (instan
 
 @dataclass
 class RolloutSample:
-    """One trajectory as the trainer sees it (lists have equal length ``len(ids)``)."""
+    """One trajectory as the trainer sees it: its ids with their per-token annotations (``encoded``), the turns'
+    texts and verdicts, the outcome and the reward."""
 
     item: int  # index of the task in the task stream (group id)
     index: int  # rollout index within the group
     instance_id: str
-    ids: list[int]
-    act: list[int]
-    turn: list[int]
-    think: list[int]
-    logprobs: list[float]
-    header_starts: list[int]
-    hint: list[int]
+    encoded: EncodedConversation  # the ids the policy conditioned on, re-encoded; unknown behaviour log-probs are 0.0
     texts: list[str]  # assistant turn texts
     verdicts: list[Verdict]
     truncated_turns: list[bool]
@@ -159,7 +160,7 @@ class _Live:
     done: bool = False
 
 
-def _opening(encoder: Any, messages: list[Message], tools: list[dict[str, Any]]) -> list[int]:
+def _opening(encoder: ConversationEncoder, messages: list[Message], tools: list[dict[str, Any]]) -> list[int]:
     system = messages[0].content if messages and messages[0].role == "system" else None
     ids = encoder.system_ids(system, tools)
     for m in messages[1 if system is not None else 0:]:
@@ -167,7 +168,7 @@ def _opening(encoder: Any, messages: list[Message], tools: list[dict[str, Any]])
     return ids
 
 
-def _observation_ids(encoder: Any, observations: list[Message]) -> list[int]:
+def _observation_ids(encoder: ConversationEncoder, observations: list[Message]) -> list[int]:
     ids: list[int] = []
     i = 0
     while i < len(observations):
@@ -183,9 +184,28 @@ def _observation_ids(encoder: Any, observations: list[Message]) -> list[int]:
     return ids
 
 
-def run_group(*, instance: TaskInstance, item: int, **kw: Any) -> list[RolloutSample]:
+def run_group(
+    *,
+    instance: TaskInstance,
+    item: int,
+    make_env: EnvFactory,
+    engine: RolloutEngine,
+    encoder: ConversationEncoder,
+    tokenizer: TokenDecoder,
+    tools: list[dict[str, Any]],
+    checker: TurnChecker,
+    settings: RolloutSettings,
+    run_seed: int,
+    reward_weights: RewardCfg,
+    hint_source: HintSource | None = None,
+    ledger: ComputeLedger | None = None,
+    flop_params: int = 0,
+) -> list[RolloutSample]:
     """Run ``group_size`` episodes of ``instance`` in lock-step (one group); see :func:`run_groups`."""
-    return run_groups(instances=[instance], items=[item], **kw)[0]
+    return run_groups(instances=[instance], items=[item], make_env=make_env, engine=engine, encoder=encoder,
+                      tokenizer=tokenizer, tools=tools, checker=checker, settings=settings, run_seed=run_seed,
+                      reward_weights=reward_weights, hint_source=hint_source, ledger=ledger,
+                      flop_params=flop_params)[0]
 
 
 def run_groups(
@@ -194,13 +214,13 @@ def run_groups(
     items: Sequence[int],
     make_env: EnvFactory,
     engine: RolloutEngine,
-    encoder: Any,
-    tokenizer: Any,
+    encoder: ConversationEncoder,
+    tokenizer: TokenDecoder,
     tools: list[dict[str, Any]],
     checker: TurnChecker,
     settings: RolloutSettings,
     run_seed: int,
-    reward_weights: Any,
+    reward_weights: RewardCfg,
     hint_source: HintSource | None = None,
     ledger: ComputeLedger | None = None,
     flop_params: int = 0,
@@ -255,8 +275,8 @@ def run_groups(
 
 
 def _scored(live: list[_Live], graded: list[EnvOutcome], instances: Sequence[TaskInstance], items: Sequence[int],
-            engine: RolloutEngine, encoder: Any, tokenizer: Any, tools: list[dict[str, Any]], checker: TurnChecker,
-            reward_weights: Any) -> list[list[RolloutSample]]:
+            engine: RolloutEngine, encoder: ConversationEncoder, tokenizer: TokenDecoder, tools: list[dict[str, Any]],
+            checker: TurnChecker, reward_weights: RewardCfg) -> list[list[RolloutSample]]:
     groups: list[list[RolloutSample]] = [[] for _ in instances]
     idle_version = engine.current_version()
     for lv, outcome in zip(live, graded, strict=True):
@@ -275,15 +295,15 @@ class EnvPool:
             raise ValueError(f"rollout.env_workers = {workers}: use 1 (one episode after another) or more")
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="rollout-env") if workers > 1 else None
 
-    def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+    def map(self, fn: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:
         if self._pool is None:
             return [fn(x) for x in items]
         return list(self._pool.map(fn, items))
 
-    def submit(self, fn: Callable[[], Any]) -> Future[Any]:
+    def submit(self, fn: Callable[[], _R]) -> Future[_R]:
         if self._pool is not None:
             return self._pool.submit(fn)
-        fut: Future[Any] = Future()
+        fut: Future[_R] = Future()
         try:
             fut.set_result(fn())
         except BaseException as exc:  # noqa: BLE001 - re-raised by result(), as a pooled call would
@@ -304,7 +324,7 @@ def _grade_finished(live: list[_Live], outcomes: dict[int, Future[EnvOutcome]], 
     sample); ``final``: every episode has ended."""
     for i, lv in enumerate(live):
         if i not in outcomes and (lv.done or final):
-            outcomes[i] = pool.submit(lambda env=lv.env: _outcome_and_close(env))
+            outcomes[i] = pool.submit(partial(_outcome_and_close, lv.env))
 
 
 def _outcome_and_close(env: RolloutEnv) -> EnvOutcome:
@@ -315,7 +335,7 @@ def _outcome_and_close(env: RolloutEnv) -> EnvOutcome:
 
 
 def _insert_hints(active: list[_Live], turn: int, hint_source: HintSource, rng: random.Random,
-                  encoder: Any) -> None:
+                  encoder: ConversationEncoder) -> None:
     for lv in active:
         text = hint_source(lv.instance, turn, rng)
         if text:
@@ -324,7 +344,7 @@ def _insert_hints(active: list[_Live], turn: int, hint_source: HintSource, rng: 
             lv.hint_turns.append(turn)
 
 
-def _within_budget(active: list[_Live], settings: RolloutSettings, encoder: Any,
+def _within_budget(active: list[_Live], settings: RolloutSettings, encoder: ConversationEncoder,
                    turn: int) -> tuple[list[_Live], list[int]]:
     """Episodes that still have room for at least one new token (others end here) and their token budgets."""
     keep, budgets = [], []
@@ -341,7 +361,8 @@ def _within_budget(active: list[_Live], settings: RolloutSettings, encoder: Any,
     return keep, budgets
 
 
-def _record_turn(lv: _Live, res: TokenResult, turn: int, encoder: Any, tokenizer: Any) -> None:
+def _record_turn(lv: _Live, res: TokenResult, turn: int, encoder: ConversationEncoder,
+                 tokenizer: TokenDecoder) -> None:
     """Append one sampled assistant turn to the episode (its text, message and ids, verbatim)."""
     ids, lps = res.ids, res.logprobs
     finished = res.finish_reason == "stop"
@@ -352,7 +373,7 @@ def _record_turn(lv: _Live, res: TokenResult, turn: int, encoder: Any, tokenizer
     lv.versions.append(res.version)
     lv.reasons.append(res.finish_reason)
     body = ids if finished else ids + [encoder.im_end]
-    text = tokenizer.decode(ids[:-1] if finished else ids, skip_special_tokens=False)
+    text = _decode(tokenizer, ids[:-1] if finished else ids)
     lv.texts.append(text)
     lv.truncated.append(not finished)
     lv.messages.append(Message(role="assistant", content=text, turn=turn, token_ids=list(ids),
@@ -362,7 +383,14 @@ def _record_turn(lv: _Live, res: TokenResult, turn: int, encoder: Any, tokenizer
     lv.ctx += encoder.assistant_header + body + encoder.newline
 
 
-def _observe(lv: _Live, out: StepOut, encoder: Any) -> None:
+def _decode(tokenizer: TokenDecoder, ids: list[int]) -> str:
+    """The text of ``ids`` with special tokens kept (a list of ids decodes to one string)."""
+    text = tokenizer.decode(ids, skip_special_tokens=False)
+    assert isinstance(text, str)
+    return text
+
+
+def _observe(lv: _Live, out: StepOut, encoder: ConversationEncoder) -> None:
     """The environment's answer to the turn: the episode ends, or its observations join the context."""
     if out.done:
         lv.done = True
@@ -371,8 +399,9 @@ def _observe(lv: _Live, out: StepOut, encoder: Any) -> None:
     lv.ctx += _observation_ids(encoder, out.observations)
 
 
-def _finish(lv: _Live, outcome: EnvOutcome, idle_version: int, encoder: Any, tokenizer: Any,
-            tools: list[dict[str, Any]], checker: TurnChecker, weights: Any) -> RolloutSample:
+def _finish(lv: _Live, outcome: EnvOutcome, idle_version: int, encoder: ConversationEncoder,
+            tokenizer: TokenDecoder, tools: list[dict[str, Any]], checker: TurnChecker,
+            weights: RewardCfg) -> RolloutSample:
     instance, item, j = lv.instance, lv.item, lv.index
     enc = encoder.encode(lv.messages, tools=tools)
     if enc.ids != lv.ctx:
@@ -389,16 +418,15 @@ def _finish(lv: _Live, outcome: EnvOutcome, idle_version: int, encoder: Any, tok
     terms = contributions(comps, weights)
     lps = [x if not math.isnan(x) else 0.0 for x in enc.logprobs]
     return RolloutSample(
-        item=item, index=j, instance_id=instance.instance_id, ids=enc.ids, act=enc.act, turn=enc.turn,
-        think=enc.think, hint=enc.hint, logprobs=lps, header_starts=enc.header_starts, texts=lv.texts, verdicts=verdicts,
-        truncated_turns=lv.truncated, outcome=outcome, version=min(lv.versions, default=idle_version),
-        turn_versions=lv.versions, finish_reasons=lv.reasons, rewards=comps,
-        reward=sum(terms.values()), reward_terms=terms, messages=lv.messages, hint_turns=lv.hint_turns,
+        item=item, index=j, instance_id=instance.instance_id, encoded=replace(enc, logprobs=lps), texts=lv.texts,
+        verdicts=verdicts, truncated_turns=lv.truncated, outcome=outcome,
+        version=min(lv.versions, default=idle_version), turn_versions=lv.versions, finish_reasons=lv.reasons,
+        rewards=comps, reward=sum(terms.values()), reward_terms=terms, messages=lv.messages, hint_turns=lv.hint_turns,
         anchors=_anchors(lv, enc.turn, enc.act, tokenizer),
     )
 
 
-def _anchors(lv: _Live, turn_of: list[int], act: list[int], tokenizer: Any) -> list[int]:
+def _anchors(lv: _Live, turn_of: list[int], act: list[int], tokenizer: TokenDecoder) -> list[int]:
     """Per assistant turn, the position in the trajectory's ids of the behaviour's first token
     (``repro.guidance.behaviour_anchor``), or -1 when the turn's text ends before it."""
     positions: dict[int, list[int]] = {}
@@ -410,6 +438,6 @@ def _anchors(lv: _Live, turn_of: list[int], act: list[int], tokenizer: Any) -> l
     for k, (m, text) in enumerate(zip(turns, lv.texts, strict=True)):
         ids = m.token_ids or []
         body = ids[:-1] if m.finish_reason == "stop" else ids
-        i = anchor_token(body, behaviour_anchor(text), lambda x: tokenizer.decode(list(x), skip_special_tokens=False))
+        i = anchor_token(body, behaviour_anchor(text), lambda x: _decode(tokenizer, list(x)))
         out.append(-1 if i is None or i >= len(positions.get(k, [])) else positions[k][i])
     return out

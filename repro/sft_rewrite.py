@@ -7,7 +7,8 @@ The one rewriting loop of the SFT augmentations (``repro.sft_augment``: reposito
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+
+from pydantic import JsonValue
 
 from harness.schema import Message
 
@@ -28,7 +29,7 @@ def rewrite_messages(messages: Sequence[Message], sub: Callable[[str], str]) -> 
     return out
 
 
-def _sub_json(value: Any, sub: Callable[[str], str]) -> Any:
+def _sub_json(value: JsonValue, sub: Callable[[str], str]) -> JsonValue:
     if isinstance(value, str):
         return sub(value)
     if isinstance(value, list):

@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from harness.agent import NUDGE_TEXT
 from harness.interfaces import PolicyOutput
-from harness.policies.scripted import history
+from harness.policies.scripted import ScriptedExpert, history
 from harness.schema import Message
 from harness.tools import ERROR_PREFIX, format_tool_call, parse_tool_calls
 
@@ -126,7 +126,7 @@ class StumblingExpert:
 
     Not thread-safe and not reusable: one object per episode (it remembers that it has stumbled)."""
 
-    def __init__(self, expert: Any, kind: StumbleKind, rng: random.Random) -> None:
+    def __init__(self, expert: ScriptedExpert, kind: StumbleKind, rng: random.Random) -> None:
         if kind not in KINDS:
             raise ValueError(f"unknown stumble kind {kind!r}; choose one of {KINDS}")
         self.expert, self.kind, self.rng = expert, kind, rng

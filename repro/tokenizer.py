@@ -28,13 +28,15 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, cast
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
+
+from harness.schema import Message
 
 log = logging.getLogger(__name__)
 
@@ -190,8 +192,37 @@ class EncodedConversation:
         return len(self.ids)
 
 
-def _get(msg: Any, key: str, default: Any = None) -> Any:
-    return msg.get(key, default) if isinstance(msg, dict) else getattr(msg, key, default)
+ChatMessage = Message | Mapping[str, Any]  # a harness Message, or a dict with its fields (role, content, ...)
+
+
+class TokenDecoder(Protocol):
+    """What the rollout needs of a tokenizer: token ids back to text (a transformers tokenizer is one)."""
+
+    def decode(self, token_ids: list[int], skip_special_tokens: bool = False) -> str | list[str]: ...  # str here
+
+
+class ConversationEncoder(Protocol):
+    """What the rollout needs of a chat encoder (:class:`ChatEncoder` is the one): the template's blocks as ids,
+    built piece by piece while sampling, and the whole conversation re-encoded with per-token annotations."""
+
+    im_end: int
+    newline: list[int]
+    assistant_header: list[int]
+
+    def system_ids(self, system: str | None, tools: Sequence[dict[str, Any]] | None) -> list[int]: ...
+
+    def message_ids(self, role: str, content: str) -> list[int]: ...
+
+    def hint_ids(self, hint_text: str) -> list[int]: ...
+
+    def tool_responses_ids(self, contents: Sequence[str]) -> list[int]: ...
+
+    def encode(self, messages: Sequence[ChatMessage],
+               tools: Sequence[dict[str, Any]] | None = None) -> EncodedConversation: ...
+
+
+def _get(msg: ChatMessage, key: str, default: object = None) -> Any:
+    return msg.get(key, default) if isinstance(msg, Mapping) else getattr(msg, key, default)
 
 
 class ChatEncoder:
@@ -201,7 +232,8 @@ class ChatEncoder:
 
     def __init__(self, tokenizer: PreTrainedTokenizerFast) -> None:
         self.tok = tokenizer
-        ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS + MARKUP_TOKENS}
+        # one token string -> one id (transformers' annotation also allows a list, for a list of strings)
+        ids = cast(dict[str, int], {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS + MARKUP_TOKENS})
         self.im_start, self.im_end = ids[IM_START], ids[IM_END]
         self.think_open, self.think_close = ids["<think>"], ids["</think>"]
         self.newline = self.text_ids("\n")
@@ -246,7 +278,8 @@ class ChatEncoder:
                 inside = False
         return out
 
-    def encode(self, messages: Sequence[Any], tools: Sequence[dict[str, Any]] | None = None) -> EncodedConversation:
+    def encode(self, messages: Sequence[ChatMessage],
+               tools: Sequence[dict[str, Any]] | None = None) -> EncodedConversation:
         """Encode a whole conversation; assistant bodies use ``token_ids`` when the message carries them."""
         b = _Builder()
         msgs = list(messages)
@@ -276,7 +309,7 @@ class ChatEncoder:
             i += 1
         return b.build()
 
-    def _add_assistant(self, b: _Builder, m: Any, k: int) -> None:
+    def _add_assistant(self, b: _Builder, m: ChatMessage, k: int) -> None:
         b.header_starts.append(len(b.ids))
         b.add(self.assistant_header, turn=k)
         token_ids, lps = _get(m, "token_ids"), _get(m, "logprobs")

@@ -443,7 +443,8 @@ def _append_best(path: Path, groups: list[list[RolloutSample]], step: int) -> No
     with path.open("a") as fh:
         for grp in groups:
             s = max(grp, key=lambda x: x.reward)
-            ex = DistillExample(instance_id=s.instance_id, reward=s.reward, step=step, ids=s.ids, act=s.act)
+            ex = DistillExample(instance_id=s.instance_id, reward=s.reward, step=step, ids=s.encoded.ids,
+                                 act=s.encoded.act)
             fh.write(ex.model_dump_json() + "\n")
 
 

@@ -17,13 +17,13 @@ import contextlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple, get_args
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, get_args
 
 import torch
 from torch import nn
 
 from repro.compute import device_clock
-from repro.guidance import plan_guidance
+from repro.guidance import TeacherContext, guidance_variant, guided_turns, plan_guidance
 from repro.losses import (
     chunked_kl_loss,
     chunked_token_logprobs,
@@ -35,7 +35,9 @@ from repro.losses import (
 from repro.packing import packed_attention
 from repro.rollout import RolloutSample
 from repro.teacher import build_teacher, teacher_context, update_teacher_
-from repro.tokenizer import EncodedConversation
+
+if TYPE_CHECKING:
+    from repro.config import TrainConfig
 
 
 @dataclass
@@ -70,17 +72,17 @@ class BatchPlan:
 
 def build_batch(
     groups: Sequence[Sequence[RolloutSample]],
-    cfg: Any,
+    cfg: TrainConfig,
     hint_ids: Callable[[RolloutSample, int], list[int]],
 ) -> BatchPlan:
-    """Masks, advantages and teacher views for a batch of groups (``cfg`` is a ``TrainConfig``)."""
-    g, gr, guid = cfg.rollout, cfg.grpo, cfg.guidance
+    """Masks, advantages and teacher views for a batch of groups."""
+    gr, guid = cfg.grpo, cfg.guidance
     rewards = torch.tensor([[s.reward for s in grp] for grp in groups], dtype=torch.float64)
     adv = group_advantages(rewards, scale=gr.scale_rewards).tolist()
     use_kl = guid.lam > 0
     trajs: list[TrajBatch] = []
     n_fail_turns = n_applicable = n_zero_var = n_dropped_groups = n_turns = n_guided = 0
-    all_turns = _variant(guid) == "all_turns"
+    variant = guidance_variant(guid)
     n_infra = 0
     for gi, grp in enumerate(groups):
         if any(s.outcome.infra_error for s in grp):
@@ -99,8 +101,7 @@ def build_batch(
             n_fail_turns += sum(v == "FAIL" for v in s.verdicts)
             n_applicable += sum(v != "NA" for v in s.verdicts)
             n_turns += len(s.verdicts)
-            n_guided += len(s.verdicts) if all_turns else sum(v == "FAIL" for v in s.verdicts)
-    del g
+            n_guided += len(guided_turns(s.verdicts, variant))
     n_pg = sum(sum(t.m_pg) for t in trajs)
     n_kl = sum(sum(t.m_kl) for t in trajs)
     stats = {
@@ -116,25 +117,18 @@ def build_batch(
     return BatchPlan(trajs, float(n_pg), float(n_kl), stats)
 
 
-def _variant(guid: Any) -> str:
-    if guid.gating == "all_turns":
-        return "all_turns"
-    return "per_turn_ctx" if guid.per_turn_ctx else "failing_turns"
-
-
-def _one(s: RolloutSample, adv: float, cfg: Any, hint_ids: Callable[[RolloutSample, int], list[int]],
+def _one(s: RolloutSample, adv: float, cfg: TrainConfig, hint_ids: Callable[[RolloutSample, int], list[int]],
          use_kl: bool) -> TrajBatch:
-    guid = cfg.guidance
-    act_pos = [t for t, a in enumerate(s.act) if a]
+    guid, enc = cfg.guidance, s.encoded
+    act_pos = [t for t, a in enumerate(enc.act) if a]
     pg_on = 0.0 if (cfg.grpo.mask_truncated and s.truncated) else 1.0
-    tb = TrajBatch(ids=list(s.ids), act_pos=act_pos, y=[s.ids[t] for t in act_pos],
-                   mu=[s.logprobs[t] for t in act_pos], adv=adv, m_pg=[pg_on] * len(act_pos),
+    tb = TrajBatch(ids=list(enc.ids), act_pos=act_pos, y=[enc.ids[t] for t in act_pos],
+                   mu=[enc.logprobs[t] for t in act_pos], adv=adv, m_pg=[pg_on] * len(act_pos),
                    m_kl=[0.0] * len(act_pos))
     if not use_kl or not s.texts:
         return tb
-    enc = EncodedConversation(s.ids, s.act, s.turn, s.think, s.hint, s.logprobs, s.header_starts)
-    variant = _variant(guid)
-    guided = range(s.n_turns) if variant == "all_turns" else [k for k, v in enumerate(s.verdicts) if v == "FAIL"]
+    variant = guidance_variant(guid)
+    guided = guided_turns(s.verdicts, variant)
     hints = {k: hint_ids(s, k) for k in guided}
     plan = plan_guidance(enc, s.verdicts, hints, variant=variant, include_thinking=guid.include_thinking)
     tb.m_kl = [float(plan.m_kl[t]) for t in act_pos]
@@ -146,17 +140,18 @@ def _one(s: RolloutSample, adv: float, cfg: Any, hint_ids: Callable[[RolloutSamp
     return tb
 
 
-def _leak_positions(s: RolloutSample, ctx: Any, view: TeacherView) -> None:
+def _leak_positions(s: RolloutSample, ctx: TeacherContext, view: TeacherView) -> None:
     """Map the generated tokens of PASS turns that lie inside the teacher view (before its cut), for the
     teacher-vs-student KL on passing turns (METHOD §6.11 leakage check). Only turns before the last guided turn
     are inside a view, so this covers those."""
-    inserts = [(s.header_starts[k], e - b) for k, (b, e) in zip(ctx.turns, ctx.hint_spans, strict=True)]
+    enc = s.encoded
+    inserts = [(enc.header_starts[k], e - b) for k, (b, e) in zip(ctx.turns, ctx.hint_spans, strict=True)]
     cut = len(ctx.ids) - sum(n for _, n in inserts)
-    for t, a in enumerate(s.act):
-        if not a or t >= cut or s.turn[t] < 0 or s.verdicts[s.turn[t]] != "PASS":
+    for t, a in enumerate(enc.act):
+        if not a or t >= cut or enc.turn[t] < 0 or s.verdicts[enc.turn[t]] != "PASS":
             continue
         mt = t + sum(n for h, n in inserts if h <= t)
-        if ctx.ids[mt] == s.ids[t]:
+        if ctx.ids[mt] == enc.ids[t]:
             view.leak_student_pos.append(t)
             view.leak_teacher_pos.append(mt)
 
@@ -218,8 +213,8 @@ class MicroBatch:
     R = action tokens of the micro-batch, K = its KL tokens (a subset of R), P = PASS-turn tokens inside a teacher
     view (the leakage check)."""
 
-    student: Seqs
-    teacher: Seqs | None  # the hint-spliced views; None when no trajectory has a guided turn
+    student: Seqs  # the B trajectories: ids [1, N] packed or [B, T] padded (see Seqs)
+    teacher: Seqs | None  # the V hint-spliced views, laid out the same way; None when no trajectory has a guided turn
     act_rows: torch.Tensor  # [R] student row predicting each action token
     y: torch.Tensor  # [R] the action tokens
     mu: torch.Tensor  # [R] their behaviour log-probs
@@ -314,7 +309,7 @@ class LossRoot(nn.Module):
     and the teacher's layers, then the root (tests/repro/test_train_fsdp.py).
     """
 
-    def __init__(self, lm: nn.Module, cfg: Any) -> None:
+    def __init__(self, lm: nn.Module, cfg: TrainConfig) -> None:
         super().__init__()
         self.lm = lm
         self.teacher_lm = build_teacher(lm, cfg.guidance.teacher) if cfg.guidance.lam > 0 else None

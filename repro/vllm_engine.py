@@ -38,12 +38,17 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from harness.policies.engine_protocol import FinishReason, TokenRequest, TokenResult
 from repro.lora import has_lora, merged_state_dict, save_pretrained
+
+if TYPE_CHECKING:
+    from vllm import LLM, RequestOutput
+
+    from repro.config import TrainConfig
 
 INSTALL_HINT = ("install the gpu extra on a CUDA machine: pip install -e '.[gpu]' (scripts/gpu_check.sh does it in "
                 "its own virtual environment, because vLLM pins its own torch build)")
@@ -83,7 +88,7 @@ class VLLMSettings:
     seed: int = 0
 
     @classmethod
-    def from_config(cls, cfg: Any) -> VLLMSettings:
+    def from_config(cls, cfg: TrainConfig) -> VLLMSettings:
         v, r = cfg.vllm, cfg.rollout
         return cls(gpu_memory_utilization=v.gpu_memory_utilization, dtype=v.dtype,
                    max_model_len=v.max_model_len or r.max_context_tokens + r.max_new_tokens,
@@ -91,7 +96,7 @@ class VLLMSettings:
                    seed=cfg.run.seed)
 
 
-def runner_model(llm: Any) -> Any:
+def runner_model(llm: LLM) -> torch.nn.Module:
     """vLLM's in-process model (the object with ``load_weights``), as TRL 1.16's colocate mode reaches it."""
     try:
         return llm.llm_engine.model_executor.driver_worker.model_runner.model
@@ -130,7 +135,7 @@ def finish_reason_of(ids: Sequence[int], request: TokenRequest, vllm_reason: str
                        "the rollout cannot use it (an aborted request, or a stop string set outside this adapter)")
 
 
-def to_result(request: TokenRequest, output: Any, version: int) -> TokenResult:
+def to_result(request: TokenRequest, output: RequestOutput, version: int) -> TokenResult:
     """One ``RequestOutput`` (its first ``CompletionOutput``) as a :class:`TokenResult`."""
     comp = output.outputs[0]
     ids = [int(t) for t in comp.token_ids]
@@ -146,7 +151,7 @@ class VLLMEngine:
     """``RolloutEngine`` over one ``vllm.LLM`` (see the module docstring). ``source`` is the torch model whose
     weights vLLM must hold for the current version (None: never sync, e.g. an evaluation-only engine)."""
 
-    def __init__(self, llm: Any, api: VLLMApi, *, source: torch.nn.Module | None = None, version: int = 0) -> None:
+    def __init__(self, llm: LLM, api: VLLMApi, *, source: torch.nn.Module | None = None, version: int = 0) -> None:
         self.llm, self.api, self.source, self.version = llm, api, source, version
         self.synced: int | None = None  # the version stamp of the last transfer; None: transfer before generating
         self.syncs = 0

@@ -51,16 +51,19 @@ import json
 import os
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from harness.policies.engine_protocol import TokenRequest, TokenResult
 from repro.vllm_engine import finish_reason_of, named_weights, request_seed
+
+if TYPE_CHECKING:
+    from repro.config import TrainConfig
 
 WEIGHTS_FILE = "model.safetensors"
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -82,7 +85,7 @@ class HttpSettings:
     concurrency: int = 64
 
     @classmethod
-    def from_config(cls, cfg: Any) -> HttpSettings:
+    def from_config(cls, cfg: TrainConfig) -> HttpSettings:
         h = cfg.vllm_http
         if not h.weights_dir:
             raise VLLMHttpError("rollout.engine = 'vllm_http' needs vllm_http.weights_dir: the directory every "
@@ -118,7 +121,7 @@ def completion_body(request: TokenRequest, model: str, seed: int) -> dict[str, A
             "return_token_ids": True, "return_tokens_as_token_ids": True, "skip_special_tokens": False}
 
 
-def parse_choice(request: TokenRequest, answer: Any, version: int, where: str) -> TokenResult:
+def parse_choice(request: TokenRequest, answer: Mapping[str, Any], version: int, where: str) -> TokenResult:
     """One ``/v1/completions`` answer as a :class:`TokenResult`; a malformed answer is an error naming ``where``."""
     try:
         choice = answer["choices"][0]

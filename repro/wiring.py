@@ -24,7 +24,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -35,13 +35,18 @@ from repro.engine import HFEngine, RolloutEngine
 from repro.lora import adapter_config
 from repro.rollout import EnvFactory, EnvOutcome, StepOut, TurnChecker
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
+
+    from harness.runner_sandbox import TaskSandboxFactory
+
 logger = logging.getLogger(__name__)
 
 
 class HarnessEnv:
     """``RolloutEnv`` over ``harness.agent.AgentEnv`` + hidden-test grading (see the module docstring)."""
 
-    def __init__(self, factory: Any, instance: TaskInstance, limits: EpisodeLimits, seed: int,
+    def __init__(self, factory: TaskSandboxFactory, instance: TaskInstance, limits: EpisodeLimits, seed: int,
                  excluded_tests: Sequence[str] = ()) -> None:
         self.factory, self.instance, self.limits, self.seed = factory, instance, limits, seed
         self.excluded_tests = tuple(excluded_tests)  # validation's flaky tests, left out as in evaluation
@@ -241,7 +246,7 @@ HintText = Callable[[TaskInstance, int, random.Random], str]
 
 @dataclass
 class RLSetup:
-    tokenizer: Any
+    tokenizer: PreTrainedTokenizerFast
     model: torch.nn.Module
     tasks: list[TaskInstance]
     make_env: EnvFactory

@@ -57,7 +57,7 @@ def run_cases(source: str, module_name: str, cases: dict[str, tuple[str, ...]]) 
     return out
 
 
-def _close(a: Any, b: Any) -> bool:
+def _close(a: object, b: object) -> bool:
     if isinstance(a, float) or isinstance(b, float):
         return isinstance(a, (int, float)) and isinstance(b, (int, float)) and math.isclose(a, b, rel_tol=1e-9)
     if isinstance(a, (list, tuple)) and type(a) is type(b) and len(a) == len(b):
@@ -85,7 +85,7 @@ def _read_back(text: str) -> Any:
     return ast.literal_eval(text)
 
 
-def literal(value: Any) -> str:
+def literal(value: object) -> str:
     """``repr`` of a value that must read back as an equal literal (raises ``ValueError`` otherwise)."""
     text = repr(value)
     try:

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from harness.interfaces import Policy
+from harness.schema import TaskInstance, TaskSet
 
 SCRIPTED_CLASSES: dict[str, str] = {"oracle": "OraclePolicy", "null": "NullPolicy", "expert": "ScriptedExpert"}
 
@@ -116,7 +119,8 @@ class EndpointSettings:
 
 
 def build_arm_policy(spec: str, *, generation: GenerationSettings | None = None,
-                     endpoint: EndpointSettings | None = None, tasks: Any = None) -> Policy:
+                     endpoint: EndpointSettings | None = None,
+                     tasks: TaskSet | Iterable[TaskInstance] | str | Path | None = None) -> Policy:
     """``make_policy`` with the run-wide settings applied to the arms they concern (``oracle`` gets ``tasks``)."""
     kind, _ = parse_policy_spec(spec)
     options = (generation or GenerationSettings()).options_for(kind)
@@ -127,8 +131,9 @@ def build_arm_policy(spec: str, *, generation: GenerationSettings | None = None,
     return make_policy(spec, **options)
 
 
-def make_policy(spec: str, **options: Any) -> Policy:
-    """Build the policy named by ``spec`` (module docstring)."""
+def make_policy(spec: str, **options: object) -> Policy:
+    """Build the policy named by ``spec`` (module docstring); ``options`` are the class's constructor keywords,
+    checked by the class."""
     kind, fields = parse_policy_spec(spec)
     if kind == "hf":
         from harness.policies.hf import HFPolicy

@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import random
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -39,6 +39,9 @@ from harness.interfaces import PolicyOutput
 from harness.policies.engine_protocol import RolloutEngine, TokenRequest
 from harness.policies.hf_engine import HFChatEngine, LogprobsMode, sample_token
 from harness.schema import Message
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = ["HFPolicy", "sample_token", "to_chat"]
 
@@ -59,8 +62,8 @@ class HFPolicy:
 
     def __init__(
         self,
-        model: Any,
-        tokenizer: Any,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
         *,
         name: str = "hf",
         max_new_tokens: int = 1024,
@@ -96,7 +99,7 @@ class HFPolicy:
                                                   version=version)
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, *, device: str | None = None, **kwargs: Any) -> HFPolicy:
+    def from_pretrained(cls, path: str | Path, *, device: str | None = None, **kwargs: object) -> HFPolicy:
         """Load a checkpoint directory (``save_pretrained`` layout with its tokenizer)."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 
@@ -55,7 +55,7 @@ class HFChatEngine:
 
     thread_safe = False
 
-    def __init__(self, model: Any, *, top_k: int = 0, logprobs_mode: LogprobsMode = "sampling",
+    def __init__(self, model: torch.nn.Module, *, top_k: int = 0, logprobs_mode: LogprobsMode = "sampling",
                  version: int = 0) -> None:
         if top_k < 0:
             raise ValueError(f"HFChatEngine: top_k must be >= 0 (got {top_k}); pass 0 for no top-k filter")

@@ -55,6 +55,8 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any, Literal
 
+from pydantic import JsonValue
+
 from harness.interfaces import PolicyDeadline, PolicyOutput
 from harness.policies.openai_messages import to_openai_messages
 from harness.sandbox import SandboxUnavailable
@@ -100,7 +102,7 @@ def _cut(deadline: float | None) -> str:
         time.monotonic() >= deadline else ""
 
 
-def render_tool_call(name: str, arguments: Any) -> str:
+def render_tool_call(name: str, arguments: JsonValue) -> str:
     """A structured tool call as a Qwen3 ``<tool_call>`` block; argument strings are inserted verbatim when they
     are a JSON object, else kept as a JSON string (so a malformed call stays detectable)."""
     if isinstance(arguments, str):

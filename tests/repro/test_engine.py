@@ -65,10 +65,11 @@ def test_hf_engine_refuses_mixed_sampling_settings() -> None:
 
 def test_version_stamps_reach_the_training_metrics() -> None:
     from repro.rollout import EnvOutcome, RolloutSample
+    from repro.tokenizer import EncodedConversation
 
     def sample(version: int, reasons: list[str]) -> RolloutSample:
-        return RolloutSample(item=0, index=0, instance_id="t", ids=[], act=[], turn=[], think=[], logprobs=[],
-                             header_starts=[], hint=[], texts=[], verdicts=[], truncated_turns=[],
+        return RolloutSample(item=0, index=0, instance_id="t", encoded=EncodedConversation([], [], [], [], [], [], []),
+                             texts=[], verdicts=[], truncated_turns=[],
                              outcome=EnvOutcome(resolved=False), version=version, finish_reasons=reasons)  # type: ignore[arg-type]
 
     m = version_metrics([[sample(3, ["stop", "length"]), sample(4, ["stop"])]], step=4)

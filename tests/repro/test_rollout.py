@@ -31,15 +31,16 @@ def test_token_in_token_out_and_behaviour_logprobs() -> None:
     assert len(samples) == 3 and all(x.version == 3 and x.turn_versions == [3, 3] for x in samples)
     for x in samples:
         sampled = [t for m in x.messages if m.role == "assistant" for t in m.token_ids]
-        assert [x.ids[t] for t, a in enumerate(x.act) if a] == sampled  # sampled ids appended verbatim
-        assert x.n_turns == 2 and len(x.verdicts) == 2 and len(x.header_starts) == 2
+        e = x.encoded
+        assert [e.ids[t] for t, a in enumerate(e.act) if a] == sampled  # sampled ids appended verbatim
+        assert x.n_turns == 2 and len(x.verdicts) == 2 and len(e.header_starts) == 2
         # behaviour log-probs == the trainer's log-probs of the same ids (ratio 1 up to float noise)
         with torch.no_grad():
-            logits = s.model(input_ids=torch.tensor([x.ids])).logits[0].float()
+            logits = s.model(input_ids=torch.tensor([e.ids])).logits[0].float()
         lp = torch.log_softmax(logits, -1)
-        pos = [t for t, a in enumerate(x.act) if a]
-        recomputed = torch.stack([lp[t - 1, x.ids[t]] for t in pos])
-        recorded = torch.tensor([x.logprobs[t] for t in pos])
+        pos = [t for t, a in enumerate(e.act) if a]
+        recomputed = torch.stack([lp[t - 1, e.ids[t]] for t in pos])
+        recorded = torch.tensor([e.logprobs[t] for t in pos])
         assert torch.allclose(recomputed, recorded, atol=1e-4)
 
 
@@ -48,8 +49,8 @@ def test_truncated_turn_end_token_is_not_generated() -> None:
     x = samples[0]
     assert x.truncated_turns == [True] and x.finish_reasons == ["length"]
     assert [(m.finish_reason, m.policy_version) for m in x.messages if m.role == "assistant"] == [("length", 3)]
-    end = max(t for t, k in enumerate(x.turn) if k == 0)  # the newline after <|im_end|>
-    assert x.act[end - 1] == 0 and sum(x.act) == 3
+    end = max(t for t, k in enumerate(x.encoded.turn) if k == 0)  # the newline after <|im_end|>
+    assert x.encoded.act[end - 1] == 0 and sum(x.encoded.act) == 3
 
 
 def test_hint_in_rollout_marks_hint_tokens() -> None:
@@ -57,7 +58,7 @@ def test_hint_in_rollout_marks_hint_tokens() -> None:
                                         hint_in_rollout=True), hint=True)
     x = samples[0]
     assert x.hint_turns == [0, 1]
-    assert sum(x.hint) > 0 and all(a == 0 for a, h in zip(x.act, x.hint, strict=True) if h)
+    assert sum(x.encoded.hint) > 0 and all(a == 0 for a, h in zip(x.encoded.act, x.encoded.hint, strict=True) if h)
     assert sum(m.is_hint for m in x.messages) == 2
 
 
@@ -248,8 +249,7 @@ def test_concurrent_environment_gives_the_same_trajectories(workers: int) -> Non
     assert peak1 == 1 and peak_w > 1  # it really ran episodes at once
     for ga, gb in zip(serial, conc, strict=True):
         for a, b in zip(ga, gb, strict=True):
-            assert (a.ids, a.act, a.logprobs, a.texts, a.verdicts, a.reward) == (b.ids, b.act, b.logprobs, b.texts,
-                                                                                 b.verdicts, b.reward)
+            assert (a.encoded, a.texts, a.verdicts, a.reward) == (b.encoded, b.texts, b.verdicts, b.reward)
             assert [m.content for m in a.messages] == [m.content for m in b.messages]
 
 
@@ -280,4 +280,4 @@ def test_rollouts_record_one_anchor_per_turn() -> None:
     for x in samples:
         assert len(x.anchors) == x.n_turns
         for k, p in enumerate(x.anchors):
-            assert p == -1 or (x.act[p] == 1 and x.turn[p] == k)
+            assert p == -1 or (x.encoded.act[p] == 1 and x.encoded.turn[p] == k)

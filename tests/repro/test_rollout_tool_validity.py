@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from repro.rl_metrics import rollout_metrics as _rollout_metrics
 from repro.rollout import EnvOutcome, RolloutSample
+from repro.tokenizer import EncodedConversation
 
 GOOD = '<tool_call>\n{"name": "finish", "arguments": {"message": "done"}}\n</tool_call>'
 BAD_JSON = '<tool_call>\n{"name": "finish", "arguments": {"message": \n</tool_call>'
@@ -12,8 +13,8 @@ UNKNOWN = '<tool_call>\n{"name": "format_disk", "arguments": {}}\n</tool_call>'
 
 
 def _sample(texts: list[str]) -> RolloutSample:
-    return RolloutSample(item=0, index=0, instance_id="t", ids=[1], act=[1], turn=[0], think=[0], logprobs=[0.0],
-                         header_starts=[0], hint=[0], texts=texts, verdicts=["NA"] * len(texts),
+    return RolloutSample(item=0, index=0, instance_id="t",
+                         encoded=EncodedConversation([1], [1], [0], [0], [0], [0.0], [0]), texts=texts, verdicts=["NA"] * len(texts),
                          truncated_turns=[False] * len(texts), outcome=EnvOutcome(resolved=False))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 
 import _rl_fixtures as F
 import pytest
@@ -24,9 +25,9 @@ def _sample(enc: ChatEncoder, item: int, index: int, reward: float, verdicts: li
         msgs.append({"role": "tool", "content": "ok"})
     msgs = msgs[:-1]
     e = enc.encode(msgs)
-    return RolloutSample(item=item, index=index, instance_id=f"toy-{item}", ids=e.ids, act=e.act, turn=e.turn,
-                         think=e.think, hint=e.hint, logprobs=[0.0 if x != x else x for x in e.logprobs],
-                         header_starts=e.header_starts, texts=["x"] * len(verdicts), verdicts=verdicts,
+    return RolloutSample(item=item, index=index, instance_id=f"toy-{item}",
+                         encoded=replace(e, logprobs=[0.0 if x != x else x for x in e.logprobs]),
+                         texts=["x"] * len(verdicts), verdicts=verdicts,
                          truncated_turns=[False] * len(verdicts), outcome=EnvOutcome(False, infra_error=infra),
                          reward=reward)
 
@@ -133,12 +134,12 @@ def test_leakage_rows_cover_passing_turns_inside_the_view() -> None:
     plan = build_batch([grp], F.config("tg"), _hint(enc))
     t = plan.trajs[0]
     view = t.views[0]
-    turn0 = [p for p in t.act_pos if grp[0].turn[p] == 0]
+    turn0 = [p for p in t.act_pos if grp[0].encoded.turn[p] == 0]
     assert view.leak_student_pos == turn0  # turn 2 (PASS) lies after the cut; turn 1 is the KL turn
     assert all(view.ids[m] == t.ids[p] for p, m in zip(view.leak_student_pos, view.leak_teacher_pos, strict=True))
     root = LossRoot(s.model, F.config("tg"))
     stats = root(collate(plan.trajs, 0), plan.n_pg, plan.n_kl)[1].stats
-    n_turn0 = sum(a for x in grp for a, k in zip(x.act, x.turn, strict=True) if k == 0)
+    n_turn0 = sum(a for x in grp for a, k in zip(x.encoded.act, x.encoded.turn, strict=True) if k == 0)
     assert stats["leak_n"] == n_turn0 and stats["leak_sum"] >= 0
 
 
@@ -209,7 +210,7 @@ def test_gate_diagnostics_at_the_behaviours_first_token() -> None:
     groups = _groups(enc)
     for grp in groups:
         for x in grp:  # the anchor: the third sampled token of each turn
-            x.anchors = [next(t for t, (k, a) in enumerate(zip(x.turn, x.act, strict=True)) if a and k == turn) + 2
+            x.anchors = [next(t for t, (k, a) in enumerate(zip(x.encoded.turn, x.encoded.act, strict=True)) if a and k == turn) + 2
                          for turn in range(x.n_turns)]
     cfg = F.config("tg")
     plan = build_batch(groups, cfg, _hint(enc))
