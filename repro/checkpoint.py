@@ -21,14 +21,13 @@ synchronous runs. Async runs with a producer lead > 0 are not bit-reproducible e
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import random
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -41,6 +40,12 @@ logger = logging.getLogger(__name__)
 STATE_FILE = "trainer_state.pt"
 INFO_FILE = "checkpoint.json"
 TEACHER_FILE = "teacher.safetensors"
+
+
+class Tokenizer(Protocol):
+    """What a checkpoint needs of the tokenizer: ``save_pretrained`` (a transformers tokenizer has it)."""
+
+    def save_pretrained(self, save_directory: str | os.PathLike[str]) -> object: ...
 
 
 class CheckpointInfo(BaseModel):
@@ -132,7 +137,7 @@ def save_checkpoint(
     step: int,
     *,
     model: torch.nn.Module,
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     trainer_state: dict[str, Any],
     config_sha256: str,
     arm: str,
@@ -210,16 +215,6 @@ def load_teacher(ckpt_dir: Path, teacher: torch.nn.Module) -> None:
     if missing or unexpected:
         raise RuntimeError(f"{path} does not match the teacher: missing {list(missing)[:5]}, unexpected "
                            f"{list(unexpected)[:5]}; resume with the same model preset")
-
-
-def json_default(obj: Any) -> Any:
-    if isinstance(obj, Path):
-        return str(obj)
-    raise TypeError(type(obj).__name__)
-
-
-def dumps(data: Any) -> str:
-    return json.dumps(data, default=json_default, indent=2)
 
 
 def load_weights(model: torch.nn.Module, ckpt_dir: Path) -> None:

@@ -23,7 +23,12 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+    from repro.config import TrainConfig
 
 PHASES = ("rollout", "environment", "teacher", "trainer", "checkpoint")
 
@@ -88,7 +93,7 @@ class ComputeLedger:
                 getattr(self, key).update(state.get(key, {}))
 
 
-def device_clock(device: Any) -> float:
+def device_clock(device: torch.device | str) -> float:
     """``time.perf_counter()`` after the device's queued work has finished (``torch.cuda.synchronize`` on a CUDA
     device; nothing to wait for on the CPU). CUDA kernels run asynchronously, so a phase timed without it (the
     teacher forward inside the trainer step) measures only the kernel launches."""
@@ -99,7 +104,7 @@ def device_clock(device: Any) -> float:
     return time.perf_counter()
 
 
-def count_params(model: Any) -> dict[str, int]:
+def count_params(model: torch.nn.Module) -> dict[str, int]:
     """Total parameters, and the ones that enter the matmul FLOPs (everything but the input embedding)."""
     total = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)  # the adapters' alone under LoRA
@@ -108,6 +113,18 @@ def count_params(model: Any) -> dict[str, int]:
     # with tied embeddings the lm_head matmul still costs V·H per token
     flop_params = total - emb + (emb if tied else 0)
     return {"total": int(total), "flop_params": int(flop_params), "trainable": int(trainable)}
+
+
+def merge_ledgers(snapshots: list[dict[str, Any]]) -> dict[str, Any]:
+    """One compute snapshot for several processes' :meth:`ComputeLedger.snapshot`: tokens and FLOPs summed, wall
+    seconds and peak memory of the slowest / largest (one snapshot: itself)."""
+    out = dict(snapshots[0])
+    out["tokens"] = {k: sum(s["tokens"][k] for s in snapshots) for k in snapshots[0]["tokens"]}
+    out["flops"] = {k: sum(s["flops"][k] for s in snapshots) for k in snapshots[0]["flops"]}
+    out["wall_s"] = {k: max(s["wall_s"][k] for s in snapshots) for k in snapshots[0]["wall_s"]}
+    out["flops_total"] = float(sum(out["flops"].values()))
+    out["peak_rss_bytes"] = max(s["peak_rss_bytes"] for s in snapshots)
+    return out
 
 
 def forward_flops(flop_params: int, tokens: int) -> float:
@@ -208,7 +225,7 @@ def lora_param_count(shape: ModelShape, r: int, targets: Sequence[str]) -> int:
     return shape.layers * sum(r * (dims[t][0] + dims[t][1]) for t in targets)
 
 
-def plan_shape(cfg: Any) -> tuple[ModelShape, str]:
+def plan_shape(cfg: TrainConfig) -> tuple[ModelShape, str]:
     """The model shape for the plan: ``[shape]`` when given, else the preset's (vocab 4,096 assumed)."""
     s = cfg.shape
     if s.layers:

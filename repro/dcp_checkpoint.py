@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed.checkpoint as dcp
@@ -27,21 +27,13 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from repro import checkpoint as ck
+from repro.compute import merge_ledgers
 from repro.config import ConfigError
-from repro.distributed import DistContext
+
+if TYPE_CHECKING:
+    from repro.runtime import Runtime
 
 DCP_DIR = "dcp"
-
-
-def merge_ledgers(snapshots: list[dict[str, Any]]) -> dict[str, Any]:
-    """One compute snapshot for the run: tokens and FLOPs summed over ranks, wall seconds of the slowest rank."""
-    out = dict(snapshots[0])
-    out["tokens"] = {k: sum(s["tokens"][k] for s in snapshots) for k in snapshots[0]["tokens"]}
-    out["flops"] = {k: sum(s["flops"][k] for s in snapshots) for k in snapshots[0]["flops"]}
-    out["wall_s"] = {k: max(s["wall_s"][k] for s in snapshots) for k in snapshots[0]["wall_s"]}
-    out["flops_total"] = float(sum(out["flops"].values()))
-    out["peak_rss_bytes"] = max(s["peak_rss_bytes"] for s in snapshots)
-    return out
 
 
 class GatheredModel(nn.Module):
@@ -53,20 +45,16 @@ class GatheredModel(nn.Module):
         self.held = (lm,)  # a tuple: not registered as a submodule (nothing here owns its parameters)
         self.state = state
 
-    def save_pretrained(self, directory: Path, **kwargs: Any) -> None:
-        self.held[0].save_pretrained(directory, state_dict=self.state, **kwargs)
+    def save_pretrained(self, directory: Path, *, safe_serialization: bool = True) -> None:
+        self.held[0].save_pretrained(directory, state_dict=self.state, safe_serialization=safe_serialization)
 
 
-def save(ctx: DistContext, out: Path, step: int, *, root: nn.Module, opt: torch.optim.Optimizer,
-         full_model: nn.Module | None, tokenizer: Any, state: dict[str, Any], ledger: dict[str, Any], config_sha256: str,
-         arm: str, seed: int, keep: int) -> ck.CheckpointInfo:
+def save(ctx: Runtime, out: Path, step: int, *, root: nn.Module, opt: torch.optim.Optimizer,
+         full_model: nn.Module, tokenizer: ck.Tokenizer, state: dict[str, Any], ledger: dict[str, Any],
+         config_sha256: str, arm: str, seed: int, keep: int) -> ck.CheckpointInfo:
     """Write ``checkpoints/step_<step>/`` (module docstring) from every rank; ``full_model`` holds the unsharded
-    current weights (rank 0 saves it in the HF layout); None: the ranks gather them one tensor at a time
-    (:class:`GatheredModel`). Returns the checkpoint's info on every rank."""
-    if full_model is None:
-        from repro.distributed import gather_full_state
-
-        full_model = GatheredModel(root.lm, gather_full_state(ctx, root.lm))
+    current weights (rank 0 saves it in the HF layout): the sampling copy, or a :class:`GatheredModel`
+    (``repro.distributed.DistContext.save_checkpoint`` chooses). Returns the checkpoint's info on every rank."""
     staging = Path(out) / "checkpoints" / f".dcp_step_{step}"
     if ctx.main:
         shutil.rmtree(staging, ignore_errors=True)
@@ -87,7 +75,7 @@ def save(ctx: DistContext, out: Path, step: int, *, root: nn.Module, opt: torch.
     return ck.read_info(Path(out) / "checkpoints" / f"step_{step}")
 
 
-def load(ctx: DistContext, ckpt: Path, *, root: nn.Module, opt: torch.optim.Optimizer) -> dict[str, Any]:
+def load(ctx: Runtime, ckpt: Path, *, root: nn.Module, opt: torch.optim.Optimizer) -> dict[str, Any]:
     """Load ``ckpt/dcp`` into the sharded ``root`` and ``opt``; return the trainer state with this rank's RNG state
     in ``rng`` and its ledger in ``compute``."""
     path = Path(ckpt) / DCP_DIR

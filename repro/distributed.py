@@ -1,7 +1,8 @@
 """Multi-rank RL training under torchrun + FSDP2: the launch check, the sharding, and what ranks exchange.
 
 ``torchrun --nproc-per-node N -m tgsuite train rl --config CFG`` with ``cluster.fsdp = true`` and
-``cluster.trainer_gpus = N`` runs :func:`repro.train.train_rl` in N processes. Per step:
+``cluster.trainer_gpus = N`` runs :func:`repro.train.train_rl` in N processes, each with a :class:`DistContext`
+(:func:`init`): the :class:`repro.runtime.Runtime` of a rank, so the loop is the single-process loop. Per step:
 
 1. Rollouts: the step's ``rollout.groups`` groups are split into ``rollout.sampling_streams`` contiguous chunks
    (0 = one per rank), each sampled by its own ``run_groups`` call (its generator is seeded from its first item, as
@@ -48,14 +49,27 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from repro import checkpoint as ck
+from repro import dcp_checkpoint
 from repro.config import ConfigError, TrainConfig
+from repro.pipeline_async import clone_for_producer
+from repro.runtime import LocalRuntime, Runtime, train_device
 from repro.trainer_step import TrajBatch
+
+if TYPE_CHECKING:
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    from repro.runtime import EngineFactory
+    from repro.trainer_step import LossRoot
+
+T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
@@ -159,7 +173,8 @@ def micro_batches(trajs: Sequence[TrajBatch], size: int, rank: int,
 
 class DistContext:
     """This process's place in the process group (made by :func:`init`; ``close`` ends the group when ``init``
-    started it, ``owned``; a caller that initialised the group itself keeps it)."""
+    started it, ``owned``; a caller that initialised the group itself keeps it). A :class:`repro.runtime.Runtime`:
+    the RL loop runs the same code on one process (:class:`repro.runtime.LocalRuntime`) and on many."""
 
     def __init__(self, launch: Launch, device: torch.device, owned: bool) -> None:
         self.rank, self.world, self.device, self.owned = launch.rank, launch.world, device, owned
@@ -174,7 +189,20 @@ class DistContext:
     def barrier(self) -> None:
         dist.barrier()
 
-    def shard(self, root: nn.Module, precision: str) -> None:
+    def wait_turn(self) -> None:
+        wait_turn(self)
+
+    def end_turn(self) -> None:
+        end_turn(self)
+
+    def place(self, model: nn.Module) -> nn.Module:
+        return model  # on the CPU until shard moves it to this rank's device one layer's shard at a time
+
+    def sampling_copy(self, model: nn.Module, engine: str) -> nn.Module | None:
+        """``hf_sampler``: an unsharded copy on this rank's device; ``vllm_http`` samples on servers: no copy."""
+        return clone_for_producer(model).to(self.device) if engine == "hf_sampler" else None
+
+    def shard(self, root: LossRoot, precision: str) -> None:
         """``fully_shard`` the student's and the teacher copy's decoder layers, then the loss root (module doc);
         parameters still on the CPU are moved to this rank's device one layer at a time, as shards."""
         from torch.distributed.fsdp import fully_shard
@@ -191,6 +219,17 @@ class DistContext:
         fully_shard(root, mesh=self.mesh, mp_policy=mp_policy(precision, cast_inputs=False))
         root.collective_teacher = True
 
+    def publish(self, model: nn.Module, copy: nn.Module | None, engine_factory: EngineFactory, version: int) -> None:
+        """The sampling copy gets the new weights (all-gathered); without one (``vllm_http``) rank 0 pushes them to
+        the servers (:func:`push_sharded`)."""
+        if copy is not None:
+            copy.load_state_dict(self.full_state(model))
+        else:
+            push_sharded(self, model, engine_factory, version)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        (loss * self.world).backward()  # FSDP averages gradients over ranks; the batch loss is their sum
+
     def full_state(self, lm: nn.Module) -> dict[str, torch.Tensor]:
         """The unsharded state dict of ``lm`` on every rank (one all-gather per sharded tensor, same order on all)."""
         out = {}
@@ -198,7 +237,7 @@ class DistContext:
             out[name] = value.full_tensor() if hasattr(value, "full_tensor") else value
         return out
 
-    def gather(self, obj: Any) -> list[Any]:
+    def gather(self, obj: T) -> list[T]:
         """``obj`` of every rank, in rank order."""
         got: list[Any] = [None] * self.world
         dist.all_gather_object(got, obj)
@@ -208,6 +247,27 @@ class DistContext:
         t = torch.tensor(values, dtype=torch.float64, device=self.device)
         dist.all_reduce(t)
         return [float(v) for v in t.tolist()]
+
+    def save_checkpoint(self, out: Path, step: int, *, root: LossRoot, opt: torch.optim.Optimizer,
+                        copy: nn.Module | None, tokenizer: ck.Tokenizer, state: dict[str, Any],
+                        ledger: dict[str, Any], config_sha256: str, arm: str, seed: int,
+                        keep: int) -> ck.CheckpointInfo:
+        """Sharded model / teacher / optimizer in ``dcp/`` (``repro.dcp_checkpoint``), rank 0 the HF layout from
+        the sampling ``copy`` or, without one, from weights the ranks gather one tensor at a time."""
+        full = copy if copy is not None else dcp_checkpoint.GatheredModel(root.lm, gather_full_state(self, root.lm))
+        return dcp_checkpoint.save(self, out, step, root=root, opt=opt, full_model=full, tokenizer=tokenizer,
+                                   state=state, ledger=ledger, config_sha256=config_sha256, arm=arm, seed=seed,
+                                   keep=keep)
+
+    def load_checkpoint(self, ckpt: Path, *, root: LossRoot, opt: torch.optim.Optimizer) -> dict[str, Any]:
+        return dcp_checkpoint.load(self, ckpt, root=root, opt=opt)
+
+    def manifest_host(self) -> dict[str, int]:
+        return {"ranks": self.world}
+
+    def manifest_notes(self) -> list[str]:
+        return [f"FSDP2 over {self.world} ranks (repro.distributed); optimizer and teacher shards in checkpoints' "
+                "dcp/"]
 
     def close(self, *, failed: bool = False) -> None:
         """End the group if ``owned``; after a failure without the barrier (the other ranks may never reach it;
@@ -222,7 +282,7 @@ class DistContext:
             dist.destroy_process_group()
 
 
-def gather_full_state(ctx: DistContext, lm: nn.Module, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+def gather_full_state(ctx: Runtime, lm: nn.Module, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
     """``lm``'s unsharded parameters (tied ones once) as CPU tensors (in ``dtype`` when given) on rank 0, ``{}`` on
     the others. Every rank takes part in each all-gather, one tensor at a time, so no GPU ever holds more than one
     full tensor beyond its shards (unlike :meth:`DistContext.full_state`, which keeps them all)."""
@@ -235,20 +295,32 @@ def gather_full_state(ctx: DistContext, lm: nn.Module, dtype: torch.dtype | None
     return out
 
 
-def push_sharded(ctx: DistContext, lm: nn.Module, factory: Any, version: int) -> None:
+class PushTarget(Protocol):
+    """An engine factory that takes weights pushed from outside (:class:`repro.vllm_http.HttpRollouts`)."""
+
+    external: bool
+
+    @property
+    def push_dtype(self) -> torch.dtype: ...
+
+    def push(self, tensors: dict[str, torch.Tensor], version: int) -> None: ...
+
+
+def push_sharded(ctx: Runtime, lm: nn.Module, factory: EngineFactory, version: int) -> None:
     """``rollout.engine = "vllm_http"`` under FSDP: rank 0 pushes the gathered weights of ``version`` to the servers
     (``factory.push``, :class:`repro.vllm_http.HttpRollouts`); every rank waits until they hold them."""
     if not hasattr(factory, "push"):
         raise ConfigError(f"cluster.fsdp with rollout.engine = 'vllm_http' needs the RLSetup's engine_factory to be "
                           f"repro.vllm_http.HttpRollouts, got {type(factory).__name__}")
-    factory.external = True  # the per-batch engines never push from this rank's shards themselves
-    state = gather_full_state(ctx, lm, factory.push_dtype)
+    target = cast(PushTarget, factory)
+    target.external = True  # the per-batch engines never push from this rank's shards themselves
+    state = gather_full_state(ctx, lm, target.push_dtype)
     if ctx.main:
-        factory.push(state, version)
+        target.push(state, version)
     ctx.barrier()
 
 
-def mp_policy(precision: str, *, cast_inputs: bool = True) -> Any:
+def mp_policy(precision: str, *, cast_inputs: bool = True) -> MixedPrecisionPolicy:
     """FSDP2's ``MixedPrecisionPolicy`` for ``model.precision`` (module docstring): fp32 reduction always; bf16
     all-gathers and compute for ``bf16-mixed``. ``cast_inputs=False`` for the loss root, whose floating inputs are
     the behaviour log-probs and advantages."""
@@ -274,20 +346,21 @@ def activation_checkpointing(lm: nn.Module, enabled: bool) -> None:
                           "gradient_checkpointing_enable (a transformers PreTrainedModel is needed); set it to false")
 
 
-def wait_turn(ctx: DistContext | None) -> None:
+def wait_turn(ctx: Runtime | None) -> None:
     """With :func:`end_turn`, runs the code between them on rank 0, then rank 1, …: rank r waits at r barriers here
     and passes the remaining ``world − r`` in ``end_turn`` (every rank calls ``world`` barriers). ``train_rl`` builds
     and shards the model between them, so one node holds one full CPU copy at a time. No-op without a process group.
     Code that raises between them never reaches ``end_turn`` (torchrun stops the other ranks)."""
-    for _ in range(0 if ctx is None else ctx.rank):
-        dist.barrier()
+    if ctx is not None:
+        for _ in range(ctx.rank):
+            ctx.barrier()
 
 
-def end_turn(ctx: DistContext | None) -> None:
+def end_turn(ctx: Runtime | None) -> None:
     """See :func:`wait_turn`."""
     if ctx is not None:
         for _ in range(ctx.rank, ctx.world):
-            dist.barrier()
+            ctx.barrier()
 
 
 def exit_process(code: int) -> None:
@@ -304,24 +377,19 @@ def exit_process(code: int) -> None:
     os._exit(code)
 
 
-def init(cfg: TrainConfig, env: Mapping[str, str] | None = None) -> DistContext | None:
-    """Check the launch against ``cluster.*`` (:func:`check_launch`) and, with ``cluster.fsdp``, join the process
-    group (NCCL on CUDA, gloo on CPU); ``None`` for a single-process run."""
+def init(cfg: TrainConfig, env: Mapping[str, str] | None = None) -> Runtime:
+    """Check the launch against ``cluster.*`` (:func:`check_launch`); with ``cluster.fsdp`` join the process group
+    (NCCL on CUDA, gloo on CPU) and return this rank's :class:`DistContext`, else a
+    :class:`repro.runtime.LocalRuntime` on ``model.device``."""
     launch = read_launch(os.environ if env is None else env)
     for w in check_launch(cfg, launch):
         logger.warning("%s", w)
+    device = train_device(cfg.model.device)
     if not cfg.cluster.fsdp:
-        return None
-    want = cfg.model.device
-    if want == "auto":
-        want = "cuda" if torch.cuda.is_available() else "cpu"
-    if want == "cuda":
-        if not torch.cuda.is_available():
-            raise ConfigError("model.device = 'cuda' but no CUDA device is visible; use model.device = 'cpu' or 'auto'")
+        return LocalRuntime(device)
+    if device.type == "cuda":
         torch.cuda.set_device(launch.local_rank)
         device = torch.device("cuda", launch.local_rank)
-    else:
-        device = torch.device("cpu")
     owned = not dist.is_initialized()
     if owned:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")

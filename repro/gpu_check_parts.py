@@ -26,12 +26,18 @@ import os
 import random
 import socket
 import time
+from argparse import Namespace
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from transformers import Qwen3Config
+
+    from repro.packing import Packed
 
 # dense bf16 tensor-core peak (FLOP/s, no sparsity) from the vendors' data sheets, by a substring of the device name
 PEAK_BF16 = (("H200", 989.4e12), ("H100 PCIe", 756.0e12), ("H100 NVL", 835.0e12), ("H100", 989.4e12),
@@ -63,7 +69,7 @@ def peak_above(device: str, base: int) -> int | None:
     return int(torch.cuda.max_memory_allocated()) - base if device == "cuda" else None
 
 
-def timed(fn: Callable[[], Any], device: str) -> float:
+def timed(fn: Callable[[], object], device: str) -> float:
     sync(device)
     t0 = time.perf_counter()
     fn()
@@ -79,7 +85,7 @@ def matmul_peak(device: str, n: int = 8192) -> float:
     return max(2 * n ** 3 / timed(lambda: torch.mm(a, b), device) for _ in range(5))
 
 
-def half_b_config(vocab: int = 151_936, layers: int = 28) -> Any:
+def half_b_config(vocab: int = 151_936, layers: int = 28) -> Qwen3Config:
     """The Qwen3-0.6B shape (module docstring) as a ``Qwen3Config``; ``layers`` / ``vocab`` smaller for tests."""
     from transformers import Qwen3Config
 
@@ -92,7 +98,7 @@ def half_b_config(vocab: int = 151_936, layers: int = 28) -> Any:
     return cfg
 
 
-def build_half_b(device: str, cfg: Any) -> torch.nn.Module:
+def build_half_b(device: str, cfg: Qwen3Config) -> torch.nn.Module:
     from transformers import Qwen3ForCausalLM
 
     with torch.random.fork_rng(devices=[]), torch.device(device):
@@ -101,7 +107,7 @@ def build_half_b(device: str, cfg: Any) -> torch.nn.Module:
 
 
 def packed_batches(vocab: int, budget: int, doc_tokens: int, n_batches: int, device: str,
-                   seed: int = 0) -> list[Any]:
+                   seed: int = 0) -> list[Packed]:
     """``n_batches`` packed batches of synthetic documents (lengths around ``doc_tokens``) of ≤ ``budget`` tokens,
     every token a target (the pretraining case; the RL trainer's masks change the loss, not the matmuls), on
     ``device``."""
@@ -123,12 +129,12 @@ def packed_batches(vocab: int, budget: int, doc_tokens: int, n_batches: int, dev
     return out
 
 
-def attention_flops(batch: Any, layers: int, heads: int, head_dim: int) -> float:
+def attention_flops(batch: Packed, layers: int, heads: int, head_dim: int) -> float:
     cu = batch.cu_seqlens
     return float(sum(6 * layers * heads * head_dim * (e - s) ** 2 for s, e in zip(cu[:-1], cu[1:], strict=True)))
 
 
-def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, batch: Any, device: str) -> float:
+def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, batch: Packed, device: str) -> float:
     from repro.packing import packed_nll
     from repro.precision import autocast
 
@@ -140,7 +146,7 @@ def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, batch: Any, d
     return float(nll.detach()) / max(1, n)
 
 
-def run_throughput(args: Any, out: Path, device: str = "cuda") -> dict[str, Any]:
+def run_throughput(args: Namespace, out: Path, device: str = "cuda") -> dict[str, Any]:
     """Part ``throughput`` (module docstring)."""
     from repro.compute import count_params
 
@@ -169,7 +175,7 @@ def run_throughput(args: Any, out: Path, device: str = "cuda") -> dict[str, Any]
             "weights_state_bytes": 16 * params["total"]}
 
 
-def run_kl(args: Any, out: Path, device: str = "cuda") -> dict[str, Any]:
+def run_kl(args: Namespace, out: Path, device: str = "cuda") -> dict[str, Any]:
     """Part ``kl`` (module docstring)."""
     from repro.losses import chunked_kl_loss, kl_from_logits
     from repro.precision import autocast
@@ -222,7 +228,7 @@ def run_kl(args: Any, out: Path, device: str = "cuda") -> dict[str, Any]:
     return result
 
 
-def run_lora(args: Any, out: Path, device: str = "cuda") -> dict[str, Any]:
+def run_lora(args: Namespace, out: Path, device: str = "cuda") -> dict[str, Any]:
     """Part ``lora`` (module docstring)."""
     from repro.config import LoraCfg
     from repro.lora import prepare, trainable_parameters
@@ -266,7 +272,7 @@ def single_rank_env() -> Iterator[None]:
                 os.environ[k] = v
 
 
-def run_fsdp(args: Any, out: Path, device: str = "cuda") -> dict[str, Any]:
+def run_fsdp(args: Namespace, out: Path, device: str = "cuda") -> dict[str, Any]:
     """Part ``fsdp`` (module docstring)."""
     from repro.gpu_check_rl import read_metrics, rl_config, rl_setup
     from repro.train import train_rl

@@ -24,12 +24,21 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from argparse import Namespace
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from harness.schema import Message, TaskInstance
+    from repro.config import TrainConfig
+    from repro.engine import RolloutEngine, TokenRequest, TokenResult
+    from repro.rollout import EnvOutcome, StepOut
+    from repro.vllm_engine import VLLMApi
+    from repro.wiring import EngineFactory, RLSetup
 
 CORPUS = [
     "You are a coding agent. Fix the bug in the repository and call finish with a summary.",
@@ -43,16 +52,16 @@ CORPUS = [
 class TwoTurnEnv:
     """Two assistant turns; resolved iff some turn has a Markdown heading (``#``)."""
 
-    def __init__(self, instance: Any, seed: int) -> None:
+    def __init__(self, instance: TaskInstance, seed: int) -> None:
         self.instance, self.texts = instance, []
 
-    def reset(self) -> list[Any]:
+    def reset(self) -> list[Message]:
         from harness.schema import Message
 
         return [Message(role="system", content="You are a coding agent."),
                 Message(role="user", content=self.instance.problem_statement)]
 
-    def step(self, text: str) -> Any:
+    def step(self, text: str) -> StepOut:
         from harness.schema import Message
         from repro.rollout import StepOut
 
@@ -60,7 +69,7 @@ class TwoTurnEnv:
         done = len(self.texts) >= 2
         return StepOut([] if done else [Message(role="tool", content="ok", tool_name="run_tests")], done)
 
-    def outcome(self) -> Any:
+    def outcome(self) -> EnvOutcome:
         from repro.rollout import EnvOutcome
 
         return EnvOutcome(resolved=any("#" in t for t in self.texts))
@@ -112,7 +121,7 @@ class LogprobStats:
 
 
 @torch.no_grad()
-def trainer_logprobs(model: torch.nn.Module, req: Any, ids: list[int], precision: str) -> torch.Tensor:
+def trainer_logprobs(model: torch.nn.Module, req: TokenRequest, ids: list[int], precision: str) -> torch.Tensor:
     """The trainer's log-prob of each sampled id under the request's sampling distribution (−inf: outside its
     top-p nucleus)."""
     from harness.policies.sampling import sampling_logprobs
@@ -133,7 +142,7 @@ class MeasuredEngine:
     """A ``RolloutEngine`` that forwards to ``inner`` and records its speed and its log-probs against the trainer's
     (``model``: the weights of the version the engine samples with)."""
 
-    def __init__(self, inner: Any, model: torch.nn.Module, stats: LogprobStats) -> None:
+    def __init__(self, inner: RolloutEngine, model: torch.nn.Module, stats: LogprobStats) -> None:
         self.inner, self.model, self.stats = inner, model, stats
 
     def current_version(self) -> int:
@@ -142,7 +151,7 @@ class MeasuredEngine:
     def set_version(self, version: int) -> None:
         self.inner.set_version(version)
 
-    def generate(self, requests: Sequence[Any], *, generator: torch.Generator) -> list[Any]:
+    def generate(self, requests: Sequence[TokenRequest], *, generator: torch.Generator) -> list[TokenResult]:
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -158,7 +167,7 @@ class MeasuredEngine:
         return results
 
 
-def rl_config(args: Any, engine: str, device: str, out_sets: Sequence[str] = ()) -> Any:
+def rl_config(args: Namespace, engine: str, device: str, out_sets: Sequence[str] = ()) -> TrainConfig:
     from repro.config import load_config
 
     return load_config(arm="tg", sets=[
@@ -170,7 +179,7 @@ def rl_config(args: Any, engine: str, device: str, out_sets: Sequence[str] = ())
         "optim.lr=0.001", "optim.micro_batch=8", "guidance.gating=all_turns", *out_sets])
 
 
-def rl_setup(cfg: Any, preset: str, engine_factory: Callable[..., Any]) -> Any:
+def rl_setup(cfg: TrainConfig, preset: str, engine_factory: EngineFactory) -> RLSetup:
     from harness.behaviour import get_checker, turn_verdicts
     from harness.schema import TaskInstance
     from repro.models import build_model
@@ -193,7 +202,7 @@ def read_metrics(run: Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
 
 
-def run_rl(args: Any, out: Path, *, device: str = "cuda") -> dict[str, Any]:
+def run_rl(args: Namespace, out: Path, *, device: str = "cuda") -> dict[str, Any]:
     """Part ``rl``: ``--steps`` RL steps (arm tg) with the hf_sampler engine, measured (module docstring)."""
     from repro.train import train_rl
     from repro.wiring import default_engine
@@ -217,7 +226,7 @@ def run_rl(args: Any, out: Path, *, device: str = "cuda") -> dict[str, Any]:
             "wall_s": time.perf_counter() - t0}
 
 
-def run_vllm(args: Any, out: Path, *, api: Any = None, device: str = "cuda") -> dict[str, Any]:
+def run_vllm(args: Namespace, out: Path, *, api: VLLMApi | None = None, device: str = "cuda") -> dict[str, Any]:
     """Part ``vllm``: the same RL steps with ``rollout.engine = "vllm"`` (a colocated ``vllm.LLM``); ``skipped``
     when vLLM is not importable (never a failure)."""
     from repro.train import train_rl
@@ -234,7 +243,7 @@ def run_vllm(args: Any, out: Path, *, api: Any = None, device: str = "cuda") -> 
     class Measured(VLLMRollouts):
         build_s = 0.0
 
-        def __call__(self, model: torch.nn.Module, pad_id: int) -> Any:  # type: ignore[override]
+        def __call__(self, model: torch.nn.Module, pad_id: int) -> MeasuredEngine:  # type: ignore[override]
             t0, fresh = time.perf_counter(), self.engine is None
             engine = super().__call__(model, pad_id)
             if fresh:

@@ -7,8 +7,15 @@ forward under no_grad, student forward, chunked log-probs and KL), clip, AdamW s
 (``guidance.teacher``, :mod:`repro.teacher`), publish the new weights
 (version += 1), log one metrics line, checkpoint when due.
 
-Run directory (ARCHITECTURE §4): ``config.toml`` (resolved), ``manifest.json``, ``metrics.jsonl``,
-``checkpoints/step_<n>/``. ``resume=True`` continues from the newest checkpoint; synchronous runs resume exactly.
+One process or many (torchrun + FSDP2), the code is the same: it trains through a :class:`repro.runtime.Runtime`
+(``repro.distributed.init`` returns a ``LocalRuntime`` or a ``DistContext``) and asks it wherever one process and many
+differ (which rollouts this rank samples, gradient scaling, reductions, checkpoints). :func:`start_run` builds what
+the loop needs (an :class:`RLRun`: model, teacher, optimizer, rollout sources, resume); :func:`run_loop` runs the
+steps.
+
+Run directory (ARCHITECTURE §4): ``config.toml`` (resolved), ``manifest.json``, ``metrics.jsonl``, ``best.jsonl``
+(:mod:`repro.rl_record`), ``checkpoints/step_<n>/`` (``Runtime.save_checkpoint``). ``resume=True`` continues from
+the newest checkpoint; synchronous runs resume exactly.
 
 What plugs in (:class:`RLSetup`): tokenizer, model, tasks, an environment factory, a turn checker, a hint source
 and a sampler factory. :func:`repro.wiring.default_setup` builds them from the harness for real runs; tests pass
@@ -18,37 +25,38 @@ small stand-ins.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import random
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from harness.schema import TaskInstance
 from protocols.provenance import git_state, package_versions, utc_now
 from repro import checkpoint as ck
-from repro import dcp_checkpoint, distributed, lora
-from repro.compute import ComputeLedger, count_params, forward_flops, train_flops
-from repro.config import ConfigError, TrainConfig, load_saved, to_toml
-from repro.distributed import DistContext
+from repro import distributed, lora
+from repro.compute import ComputeLedger, count_params, forward_flops, merge_ledgers, train_flops
+from repro.config import ConfigError, TrainConfig, load_saved
 from repro.pipeline_async import AsyncProducer, StalenessStats, WeightStore, clone_for_producer, take_fresh
 from repro.precision import autocast, master_weights_ok
-from repro.rl_metrics import gate_summary, rollout_metrics, version_metrics
+from repro.rl_metrics import rollout_metrics, version_metrics
+from repro.rl_record import RunRecord
 from repro.rollout import (
     RolloutSample,
     RolloutSettings,
     group_seed,
     run_groups,
 )
-from repro.schema import DistillExample
+from repro.runtime import ONE_PROCESS, Runtime
 from repro.tokenizer import ChatEncoder
-from repro.track import MetricsWriter, progress, read_metrics
-from repro.trainer_step import LossRoot, build_batch, collate, reduce_stats
+from repro.track import progress
+from repro.trainer_step import BatchPlan, LossRoot, build_batch, collate, reduce_stats
 from repro.wiring import RLSetup, check_engine_choice, default_setup
 
 logger = logging.getLogger(__name__)
@@ -117,13 +125,12 @@ class _Sources:
     """Where groups come from: produced inline (sync) or by the async producer thread."""
 
     def __init__(self, cfg: TrainConfig, setup: RLSetup, stream: TaskStream, ledger: ComputeLedger,
-                 flop_params: int, start_item: int, start_step: int, ctx: DistContext | None = None,
-                 twin: torch.nn.Module | None = None) -> None:
+                 flop_params: int, start_item: int, start_step: int, rt: Runtime, copy: nn.Module | None) -> None:
         self.cfg, self.setup, self.stream, self.ledger, self.flop_params = cfg, setup, stream, ledger, flop_params
-        self.ctx, self.twin = ctx, twin  # under FSDP: this rank's place and its unsharded sampling copy
-        if ctx is not None and twin is None:  # FSDP + vllm_http: the servers start from this run's weights
-            distributed.push_sharded(ctx, setup.model, setup.engine_factory, start_step)
-        self.streams = cfg.rollout.sampling_streams or (1 if ctx is None else ctx.world)
+        self.rt, self.copy = rt, copy  # this process's place; the unsharded sampling copy (Runtime.sampling_copy)
+        if copy is None:  # sampling without a copy of its own: FSDP + vllm_http pushes this run's weights first
+            rt.publish(setup.model, None, setup.engine_factory, start_step)
+        self.streams = cfg.rollout.sampling_streams or rt.world
         self.encoder = ChatEncoder(setup.tokenizer)
         self.next_item = start_item
         self.stats = StalenessStats()
@@ -158,11 +165,9 @@ class _Sources:
         items = list(range(first_item, first_item + g))
         hint_src = (lambda inst, turn, rng: s.hint_text(inst, turn, rng)) if self.settings.hint_in_rollout else None
         chunks = distributed.split_streams(items, self.streams)
-        if self.ctx is not None:
-            per = len(chunks) // self.ctx.world
-            chunks = chunks[self.ctx.rank * per:(self.ctx.rank + 1) * per]
+        per = len(chunks) // self.rt.world  # this rank's share of the chunks (one process: all of them)
         groups: list[list[RolloutSample]] = []
-        for chunk in chunks:
+        for chunk in chunks[self.rt.rank * per:(self.rt.rank + 1) * per]:
             engine = s.engine_factory(model, s.tokenizer.pad_token_id)
             engine.set_version(version)  # the stamp every sample of this batch carries (RolloutSample.version)
             groups += run_groups(instances=[self.stream[i] for i in chunk], items=chunk,
@@ -170,9 +175,7 @@ class _Sources:
                                  tools=s.tools, checker=s.checker, settings=self.settings, run_seed=self.cfg.run.seed,
                                  reward_weights=self.cfg.reward, hint_source=hint_src, ledger=self.ledger,
                                  flop_params=self.flop_params)
-        if self.ctx is not None:
-            groups = [grp for part in self.ctx.gather(groups) for grp in part]
-        return groups
+        return [grp for part in self.rt.gather(groups) for grp in part]
 
     def take(self, step: int) -> list[list[RolloutSample]]:
         g = self.cfg.rollout.groups
@@ -180,7 +183,7 @@ class _Sources:
             was_training = self.setup.model.training
             self.setup.model.eval()
             with sampler_threads(self.cfg.rollout.sampler_threads):
-                groups = self._batch(self.setup.model if self.twin is None else self.twin, self.next_item, step)
+                groups = self._batch(self.setup.model if self.copy is None else self.copy, self.next_item, step)
             self.setup.model.train(was_training)
             self.next_item += g
             self.stats.consumed += 1
@@ -193,10 +196,7 @@ class _Sources:
     def published(self, version: int) -> None:
         if self.store is not None:
             self.store.publish(version, self.setup.model.state_dict())
-        if self.ctx is not None and self.twin is not None:  # FSDP: the sampling copy gets the new weights
-            self.twin.load_state_dict(self.ctx.full_state(self.setup.model))
-        elif self.ctx is not None:  # FSDP + vllm_http: rank 0 pushes the gathered weights to the servers
-            distributed.push_sharded(self.ctx, self.setup.model, self.setup.engine_factory, version)
+        self.rt.publish(self.setup.model, self.copy, self.setup.engine_factory, version)
 
     def close(self) -> None:
         if self.producer is not None:
@@ -229,21 +229,19 @@ def _hint_ids_fn(setup: RLSetup, encoder: ChatEncoder, seed: int) -> Callable[[R
     return hint_ids
 
 
-def optimizer_step(root: LossRoot, cfg: TrainConfig, plan: Any, opt: torch.optim.Optimizer, pad_id: int,
-                    ledger: ComputeLedger, flop_params: int,
-                    ctx: DistContext | None = None) -> tuple[dict[str, Any], float]:
+def optimizer_step(root: LossRoot, cfg: TrainConfig, plan: BatchPlan, opt: torch.optim.Optimizer, pad_id: int,
+                   ledger: ComputeLedger, flop_params: int,
+                   rt: Runtime = ONE_PROCESS) -> tuple[dict[str, Any], float]:
     """One optimizer step over the plan's micro-batches; returns the step's metrics and the teacher forwards'
-    wall time (seconds, counted in the ``teacher`` ledger phase and taken out of the ``trainer`` phase). Under FSDP
-    (``ctx``) this rank runs its share (``repro.distributed.micro_batches``) and the metrics are reduced over ranks."""
+    wall time (seconds, counted in the ``teacher`` ledger phase and taken out of the ``trainer`` phase). Each rank
+    runs its share (``repro.distributed.micro_batches``; one process: all of them) and the metrics are reduced over
+    the ranks."""
     opt.zero_grad(set_to_none=True)
     parts, total, n_tok, n_teacher, teacher_s = [], 0.0, 0, 0, 0.0
     split: dict[str, list[torch.Tensor]] = {}
     mbs = cfg.optim.micro_batch
     device = next(root.parameters()).device
-    if ctx is None:
-        batches, n_fill = [plan.trajs[i:i + mbs] for i in range(0, len(plan.trajs), mbs)], 0
-    else:
-        batches, n_fill = distributed.micro_batches(plan.trajs, mbs, ctx.rank, ctx.world)
+    batches, n_fill = distributed.micro_batches(plan.trajs, mbs, rt.rank, rt.world)
     for i, trajs in enumerate(batches):
         mb = collate(trajs, pad_id, padding_free=cfg.optim.padding_free).to(device)
         with root.student_attention(mb):  # forward and backward: checkpointed layers recompute in the backward
@@ -252,10 +250,8 @@ def optimizer_step(root: LossRoot, cfg: TrainConfig, plan: Any, opt: torch.optim
             if cfg.run.log_grad_split and loss.requires_grad:
                 _backward_split(root, {k: t for k, t in (("pg", terms.pg), ("kl", terms.kl)) if t is not None},
                                 split)
-            elif ctx is not None:
-                (loss * ctx.world).backward()  # FSDP averages gradients over ranks; the batch loss is their sum
-            elif loss.requires_grad:
-                loss.backward()
+            else:
+                rt.backward(loss)
         if i >= len(batches) - n_fill:
             continue  # a zero-weight filler (repro.distributed.micro_batches): no tokens, no statistics
         parts.append(terms.stats)
@@ -263,9 +259,8 @@ def optimizer_step(root: LossRoot, cfg: TrainConfig, plan: Any, opt: torch.optim
         total += float(loss.detach())
         n_tok += mb.n_tokens
         n_teacher += mb.n_teacher_tokens if cfg.guidance.lam > 0 else 0
-    if ctx is not None:
-        total = ctx.sum(total)[0]
-        parts = [p for part in ctx.gather(parts) for p in part]
+    total = rt.sum(total)[0]
+    parts = [p for part in rt.gather(parts) for p in part]
     norms = {f"grad/norm_{k}": float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g)
                                                                                    for g in v]))) for k, v in split.items()}
     params = [p for p in root.parameters() if p.grad is not None]
@@ -300,194 +295,177 @@ def train_rl(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | None = N
     Under torchrun with ``cluster.fsdp = true`` every rank runs this function (``repro.distributed``); rank 0
     writes the run directory's files."""
     check_engine_choice(cfg, None if setup is None else setup.engine_factory)
-    ctx = distributed.init(cfg)  # None for a single-process run; checks cluster.* against the launch
+    rt = distributed.init(cfg)  # checks cluster.* against the launch; one process: a LocalRuntime
     try:
-        info = _train_rl(cfg, Path(out_dir), ctx, setup=setup, resume=resume, argv=argv, protocol_hash=protocol_hash)
+        run = start_run(cfg, Path(out_dir), rt, setup=setup, resume=resume, argv=argv, protocol_hash=protocol_hash)
+        info = run_loop(run)
     except BaseException:
-        if ctx is not None:
-            ctx.close(failed=True)
+        rt.close(failed=True)
         raise
-    if ctx is not None:
-        ctx.close()
+    rt.close()
     return info
 
 
-def _train_rl(cfg: TrainConfig, out: Path, ctx: DistContext | None, *, setup: RLSetup | None, resume: bool,
-              argv: list[str] | None, protocol_hash: str | None) -> ck.CheckpointInfo:
-    main = ctx is None or ctx.main  # the process that writes the run directory
-    if main:
-        out.mkdir(parents=True, exist_ok=True)
+@dataclass(frozen=True)
+class RLRun:
+    """What :func:`start_run` builds and :func:`run_loop` steps: the model in its loss root (student, teacher),
+    the optimizer and LR schedule, the rollout sources, the ledger and the run record, from step ``step0``."""
+
+    cfg: TrainConfig
+    out: Path
+    rt: Runtime
+    setup: RLSetup
+    root: LossRoot
+    opt: torch.optim.Optimizer
+    sched: torch.optim.lr_scheduler.LambdaLR
+    ledger: ComputeLedger
+    sources: _Sources
+    record: RunRecord
+    manifest: ck.TrainManifest
+    hint_ids: Callable[[RolloutSample, int], list[int]]
+    flop_params: int
+    step0: int
+
+
+def start_run(cfg: TrainConfig, out: Path, rt: Runtime, *, setup: RLSetup | None, resume: bool,
+              argv: list[str] | None, protocol_hash: str | None) -> RLRun:
+    """Start-up: check the run directory, build (or take) the setup, the model and its teacher, shard them, build
+    the optimizer and schedule, load the newest checkpoint when resuming, write config and manifest, start the
+    rollout sources."""
+    record = RunRecord(out, writes=rt.main)
+    record.create()
     latest = _check_run_dir(out, cfg, resume)
-    if ctx is not None:
-        ctx.barrier()  # every rank has checked the run directory before rank 0 writes into it
+    rt.barrier()  # every rank has checked the run directory before rank 0 writes into it
     if cfg.model.threads:
         torch.set_num_threads(cfg.model.threads)
-    distributed.wait_turn(ctx)  # under FSDP: ranks build and shard their CPU copies one after another
-    if setup is None:  # built once, from the latest checkpoint's weights when resuming
+    setup, root, copy, params = _build_model(cfg, rt, setup, latest, record)
+    o = cfg.optim
+    opt = torch.optim.AdamW(lora.trainable_parameters(root.lm), lr=o.lr, betas=tuple(o.betas),
+                            weight_decay=o.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg))
+    ledger = ComputeLedger()
+    step0, next_item, dropped0 = 0, 0, 0
+    if latest is not None:
+        step0, next_item, dropped0 = _resume(rt, latest, root, opt, sched, ledger)
+    encoder = ChatEncoder(setup.tokenizer)
+    stream = TaskStream(setup.tasks, cfg.run.seed, cfg.tasks.shuffle, cfg.tasks.epochs)
+    record.open(step0 if latest is not None else None, tensorboard=cfg.run.tracker == "tensorboard")
+    manifest = _manifest(cfg, out, rt, argv=argv, params=params, step0=step0, protocol_hash=protocol_hash,
+                         teacher_copy=root.teacher_lm is not None)
+    record.write_manifest(manifest)
+    sources = _Sources(cfg, setup, stream, ledger, params["flop_params"], next_item, step0, rt, copy)
+    sources.stats.dropped = dropped0
+    return RLRun(cfg=cfg, out=out, rt=rt, setup=setup, root=root, opt=opt, sched=sched, ledger=ledger,
+                 sources=sources, record=record, manifest=manifest, hint_ids=_hint_ids_fn(setup, encoder, cfg.run.seed),
+                 flop_params=params["flop_params"], step0=step0)
+
+
+def _build_model(cfg: TrainConfig, rt: Runtime, setup: RLSetup | None, latest: Path | None,
+                 record: RunRecord) -> tuple[RLSetup, LossRoot, nn.Module | None, dict[str, int]]:
+    """The setup (built once, from the latest checkpoint's weights when resuming), the trained model in its loss
+    root, the sampling copy (``Runtime.sampling_copy``) and the parameter counts. Ranks build one after another
+    and shard before the next one builds (``Runtime.wait_turn``)."""
+    rt.wait_turn()
+    if setup is None:
         setup = default_setup(cfg, init_override=latest)
-    # under FSDP the model stays on the CPU until ctx.shard moves it to the GPU one layer's shard at a time
-    model = lora.prepare(setup.model.to(_device(cfg)) if ctx is None else setup.model, cfg.model.lora,
-                         seed=cfg.run.seed)  # [model.lora]
+    model = lora.prepare(rt.place(setup.model), cfg.model.lora, seed=cfg.run.seed)  # [model.lora]
     distributed.activation_checkpointing(model, cfg.model.activation_checkpointing)
     if latest is not None and setup.init_from != latest:
         ck.load_weights(model, latest)
     model.train()
     master_weights_ok(model, cfg.model.precision)
-    if main:
-        (out / "config.toml").write_text(to_toml(cfg))
-    root = LossRoot(model, cfg)  # after the resume load: a fresh ema/fixed teacher copy is replaced just below
-    if latest is not None and root.teacher_lm is not None and ctx is None:
-        ck.load_teacher(latest, root.teacher_lm)
+    record.write_config(cfg)
+    root = LossRoot(model, cfg)  # a fresh ema/fixed teacher copy: resuming loads its saved state (Runtime)
     params = count_params(model)
     if root.teacher_lm is not None:
         params["teacher_copy"] = count_params(root.teacher_lm)["total"]  # ema/fixed: memory only, FLOPs unchanged
-    twin = None
-    if ctx is not None:  # the unsharded sampling copy, then the shards (repro.distributed)
-        if cfg.rollout.engine == "hf_sampler":  # vllm_http samples on servers: no copy (repro.distributed)
-            twin = clone_for_producer(model).to(ctx.device)
-        ctx.shard(root, cfg.model.precision)
-    distributed.end_turn(ctx)
-    o = cfg.optim
-    opt = torch.optim.AdamW(lora.trainable_parameters(model), lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg))
-    ledger, step0, next_item = ComputeLedger(), 0, 0
-    dropped0 = 0
-    if latest is not None:
-        if ctx is not None:
-            state = dcp_checkpoint.load(ctx, latest, root=root, opt=opt)
-        else:
-            state = ck.load_trainer_state(latest)
-            if "optimizer" not in state:
-                raise ConfigError(f"--resume: {latest} was written by an FSDP run (its optimizer state is in dcp/); "
-                                  "resume it under torchrun with the same cluster settings")
-            opt.load_state_dict(state["optimizer"])
-        sched.load_state_dict(state["scheduler"])
-        ck.restore_rng(state["rng"], {})
-        ledger.load(state["compute"])
-        step0, next_item, dropped0 = state["step"], state["next_item"], state.get("dropped", 0)
-    encoder = ChatEncoder(setup.tokenizer)
-    stream = TaskStream(setup.tasks, cfg.run.seed, cfg.tasks.shuffle, cfg.tasks.epochs)
-    writer = (MetricsWriter(out / "metrics.jsonl", resume_from_step=step0 if latest is not None else None,
-                            tensorboard=cfg.run.tracker == "tensorboard") if main else None)
-    if main:
-        _truncate_best(out / "best.jsonl", step0 if latest is not None else 0)
+    copy = rt.sampling_copy(model, cfg.rollout.engine)  # before the shards: the unsharded weights
+    rt.shard(root, cfg.model.precision)
+    rt.end_turn()
+    return setup, root, copy, params
+
+
+def _resume(rt: Runtime, latest: Path, root: LossRoot, opt: torch.optim.Optimizer,
+            sched: torch.optim.lr_scheduler.LambdaLR, ledger: ComputeLedger) -> tuple[int, int, int]:
+    """Load the checkpoint's teacher copy, optimizer, schedule, RNG states and ledger; return the step, the task
+    stream's next item and the async counter ``dropped`` it was saved at."""
+    state = rt.load_checkpoint(latest, root=root, opt=opt)
+    sched.load_state_dict(state["scheduler"])
+    ck.restore_rng(state["rng"], {})
+    ledger.load(state["compute"])
+    return state["step"], state["next_item"], state.get("dropped", 0)
+
+
+def _manifest(cfg: TrainConfig, out: Path, rt: Runtime, *, argv: list[str] | None, params: dict[str, int],
+              step0: int, protocol_hash: str | None, teacher_copy: bool) -> ck.TrainManifest:
     git_commit, git_dirty = git_state()
     created = utc_now()
-    manifest = ck.TrainManifest(
+    return ck.TrainManifest(
         kind="rl", run_dir=str(out), created_at=created, updated_at=created, argv=list(argv or []),
         git_commit=git_commit, git_dirty=git_dirty, packages=package_versions(),
-        host={"threads": torch.get_num_threads(), **({} if ctx is None else {"ranks": ctx.world})}, arm=cfg.run.arm, seed=cfg.run.seed, config=cfg.to_dict(),
-        config_sha256=cfg.sha256(), model_params=params, steps_done=step0, protocol_hash=protocol_hash,
+        host={"threads": torch.get_num_threads(), **rt.manifest_host()}, arm=cfg.run.arm, seed=cfg.run.seed,
+        config=cfg.to_dict(), config_sha256=cfg.sha256(), model_params=params, steps_done=step0,
+        protocol_hash=protocol_hash,
         notes=["exact resume holds for synchronous runs (async.enabled = false or async.max_lead = 0)",
                "FLOPs are 2N/6N estimates per token; attention's quadratic term is excluded"]
         + ([f"teacher = {cfg.guidance.teacher}: one frozen parameter copy (model_params.teacher_copy) in memory, saved "
-            "as teacher.safetensors per checkpoint; teacher FLOPs unchanged"] if root.teacher_lm is not None else [])
-        + ([f"FSDP2 over {ctx.world} ranks (repro.distributed); optimizer and teacher shards in checkpoints' dcp/"]
-           if ctx is not None else []),
+            "as teacher.safetensors per checkpoint; teacher FLOPs unchanged"] if teacher_copy else [])
+        + rt.manifest_notes(),
     )
-    if main:
-        ck.write_manifest(out, manifest)
-    sources = _Sources(cfg, setup, stream, ledger, params["flop_params"], next_item, step0, ctx=ctx, twin=twin)
-    sources.stats.dropped = dropped0
-    hint_ids = _hint_ids_fn(setup, encoder, cfg.run.seed)
-    pad_id = setup.tokenizer.pad_token_id
+
+
+def run_loop(run: RLRun) -> ck.CheckpointInfo:
+    """The steps from ``run.step0`` to ``run.steps``, a checkpoint when due and after the last; then the final
+    manifest. Returns the last checkpoint's info."""
+    cfg = run.cfg
     info: ck.CheckpointInfo | None = None
-    bar = progress(cfg.run.steps, step0, cfg.run.progress and main, desc=f"rl {cfg.run.arm}")
+    bar = progress(cfg.run.steps, run.step0, cfg.run.progress and run.rt.main, desc=f"rl {cfg.run.arm}")
     try:
-        for step in range(step0, cfg.run.steps):
-            t_step = time.perf_counter()
-            groups = sources.take(step)
-            plan = build_batch(groups, cfg, hint_ids)
-            t_train = time.perf_counter()
-            metrics, teacher_s = optimizer_step(root, cfg, plan, opt, pad_id, ledger, params["flop_params"], ctx)
-            ledger.add("trainer", wall_s=time.perf_counter() - t_train - teacher_s)
-            sched.step()
-            sources.published(step + 1)
-            metrics.update(rollout_metrics(groups))
-            metrics.update(version_metrics(groups, step))
-            metrics.update(plan.stats)
-            metrics.update(sources.stats.as_metrics(cfg.rollout.groups))
-            metrics["optim/lr"] = sched.get_last_lr()[0]
-            metrics["time/step_s"] = time.perf_counter() - t_step
-            metrics["policy/version"] = step + 1
-            if writer is not None:
-                writer.log(step + 1, metrics)
-                _append_best(out / "best.jsonl", groups, step + 1)
+        for step in range(run.step0, cfg.run.steps):
+            metrics, groups = rl_step(run, step)
+            run.record.step(step + 1, metrics, groups, arm=cfg.run.arm, gates=cfg.guidance.lam > 0)
             bar.update(1)
             bar.set_postfix(reward=f"{metrics['reward/total']:.3f}", loss=f"{metrics['loss/total']:.4f}")
-            if cfg.guidance.lam > 0 and main:
-                logger.info("%s step %d: %s", cfg.run.arm, step + 1, gate_summary(metrics))
             last = step + 1 == cfg.run.steps
             if last or (cfg.run.checkpoint_every and (step + 1) % cfg.run.checkpoint_every == 0):
-                with ledger.phase("checkpoint"):
-                    info = _save(out, step + 1, root, setup, opt, sched, sources, ledger, cfg)
+                with run.ledger.phase("checkpoint"):
+                    info = _save(run, step + 1)
     finally:
         bar.close()
-        sources.close()
-        if writer is not None:
-            writer.close()
-    compute = ledger.snapshot() if ctx is None else dcp_checkpoint.merge_ledgers(ctx.gather(ledger.snapshot()))
-    if main:
-        rows = read_metrics(out / "metrics.jsonl")
-        summary = {k: _last_k(rows, k) for k in ("behaviour/compliance", "task/pass_rate", "reward/total")}
-        ck.write_manifest(out, manifest.model_copy(update={
-            "updated_at": utc_now(), "steps_done": cfg.run.steps, "status": "done", "compute": compute,
-            "checkpoints": [str(p) for p in ck.list_checkpoints(out)], "summary": summary}))
-    if info is None:
-        info = ck.read_info(ck.latest_checkpoint(out))
-    return info
+        run.sources.close()
+        run.record.close()
+    run.record.finish(run.manifest, cfg.run.steps, merge_ledgers(run.rt.gather(run.ledger.snapshot())))
+    return info if info is not None else ck.read_info(ck.latest_checkpoint(run.out))
 
 
-def _append_best(path: Path, groups: list[list[RolloutSample]], step: int) -> None:
-    """The best trajectory of each group (for self-distillation: ``tgsuite train loop``)."""
-    with path.open("a") as fh:
-        for grp in groups:
-            s = max(grp, key=lambda x: x.reward)
-            ex = DistillExample(instance_id=s.instance_id, reward=s.reward, step=step, ids=s.encoded.ids,
-                                 act=s.encoded.act)
-            fh.write(ex.model_dump_json() + "\n")
+def rl_step(run: RLRun, step: int) -> tuple[dict[str, Any], list[list[RolloutSample]]]:
+    """One step: the groups, the batch plan, the optimizer step, the schedule, the new weights published; returns
+    the step's metrics and groups."""
+    cfg = run.cfg
+    t_step = time.perf_counter()
+    groups = run.sources.take(step)
+    plan = build_batch(groups, cfg, run.hint_ids)
+    t_train = time.perf_counter()
+    metrics, teacher_s = optimizer_step(run.root, cfg, plan, run.opt, run.setup.tokenizer.pad_token_id, run.ledger,
+                                        run.flop_params, run.rt)
+    run.ledger.add("trainer", wall_s=time.perf_counter() - t_train - teacher_s)
+    run.sched.step()
+    run.sources.published(step + 1)
+    metrics.update(rollout_metrics(groups))
+    metrics.update(version_metrics(groups, step))
+    metrics.update(plan.stats)
+    metrics.update(run.sources.stats.as_metrics(cfg.rollout.groups))
+    metrics["optim/lr"] = run.sched.get_last_lr()[0]
+    metrics["time/step_s"] = time.perf_counter() - t_step
+    metrics["policy/version"] = step + 1
+    return metrics, groups
 
 
-def _truncate_best(path: Path, step: int) -> None:
-    if not path.exists():
-        return
-    keep = [ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln)["step"] <= step]
-    path.write_text("".join(ln + "\n" for ln in keep))
-
-
-def _device(cfg: TrainConfig) -> torch.device:
-    want = cfg.model.device
-    if want == "auto":
-        want = "cuda" if torch.cuda.is_available() else "cpu"
-    if want == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("model.device = 'cuda' but no CUDA device is visible; use model.device = 'cpu' or 'auto'")
-    return torch.device(want)
-
-
-def _last_k(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
-    from repro.track import last_k_summary
-
-    return last_k_summary(rows, key, 32)
-
-
-def _save(out: Path, step: int, root: LossRoot, setup: RLSetup, opt: torch.optim.Optimizer,
-          sched: Any, sources: _Sources, ledger: ComputeLedger, cfg: TrainConfig) -> ck.CheckpointInfo:
-    if sources.ctx is not None:  # FSDP: sharded model / teacher / optimizer in dcp/, the rest as below
-        state = {"scheduler": sched.state_dict(), "step": step, "next_item": sources.next_item,
-                 "dropped": sources.stats.dropped}
-        return dcp_checkpoint.save(sources.ctx, out, step, root=root, opt=opt, full_model=sources.twin,
-                                   tokenizer=setup.tokenizer, state=state, ledger=ledger.snapshot(),
-                                   config_sha256=cfg.sha256(), arm=cfg.run.arm, seed=cfg.run.seed,
-                                   keep=cfg.run.keep_checkpoints)
-    state = {
-        "optimizer": opt.state_dict(),
-        "scheduler": sched.state_dict(),
-        "rng": ck.rng_state({}),
-        "compute": ledger.snapshot(),
-        "step": step,
-        "next_item": sources.next_item,
-        "dropped": sources.stats.dropped,
-    }
-    return ck.save_checkpoint(out, step, model=root.lm, tokenizer=setup.tokenizer, trainer_state=state,
-                              config_sha256=cfg.sha256(), arm=cfg.run.arm, seed=cfg.run.seed,
-                              compute=ledger.snapshot(), keep=cfg.run.keep_checkpoints, teacher=root.teacher_lm)
+def _save(run: RLRun, step: int) -> ck.CheckpointInfo:
+    cfg, sources = run.cfg, run.sources
+    state = {"scheduler": run.sched.state_dict(), "step": step, "next_item": sources.next_item,
+             "dropped": sources.stats.dropped}
+    return run.rt.save_checkpoint(run.out, step, root=run.root, opt=run.opt, copy=sources.copy,
+                                  tokenizer=run.setup.tokenizer, state=state, ledger=run.ledger.snapshot(),
+                                  config_sha256=cfg.sha256(), arm=cfg.run.arm, seed=cfg.run.seed,
+                                  keep=cfg.run.keep_checkpoints)

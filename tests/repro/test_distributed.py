@@ -10,8 +10,8 @@ from pathlib import Path
 import _rl_fixtures as F
 import pytest
 
+from repro.compute import merge_ledgers
 from repro.config import ConfigError, load_config
-from repro.dcp_checkpoint import merge_ledgers
 from repro.distributed import Launch, check_launch, micro_batches, read_launch, split_streams
 from repro.train import train_rl
 from repro.trainer_step import TrajBatch
