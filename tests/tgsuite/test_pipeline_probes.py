@@ -22,6 +22,7 @@ from harness.schema import ArmSpec, EpisodeMetrics, EpisodeResult, Message, RunM
 from reports.probes import hint_probes_section
 from tgsuite.pipeline import steps
 from tgsuite.pipeline.presets import SMOKE
+from tgsuite.pipeline.records import EvalOutputs, SftReport
 from tgsuite.pipeline.probes import probe_info
 from tgsuite.pipeline.stages import StageRunner
 from tgsuite.pipeline.steps import pipeline_paths as _paths
@@ -55,7 +56,8 @@ def _write_run(run_dir: Path, arms: dict[str, str], spec: str | None, kind: str 
             p = run_dir / "episodes" / iid / arm / "s0" / "a0" / "result.json"
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_text(res.model_dump_json())
-    return {"paths": {"manifest": str(run_dir / "manifest.json")}, "n": len(arms) * N_INST}
+    return EvalOutputs.model_validate({"paths": {"manifest": str(run_dir / "manifest.json")}, "finished_at": "2026-01-01T00:00:00Z",
+                                       "n": len(arms) * N_INST, "scored": 0, "resolved": 0, "behaviour_ok": 0})
 
 
 @pytest.fixture()
@@ -77,7 +79,7 @@ def _ctx(out: Path) -> ps.StudyContext:
     ckpts = {"base": str(out / "sft" / "model"), **{f"{a}@s{s}": str(out / a / f"s{s}") for a in ("grpo", "tg")
                                                      for s in SMOKE.seeds}}  # fmt: skip
     return ps.StudyContext(preset=SMOKE, paths=paths, protocol_sha256="p" * 64, heldout_sha256="h" * 64,
-                           sft_report={"model_dir": ckpts["base"]}, ckpts=ckpts, excluded={})
+                           sft_report=SftReport(model_dir=ckpts["base"]), ckpts=ckpts, excluded={})
 
 
 def test_hint_probes_stage_known_answers_and_resume(tmp_path: Path, evals: list[Any]) -> None:

@@ -1,9 +1,11 @@
 """Resumable pipeline stages: skip a finished stage whose inputs are unchanged, time every stage.
 
 A stage is a name, a JSON-able description of its inputs (configuration, upstream output hashes) and a function
-that does the work and returns a JSON-able dict of outputs. Its record, ``<out>/stages/<name>.json``, is written
-last and atomically; a stage is skipped on re-run when its record exists, its ``input_hash`` matches and every
-path it lists under ``outputs["paths"]`` still exists. Changing an input (a config value, an upstream stage's
+that does the work and returns its outputs: a typed record of ``tgsuite.pipeline.records`` (or a JSON-able dict).
+Its record, ``<out>/stages/<name>.json``, is written last and atomically; a stage is skipped on re-run when its
+record exists, its ``input_hash`` matches and every path it lists under ``outputs["paths"]`` still exists, and its
+outputs are then read back through the stage's output model (a record that does not fit raises
+``StageRecordError`` naming the file and the field). Changing an input (a config value, an upstream stage's
 outputs) re-runs the stage and, through the hashes, every stage that consumes it.
 """
 
@@ -19,24 +21,54 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, overload
+
+from pydantic import BaseModel, ValidationError
 
 from protocols.provenance import utc_now
 
 log = logging.getLogger(__name__)
 
+Out = TypeVar("Out", bound=BaseModel)
+Outputs = dict[str, Any]  # a stage's outputs as JSON (what its record stores)
 
-def canonical_hash(obj: Any) -> str:
-    """sha256 of the canonical JSON form of ``obj`` (sorted keys, no whitespace)."""
-    data = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode()
+
+def as_json(obj: object) -> object:
+    """``json.dumps`` default: a typed record as the JSON it is stored as (``tgsuite.pipeline.records``), anything
+    else (a path) as its string."""
+    if isinstance(obj, BaseModel):
+        return obj.model_dump(mode="json", exclude_unset=True)
+    return str(obj)
+
+
+def canonical_hash(obj: object) -> str:
+    """sha256 of the canonical JSON form of ``obj`` (sorted keys, no whitespace; typed records as stored)."""
+    data = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=as_json).encode()
     return hashlib.sha256(data).hexdigest()
 
 
-def atomic_write_json(path: Path, obj: Any) -> None:
+def atomic_write_json(path: Path, obj: object) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=as_json))
     os.replace(tmp, path)
+
+
+class StageRecordError(ValueError):
+    """A stage record on disk does not fit its stage's output model."""
+
+
+def read_outputs(path: Path, outputs: Outputs, model: type[Out]) -> Out:
+    """``outputs`` (of the record at ``path``) as ``model``; raises ``StageRecordError`` naming the file and field."""
+    try:
+        return model.model_validate(outputs)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in ("outputs", *err["loc"]))
+        raise StageRecordError(
+            f"{path}: field {field}: {err['msg']} ({exc.error_count()} problem(s); the stage's outputs are "
+            f"{model.__name__}). Re-run the stage (tgsuite reproduce --force {path.stem}) or delete the record"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -109,32 +141,45 @@ class StageRunner:
         if rec is None or rec.get("input_hash") != input_hash or name in self.force or "all" in self.force:
             return None
         paths = rec.get("outputs", {}).get("paths", {})
-        if any(not Path(p).exists() for p in paths.values()):
+        if any(p is not None and not Path(p).exists() for p in paths.values()):
             return None
         return rec
 
-    def run(self, name: str, inputs: Any, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    @overload
+    def run(self, name: str, inputs: object, fn: Callable[[], Out], output: type[Out]) -> Out: ...
+
+    @overload
+    def run(self, name: str, inputs: object, fn: Callable[[], Outputs]) -> Outputs: ...
+
+    def run(self, name: str, inputs: object, fn: Callable[[], Out] | Callable[[], Outputs],
+            output: type[Out] | None = None) -> Out | Outputs:
+        """Run stage ``name`` (or skip it when fresh); ``inputs`` is hashed, ``fn`` does the work. With ``output``
+        (the stage's record model) the outputs are validated and returned as that model, also when read back."""
         input_hash = canonical_hash(inputs)
         fresh = self.is_fresh(name, input_hash)
         if fresh is not None:
+            typed = None if output is None else read_outputs(self._record_path(name), fresh["outputs"], output)
             rec = StageRecord(name, input_hash, fresh["outputs"], fresh["started_at"], fresh["wall_s"], skipped=True)
             self.records.append(rec)
             self.echo(f"[stage] {name}: up to date (took {fresh['wall_s']:.1f}s when it ran) - skipped")
-            return fresh["outputs"]
+            return fresh["outputs"] if typed is None else typed
         self.echo(f"[stage] {name}: running ...")
         started = utc_now()
         t0 = time.perf_counter()
         token = _RUNNING.set(input_hash)
         try:
-            outputs = fn()
+            made = fn()
         finally:
             _RUNNING.reset(token)
         wall = time.perf_counter() - t0
+        outputs = made.model_dump(mode="json", exclude_unset=True) if isinstance(made, BaseModel) else made
+        # validated before the record is written: a stage never leaves a record its readers refuse
+        typed = None if output is None else read_outputs(self._record_path(name), outputs, output)
         rec = StageRecord(name, input_hash, outputs, started, wall)
         atomic_write_json(self._record_path(name), rec.to_json())
         self.records.append(rec)
         self.echo(f"[stage] {name}: done in {wall:.1f}s")
-        return outputs
+        return outputs if typed is None else typed
 
     def timings(self) -> dict[str, dict[str, Any]]:
         return {r.name: {"wall_s": round(r.wall_s, 3), "skipped": r.skipped} for r in self.records}

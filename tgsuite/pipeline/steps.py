@@ -1,6 +1,6 @@
-"""The stages of ``tgsuite reproduce`` as public functions: each takes typed inputs and returns the JSON-able
-outputs dict that ``tgsuite.pipeline.stages.StageRunner`` records (``outputs["paths"]`` lists the files whose
-existence makes a finished stage fresh).
+"""The stages of ``tgsuite reproduce`` as public functions: each takes typed inputs and returns its typed outputs
+(``tgsuite.pipeline.records``), which ``tgsuite.pipeline.stages.StageRunner`` records (``outputs.paths`` lists the
+files whose existence makes a finished stage fresh).
 
 The orchestrator (``tgsuite.pipeline.reproduce``) and the exploratory studies (``tgsuite.pipeline.studies``,
 ``tiers``, ``probes``) both call these; neither calls back into the other. Covered: images, task sets, validation,
@@ -15,66 +15,75 @@ import json
 import logging
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from protocols.provenance import utc_now
-from tgsuite.pipeline.presets import Preset
+from tgsuite.pipeline.presets import Preset, RLOverrides
+from tgsuite.pipeline.records import (
+    AnalyzeOutputs,
+    EvalOutputs,
+    FreezeOutputs,
+    ImagesOutputs,
+    ManifestFiles,
+    Paths,
+    ReportOutputs,
+    SftOutputs,
+    TaskSetOutputs,
+    TrainOutputs,
+    ValidateOutputs,
+)
 from tgsuite.pipeline.stages import atomic_write_json
+
+if TYPE_CHECKING:
+    from evalsuite.schema import Exploratory
+    from repro.config import TrainConfig
+    from repro.sampler import SamplerPolicy
 
 log = logging.getLogger(__name__)
 
 PLANS_DIR = Path(__file__).resolve().parents[2] / "protocols" / "plans"
 
 
-def pipeline_paths(out: Path) -> dict[str, Path]:
-    return {
-        "train_tasks": out / "tasks" / "train",
-        "heldout_tasks": out / "tasks" / "heldout",
-        "generalization_tasks": out / "tasks" / "generalization",  # the unseen-template tier (Preset.heldout)
-        "sft": out / "sft",
-        "sft_model": out / "sft" / "model",  # the model RL starts from (a shipped coder's folder: stage_sft_start)
-        "frozen": out / "protocol" / "frozen.json",
-        "train": out / "train",
-        "eval": out / "eval",
-        "analysis": out / "analysis" / "analysis.json",
-        "report": out / "report",
-    }
+def pipeline_paths(out: Path) -> Paths:
+    """The folders and files of a reproduction in ``out`` (``Paths.under``)."""
+    return Paths.under(out)
 
 
-def stage_images(preset: Preset) -> dict[str, Any]:
+def stage_images(preset: Preset) -> ImagesOutputs:
     if preset.eval.sandbox != "docker":
-        return {"image": None}
+        return ImagesOutputs(image=None)
     from harness.images import connect, ensure_base_image, image_digest
 
     client = connect()
     tag = ensure_base_image(client)
-    return {"image": tag, "digest": image_digest(client, tag)}
+    return ImagesOutputs(image=tag, digest=image_digest(client, tag))
 
 
-def stage_tasks(out: Path, split: str, repos: int, per_repo: int, seed: int) -> dict[str, Any]:
+def stage_tasks(out: Path, split: str, repos: int, per_repo: int, seed: int) -> TaskSetOutputs:
     from harness.minirepos import make_mini
     from harness.tasks import load_task_set
 
     summary = make_mini(out, split=split, repos=repos, tasks_per_repo=per_repo, seed=seed,  # type: ignore[arg-type]
                         overwrite=True)
     ts = load_task_set(out)
-    return {"paths": {"tasks": str(out / "tasks.jsonl")}, "sha256": ts.sha256, "name": ts.name, "n": summary.tasks}
+    return TaskSetOutputs.model_validate({"paths": {"tasks": str(out / "tasks.jsonl")}, "sha256": ts.sha256,
+                                          "name": ts.name, "n": summary.tasks})
 
 
-def stage_heldout(paths: dict[str, Path], preset: Preset) -> dict[str, Any]:
+def stage_heldout(paths: Paths, preset: Preset) -> TaskSetOutputs:
     """The preset's held-out set: the stratified primary set (``Preset.heldout``, against the training set in
-    ``paths["train_tasks"]``) and its generalization tier; without a design, the unstratified generator."""
+    ``paths.train_tasks``) and its generalization tier; without a design, the unstratified generator."""
     if preset.heldout is None:
-        return stage_tasks(paths["heldout_tasks"], "heldout", preset.heldout_repos, preset.heldout_tasks_per_repo,
+        return stage_tasks(paths.heldout_tasks, "heldout", preset.heldout_repos, preset.heldout_tasks_per_repo,
                            preset.task_seed)
     from tgsuite.pipeline.heldout import train_signatures_of, write_heldout
 
-    sigs = train_signatures_of(paths["train_tasks"], repos=preset.train_repos,
+    sigs = train_signatures_of(paths.train_tasks, repos=preset.train_repos,
                                tasks_per_repo=preset.train_tasks_per_repo, seed=preset.task_seed)
-    return write_heldout(preset.heldout, sigs, paths["heldout_tasks"], paths["generalization_tasks"])
+    return write_heldout(preset.heldout, sigs, paths.heldout_tasks, paths.generalization_tasks)
 
 
-def stage_validate(task_dir: Path, preset: Preset, sha256: str) -> dict[str, Any]:
+def stage_validate(task_dir: Path, preset: Preset, sha256: str) -> ValidateOutputs:
     from harness.validate import load_validation, validate_task_set
 
     report = load_validation(task_dir)
@@ -88,19 +97,20 @@ def stage_validate(task_dir: Path, preset: Preset, sha256: str) -> dict[str, Any
         reasons = "; ".join(f"{r.instance_id}: {r.reason}" for r in report.rejected[:5])
         raise RuntimeError(f"{len(report.rejected)} held-out instance(s) failed validation ({reasons}). Every "
                            f"generated held-out instance must validate; see {task_dir}/validation.json")
-    return {"paths": {"validation": str(task_dir / "validation.json")}, "n_valid": len(report.valid_ids())}
+    return ValidateOutputs.model_validate({"paths": {"validation": str(task_dir / "validation.json")},
+                                           "n_valid": len(report.valid_ids())})
 
 
-def stage_sft(paths: dict[str, Path], preset: Preset) -> dict[str, Any]:
+def stage_sft(paths: Paths, preset: Preset) -> SftOutputs:
     from repro.sft import SFTConfig, run_sft
 
-    cfg = SFTConfig(train_tasks=str(paths["train_tasks"]), heldout_tasks=None, seed=preset.task_seed,
+    cfg = SFTConfig(train_tasks=str(paths.train_tasks), heldout_tasks=None, seed=preset.task_seed,
                     workers=preset.workers, **preset.sft)
-    report = run_sft(cfg, paths["sft"])
-    return {"paths": {"model": report.model_dir}, "report": report.model_dump(mode="json")}
+    report = run_sft(cfg, paths.sft)
+    return SftOutputs.model_validate({"paths": {"model": report.model_dir}, "report": report.model_dump(mode="json")})
 
 
-def stage_sft_start(preset: Preset) -> dict[str, Any]:
+def stage_sft_start(preset: Preset) -> SftOutputs:
     """The shipped SFT coder ``preset.sft_start`` as the SFT stage's record, after checking every file against its
     manifest (``repro.sft_ship.verify_sft``): RL starts from it and no SFT is trained."""
     from repro.pretrain.ship import resolve_init
@@ -112,43 +122,44 @@ def stage_sft_start(preset: Preset) -> dict[str, Any]:
     report = {"model_dir": str(path), "shipped": preset.sft_start, "recipe_sha256": manifest.recipe_sha256,
               "n_trajectories": manifest.n_trajectories, "train_tokens": manifest.train_tokens,
               "steps": manifest.steps, "wall_s": manifest.wall_s, "heldout": manifest.heldout}
-    return {"paths": {"model": str(path)}, "report": report}
+    return SftOutputs.model_validate({"paths": {"model": str(path)}, "report": report})
 
 
-def stage_freeze(paths: dict[str, Path], preset: Preset, heldout: dict[str, Any]) -> dict[str, Any]:
+def stage_freeze(paths: Paths, preset: Preset, heldout: TaskSetOutputs) -> FreezeOutputs:
     from protocols.freeze import freeze_plan, with_task_set
     from protocols.load import load_plan
 
-    proto = with_task_set(load_plan(PLANS_DIR / preset.plan), name=heldout["name"], sha256=heldout["sha256"])
-    rec = freeze_plan(proto, out=paths["frozen"], overwrite=True)
-    return {"paths": {"frozen": str(paths["frozen"])}, "sha256": rec.sha256, "frozen_at": rec.frozen_at}
+    proto = with_task_set(load_plan(PLANS_DIR / preset.plan), name=heldout.name, sha256=heldout.sha256)
+    rec = freeze_plan(proto, out=paths.frozen, overwrite=True)
+    return FreezeOutputs.model_validate({"paths": {"frozen": str(paths.frozen)}, "sha256": rec.sha256,
+                                         "frozen_at": rec.frozen_at})
 
 
-def _rl_config(run_dir: Path, paths: dict[str, Path], preset: Preset, arm: str, seed: int,
-               extra: dict[str, Any] | None = None) -> Any:
+def _rl_config(run_dir: Path, paths: Paths, preset: Preset, arm: str, seed: int,
+               extra: RLOverrides | None = None) -> TrainConfig:
     """The arm's TrainConfig from the SFT model on the train tasks under the preset's RL settings (plus ``extra``);
     ``run_dir`` is emptied: the stage re-runs because its inputs changed or it never finished, so it starts clean."""
     from repro.config import load_config
 
     cfg = load_config(arm=arm, overrides={**preset.rl, **(extra or {}), "run.seed": seed,
-                                          "model.init": str(paths["sft_model"]),
-                                          "tasks.path": str(paths["train_tasks"])})
+                                          "model.init": str(paths.sft_model),
+                                          "tasks.path": str(paths.train_tasks)})
     if run_dir.exists():
         shutil.rmtree(run_dir)
     return cfg
 
 
-def stage_train(run_dir: Path, paths: dict[str, Path], preset: Preset, arm: str, seed: int,
-                 protocol_hash: str | None = None) -> dict[str, Any]:
+def stage_train(run_dir: Path, paths: Paths, preset: Preset, arm: str, seed: int,
+                protocol_hash: str | None = None) -> TrainOutputs:
     from repro.train import train_rl
 
     cfg = _rl_config(run_dir, paths, preset, arm, seed)
     info = train_rl(cfg, run_dir, argv=["tgsuite", "reproduce", "--preset", preset.name], protocol_hash=protocol_hash)
-    return {"paths": {"checkpoint": info.path}, "checkpoint": info.model_dump(mode="json")}
+    return TrainOutputs.model_validate({"paths": {"checkpoint": info.path}, "checkpoint": info.model_dump(mode="json")})
 
 
-def stage_loop(run_dir: Path, paths: dict[str, Path], preset: Preset, arm: str, seed: int,
-               protocol_hash: str | None = None, loop: dict[str, Any] | None = None) -> dict[str, Any]:
+def stage_loop(run_dir: Path, paths: Paths, preset: Preset, arm: str, seed: int,
+               protocol_hash: str | None = None, loop: RLOverrides | None = None) -> TrainOutputs:
     """The production recipe's loop from the SFT model (``repro.distill.train_loop``): self-distillation on its own
     best trajectories with soft labels, RL with ``arm`` under the preset's RL settings, re-distillation; ``loop``
     holds the ``distill.*`` overrides. ``protocol_hash`` is accepted for the stage signature; the loop's
@@ -157,10 +168,10 @@ def stage_loop(run_dir: Path, paths: dict[str, Path], preset: Preset, arm: str, 
 
     cfg = _rl_config(run_dir, paths, preset, arm, seed, loop)
     info = train_loop(cfg, run_dir, argv=["tgsuite", "reproduce", "--preset", preset.name])
-    return {"paths": {"checkpoint": info.path}, "checkpoint": info.model_dump(mode="json")}
+    return TrainOutputs.model_validate({"paths": {"checkpoint": info.path}, "checkpoint": info.model_dump(mode="json")})
 
 
-def eval_policy(model_dir: str, preset: Preset) -> Any:
+def eval_policy(model_dir: str, preset: Preset) -> SamplerPolicy:
     """A sampling policy over the checkpoint, its engine batching the concurrent episodes' turns; close
     ``policy.engine`` when done."""
     import torch
@@ -183,7 +194,7 @@ def eval_policy(model_dir: str, preset: Preset) -> Any:
 
 
 def stage_eval(run_dir: Path, heldout: Path, arms: dict[str, str], preset: Preset, protocol_hash: str | None,
-                excluded: dict[str, list[str]], feedback: str | None = None) -> dict[str, Any]:
+               excluded: dict[str, list[str]], feedback: str | None = None) -> EvalOutputs:
     """Evaluate checkpoints ``arms`` (runner arm -> model dir) on the held-out set; ``feedback`` is a
     ``harness.feedback_spec.parse_feedback`` spec given to every arm (None = no hints)."""
     from harness.feedback_spec import parse_feedback
@@ -214,26 +225,28 @@ def stage_eval(run_dir: Path, heldout: Path, arms: dict[str, str], preset: Prese
                            feedback={n: parse_feedback(feedback) for n in arms} if feedback else None,
                            argv=["tgsuite", "reproduce", "--preset", preset.name])
     scored = [r for r in results if r.scored]
-    return {"paths": {"manifest": str(run_dir / "manifest.json")}, "finished_at": utc_now(), "n": len(results),
-            "scored": len(scored),
-            "resolved": sum(r.resolved for r in scored), "behaviour_ok": sum(r.behaviour_ok for r in scored)}
+    return EvalOutputs(paths=ManifestFiles(manifest=str(run_dir / "manifest.json")), finished_at=utc_now(),
+                       n=len(results), scored=len(scored), resolved=sum(r.resolved for r in scored),
+                       behaviour_ok=sum(r.behaviour_ok for r in scored))
 
 
-def stage_analyze(paths: dict[str, Path], run_dirs: list[Path], exploratory: Any = None) -> dict[str, Any]:
+def stage_analyze(paths: Paths, run_dirs: list[Path], exploratory: Exploratory | None = None) -> AnalyzeOutputs:
     from evalsuite.analyze import analyze
 
-    result = analyze(paths["frozen"], [str(d) for d in run_dirs], exploratory=exploratory)
-    atomic_write_json(paths["analysis"], json.loads(result.model_dump_json()))
-    return {"paths": {"analysis": str(paths["analysis"])}, "decision": result.decision.verdict,
-            "reasons": list(result.decision.reasons)}
+    result = analyze(paths.frozen, [str(d) for d in run_dirs], exploratory=exploratory)
+    atomic_write_json(paths.analysis, json.loads(result.model_dump_json()))
+    return AnalyzeOutputs.model_validate({"paths": {"analysis": str(paths.analysis)},
+                                          "decision": result.decision.verdict,
+                                          "reasons": list(result.decision.reasons)})
 
 
-def stage_report(paths: dict[str, Path], run_dirs: list[Path], training: dict[str, dict[str, str]]) -> dict[str, Any]:
+def stage_report(paths: Paths, run_dirs: list[Path], training: dict[str, dict[str, str]]) -> ReportOutputs:
     from reports.build import build_report
 
-    summary = build_report(paths["analysis"], out_dir=paths["report"], protocol=paths["frozen"],
+    summary = build_report(paths.analysis, out_dir=paths.report, protocol=paths.frozen,
                            run_dirs=[str(d) for d in run_dirs], training_metrics=training)
-    return {"paths": {"index": str(paths["report"] / "index.html")}, "summary": json.loads(summary.model_dump_json())}
+    return ReportOutputs.model_validate({"paths": {"index": str(paths.report / "index.html")},
+                                         "summary": json.loads(summary.model_dump_json())})
 
 
 def excluded_tests(task_dir: Path) -> dict[str, list[str]]:

@@ -19,11 +19,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from evalsuite.study_tables import HINT_QUALITY, mix_score
 from tgsuite.pipeline import steps
 from tgsuite.pipeline.presets import Preset
+from tgsuite.pipeline.records import EvalOutputs, Paths, SftOutputs, SftReport, TrainOutputs
 from tgsuite.pipeline.stages import StageRunner, canonical_hash
 
-SftStage = Callable[[dict[str, Path], Preset], dict[str, Any]]
-TrainStage = Callable[..., dict[str, Any]]  # (run_dir, paths, preset, arm, seed, protocol_hash) -> outputs
-EvalStage = Callable[..., dict[str, Any]]  # (run_dir, heldout, arms, preset, protocol_hash, excluded, feedback)
+SftStage = Callable[[Paths, Preset], SftOutputs]
+TrainStage = Callable[..., TrainOutputs]  # (run_dir, paths, preset, arm, seed, protocol_hash) -> outputs
+EvalStage = Callable[..., EvalOutputs]  # (run_dir, heldout, arms, preset, protocol_hash, excluded, feedback)
 
 
 @dataclass(frozen=True)
@@ -105,10 +106,10 @@ class StudyContext:
     """What ``tgsuite.pipeline.reproduce.reproduce`` has computed by the end of its main eval stage."""
 
     preset: Preset
-    paths: dict[str, Path]  # tgsuite.pipeline.steps.pipeline_paths(out)
-    protocol_sha256: str  # frozen["sha256"]
-    heldout_sha256: str  # held_ts["sha256"]
-    sft_report: dict[str, Any]  # sft["report"]
+    paths: Paths  # tgsuite.pipeline.steps.pipeline_paths(out), sft_model set by the SFT stage
+    protocol_sha256: str  # the protocol stage's sha256
+    heldout_sha256: str  # the held-out task set's sha256
+    sft_report: SftReport  # the SFT stage's report
     ckpts: dict[str, str]  # "base" and "<arm>@s<seed>" -> checkpoint directory
     excluded: dict[str, list[str]]  # tgsuite.pipeline.steps.excluded_tests(heldout)
     sizes: StudySizes | None = None  # default STUDY_SIZES[preset.name]
@@ -159,7 +160,7 @@ def eval_models(runner: StageRunner, ctx: StudyContext, name: str, models: dict[
     inputs = {"models": {k: model_key(v) for k, v in sorted(arms.items())}, "tasks": ctx.heldout_sha256,
               "protocol": ctx.protocol_sha256, "eval": ctx.preset.eval.stage_inputs(),
               "feedback": feedback}
-    run_dir = ctx.paths["eval"] / "studies" / f"{name}-{canonical_hash(inputs)[:12]}"
-    runner.run(name, inputs, lambda: ctx.stages.evaluate(run_dir, ctx.paths["heldout_tasks"], arms, ctx.preset,
-                                                 ctx.protocol_sha256, ctx.excluded, feedback))
+    run_dir = ctx.paths.eval / "studies" / f"{name}-{canonical_hash(inputs)[:12]}"
+    runner.run(name, inputs, lambda: ctx.stages.evaluate(run_dir, ctx.paths.heldout_tasks, arms, ctx.preset,
+                                                         ctx.protocol_sha256, ctx.excluded, feedback), EvalOutputs)
     return run_dir
