@@ -131,7 +131,10 @@ def test_matched_steps() -> None:
 def test_study_sizes_name_real_arms_and_mixes_load() -> None:
     from repro.config import arm_names, load_config
 
-    for sizes in ps.STUDY_SIZES.values():
+    from tgsuite.pipeline.presets import PRESETS
+
+    for sizes in [p.study_sizes for p in PRESETS.values()]:
+        assert sizes is not None
         assert set(sizes.ablations) <= set(arm_names())
         for mix in sizes.noisy_mixes.values():
             sets = [f"{k}={json.dumps(v)}" for k, v in ps.mix_overrides(mix).items()]
@@ -215,7 +218,8 @@ def test_run_studies_end_to_end_and_resume(tmp_path: Path, fakes: dict[str, list
     # ablations and the production loop: per-label held-out rates beside the main tg runs (the reference)
     (loop_call,) = fakes["loop"]
     assert loop_call[0].parent.name == "loop" and loop_call[1:3] == ("tg", 0)
-    assert loop_call[3] == ps.STUDY_SIZES["smoke"].loop and loop_call[3]["distill.steps"] == 1
+    assert SMOKE.study_sizes is not None
+    assert loop_call[3] == SMOKE.study_sizes.loop and loop_call[3]["distill.steps"] == 1
     got = {(r.study, r.label, r.reference): {x.endpoint: (x.successes, x.n) for x in r.rates} for r in ex.label_rates}
     assert set(got) == {("ablations", "tg", True), ("ablations", "tg_no_fmt_reward", False),
                         ("production_loop", "tg", True), ("production_loop", "loop", False)}
@@ -250,7 +254,8 @@ def test_adding_a_study_only_runs_what_it_needs(tmp_path: Path, fakes: dict[str,
 
 
 def test_missing_main_checkpoint_names_the_fix(tmp_path: Path, fakes: dict[str, list[Any]]) -> None:
-    sizes = ps.STUDY_SIZES["smoke"].model_copy(update={"seeds": (5,)})
+    assert SMOKE.study_sizes is not None
+    sizes = SMOKE.study_sizes.model_copy(update={"seeds": (5,)})
     with pytest.raises(ValueError, match=r"tg@s5.*did not train.*subset of the preset's seeds"):
         ps.run_studies(StageRunner(tmp_path, echo=lambda s: None), _ctx(tmp_path, sizes=sizes), {"noisy_feedback"})
     with pytest.raises(ValueError, match="unknown studies"):

@@ -15,7 +15,7 @@ from harness.minirepos import make_mini
 from harness.schema import ArmSpec, BehaviourResult, EpisodeResult, RunManifest
 from harness.tasks import load_task_set
 from tgsuite.pipeline import steps
-from tgsuite.pipeline.presets import SMOKE
+from tgsuite.pipeline.presets import SMOKE, Preset
 from tgsuite.pipeline.records import CheckpointFiles, EvalOutputs, Paths, SftOutputs, SftReport, TrainOutputs
 from tgsuite.pipeline.stages import StageRunner
 from tgsuite.pipeline.steps import pipeline_paths as _paths
@@ -87,11 +87,11 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
     return calls
 
 
-def _ctx(out: Path) -> ps.StudyContext:
+def _ctx(out: Path, preset: Preset = SMOKE) -> ps.StudyContext:
     paths = _paths(out)
     make_mini(paths.heldout_tasks, split="heldout", repos=4, tasks_per_repo=2, seed=3)
     make_mini(paths.train_tasks, split="train", repos=1, tasks_per_repo=2, seed=3)
-    return ps.StudyContext(preset=SMOKE, paths=paths, protocol_sha256="p" * 64, heldout_sha256="h" * 64,
+    return ps.StudyContext(preset=preset, paths=paths, protocol_sha256="p" * 64, heldout_sha256="h" * 64,
                            sft_report=SftReport(model_dir=str(out / "sft" / "model")), ckpts={}, excluded={})
 
 
@@ -150,7 +150,7 @@ def test_study_stages_wiring_and_rates(tmp_path: Path, fakes: dict[str, list[Any
 def test_run_studies_dispatches_tiers_alone(tmp_path: Path, fakes: dict[str, list[Any]],
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     assert "behaviour_tiers" in ps.STUDIES and ps.parse_studies("behaviour_tiers") == {"behaviour_tiers"}
-    monkeypatch.setitem(pt.TIER_SIZES, "smoke", pt.TierSizes(seeds=(0,), tiers=("ask_first@v1",)))
+    preset = SMOKE.model_copy(update={"tier_sizes": pt.TierSizes(seeds=(0,), tiers=("ask_first@v1",))})
     tiers_eval = steps.stage_eval  # the fixture's fake: the tier study's own eval is expected
 
     def no_plain_eval(run_dir: Path, *a: Any, **k: Any) -> EvalOutputs:
@@ -159,7 +159,7 @@ def test_run_studies_dispatches_tiers_alone(tmp_path: Path, fakes: dict[str, lis
         return tiers_eval(run_dir, *a, **k)
 
     monkeypatch.setattr(steps, "stage_eval", no_plain_eval)
-    ex = ps.run_studies(StageRunner(tmp_path, echo=lambda s: None), _ctx(tmp_path), {"behaviour_tiers"})
+    ex = ps.run_studies(StageRunner(tmp_path, echo=lambda s: None), _ctx(tmp_path, preset), {"behaviour_tiers"})
     assert ex.behaviour_tiers is not None and ex.noisy_feedback is None and not ex.hint_probes
     assert [(r.tier, r.arm) for r in ex.behaviour_tiers.rows] == [("ask_first@v1", a) for a in ("base", "grpo", "tg")]
     assert fakes["sft"][-1][1]["hint_checkers"] == list(pt.TIERS)  # the base is taught all three tiers regardless
@@ -176,9 +176,9 @@ def test_tier_sizes_cover_presets_and_tier_configs_load() -> None:
     from repro.wiring import hint_source
     from tgsuite.pipeline.presets import PRESETS
 
-    assert set(pt.TIER_SIZES) == set(PRESETS)
+    assert all(pt.tier_sizes(p) == p.tier_sizes for p in PRESETS.values())
     with pytest.raises(ValueError, match="no behaviour-tier sizes"):
-        pt.tier_sizes("huge")
+        pt.tier_sizes(SMOKE.model_copy(update={"name": "huge", "tier_sizes": None}))
     for tier in pt.TIERS:
         for arm in ("grpo", "tg"):
             cfg = load_config(arm=arm, overrides=SMOKE.with_rl({"reward.checker": tier}).rl)

@@ -58,26 +58,14 @@ from evalsuite.study_tables import (
 from tgsuite.pipeline.probes import run_hint_probes
 from tgsuite.pipeline.records import TrainOutputs
 from tgsuite.pipeline.stages import StageRunner, atomic_write_json, canonical_hash
-from tgsuite.pipeline.study_context import (
-    HINT_QUALITY,
-    NOISY_MIXES,
-    STUDY_SIZES,
-    StudyContext,
-    StudyModel,
-    StudySizes,
-    StudyStages,
-    default_stages,
-    eval_models,
-    mix_score,
-    study_arms,
-)
+from tgsuite.pipeline.sizes import NOISY_MIXES, StudySizes
+from tgsuite.pipeline.study_context import StudyContext, StudyModel, StudyStages, default_stages, eval_models, study_arms
 from tgsuite.pipeline.tiers import run_behaviour_tiers
 
 if TYPE_CHECKING:
     from evalsuite.schema import CheckpointEval, Exploratory
 
-__all__ = ["HINT_QUALITY", "NOISY_MIXES", "STUDY_SIZES", "StudyContext", "StudyModel", "StudySizes", "StudyStages",
-           "default_stages", "eval_models", "mix_score"]
+__all__ = ["NOISY_MIXES", "StudyContext", "StudyModel", "StudySizes", "StudyStages", "default_stages", "eval_models"]
 
 log = logging.getLogger(__name__)
 

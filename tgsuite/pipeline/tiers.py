@@ -33,12 +33,13 @@ from __future__ import annotations
 
 import logging
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from evalsuite.study_tables import tier_frame, tiers_result
+from tgsuite.pipeline.presets import Preset
 from tgsuite.pipeline.records import EvalOutputs, Paths, SftOutputs, TrainOutputs, UnseenTasksOutputs
+from tgsuite.pipeline.sizes import TIERS, TierSizes
 from tgsuite.pipeline.stages import StageRunner, atomic_write_json, canonical_hash
 from tgsuite.pipeline.study_context import StudyContext, StudyModel, model_key, study_arms
 
@@ -47,32 +48,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TIERS: tuple[str, ...] = ("tool_args@v1", "markdown@v1", "ask_first@v1")
 LEVELS = {"tool_args@v1": "format", "markdown@v1": "style", "ask_first@v1": "tension"}
 UNSEEN = "unseen_templates"
 
 
-@dataclass(frozen=True)
-class TierSizes:
-    """How big the study is for one preset (``TIER_SIZES``)."""
-
-    seeds: tuple[int, ...]
-    arms: tuple[str, ...] = ("grpo", "tg")
-    tiers: tuple[str, ...] = TIERS
-    sft_hint_share: float = 0.6  # hinted share of the tier base's expert episodes (the main base: 0.3, Markdown)
-
-
-TIER_SIZES: dict[str, TierSizes] = {
-    "smoke": TierSizes(seeds=(0,)),  # every path once; decides nothing
-    "mini": TierSizes(seeds=(0, 1, 2)),
-}
-
-
-def tier_sizes(preset_name: str) -> TierSizes:
-    if preset_name not in TIER_SIZES:
-        raise ValueError(f"no behaviour-tier sizes for preset {preset_name!r}; add it to "
-                         f"tgsuite.pipeline.tiers.TIER_SIZES (known: {', '.join(TIER_SIZES)})")
-    return TIER_SIZES[preset_name]
+def tier_sizes(preset: Preset) -> TierSizes:
+    """The preset's behaviour-tier sizes (``Preset.tier_sizes``)."""
+    if preset.tier_sizes is None:
+        raise ValueError(f"no behaviour-tier sizes for preset {preset.name!r}; give the Preset tier_sizes "
+                         "(tgsuite.pipeline.sizes.TierSizes)")
+    return preset.tier_sizes
 
 
 def slug(tier: str) -> str:
@@ -188,7 +173,7 @@ def run_behaviour_tiers(runner: StageRunner, ctx: StudyContext, sizes: TierSizes
                         ) -> BehaviourTiersResult:
     """Train, evaluate and analyse the behaviour-tier study (module docstring); every step is a resumable stage.
     Also writes ``<out>/studies/behaviour_tiers.json`` (models, run directory, task set)."""
-    sizes = sizes or tier_sizes(ctx.preset.name)
+    sizes = sizes or tier_sizes(ctx.preset)
     unknown = [t for t in sizes.tiers if t not in TIERS]
     if unknown:
         raise ValueError(f"TierSizes.tiers: {unknown} are not tiers of this study; use a subset of {list(TIERS)}")
@@ -207,6 +192,6 @@ def run_behaviour_tiers(runner: StageRunner, ctx: StudyContext, sizes: TierSizes
     res = tiers_result(frame, tiers=sizes.tiers, arms=sizes.arms, levels=LEVELS, unseen=UNSEEN,
                        task_set=tasks.name, n_instances=len(tasks.instance_ids))
     atomic_write_json(ctx.paths.eval.parent / "studies" / "behaviour_tiers.json",
-                      {"sizes": vars(sizes), "models": {k: vars(m) for k, m in sorted(models.items())},
+                      {"sizes": sizes.model_dump(mode="json"), "models": {k: vars(m) for k, m in sorted(models.items())},
                        "run_dir": str(run_dir), "tasks": tasks, "result": res.model_dump(mode="json")})
     return res
