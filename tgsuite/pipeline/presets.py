@@ -110,7 +110,7 @@ class Preset(BaseModel):
         load_config(arm="tg", overrides=v)  # unknown keys / bad values raise a ConfigError naming them
         return v
 
-    def with_sft(self, **changes: Any) -> Preset:
+    def with_sft(self, **changes: object) -> Preset:
         """This preset with ``sft`` fields changed (validated)."""
         return Preset.model_validate({**self.model_dump(), "sft": {**self.sft, **changes}})
 

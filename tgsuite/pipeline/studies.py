@@ -55,6 +55,7 @@ from evalsuite.study_tables import (
     study_frame,
     successes,
 )
+from tgsuite.pipeline.presets import RLOverrides
 from tgsuite.pipeline.probes import run_hint_probes
 from tgsuite.pipeline.records import TrainOutputs
 from tgsuite.pipeline.stages import StageRunner, atomic_write_json, canonical_hash
@@ -147,7 +148,7 @@ def _main_models(ctx: StudyContext, sizes: StudySizes, studies: set[str]) -> dic
 
 
 def _train(runner: StageRunner, ctx: StudyContext, label: str, arm: str, seed: int,
-           extra: dict[str, Any]) -> StudyModel:
+           extra: RLOverrides) -> StudyModel:
     """Train one study run with ``StudyContext.stages.train`` (the preset's RL settings plus ``extra``)."""
     run_dir = ctx.paths.train / "studies" / label / f"s{seed}"
     preset = ctx.preset.with_rl(extra)
@@ -170,7 +171,7 @@ def _train_loop(runner: StageRunner, ctx: StudyContext, sizes: StudySizes, seed:
     return StudyModel(f"loop_s{seed}", "loop", seed, rec.paths.checkpoint)
 
 
-def mix_overrides(mix: dict[str, float]) -> dict[str, Any]:
+def mix_overrides(mix: dict[str, float]) -> RLOverrides:
     """Dotted TrainConfig overrides for TG trained with a hint mix (``repro.wiring.hint_source``)."""
     return {"guidance.feedback": "mixture", **{f"guidance.feedback_mix.{k}": float(v) for k, v in mix.items()}}
 
@@ -186,7 +187,7 @@ def _equal_compute_steps(ctx: StudyContext, sizes: StudySizes) -> int:
 
 
 def _train_studies(runner: StageRunner, ctx: StudyContext, sizes: StudySizes, studies: set[str]) -> tuple[dict[str, StudyModel], int | None]:
-    jobs: list[tuple[str, str, dict[str, Any]]] = []
+    jobs: list[tuple[str, str, RLOverrides]] = []
     if "noisy_feedback" in studies:
         jobs += [(f"tg_mix_{name}", "tg", mix_overrides(mix)) for name, mix in sorted(sizes.noisy_mixes.items())]
     eqc_steps = _equal_compute_steps(ctx, sizes) if "equal_compute" in studies else None
