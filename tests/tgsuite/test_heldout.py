@@ -15,7 +15,7 @@ from tgsuite.pipeline.generalization import runner_arms
 from tgsuite.pipeline.heldout import HeldoutDesign, write_heldout
 from tgsuite.pipeline.presets import MINI, SMOKE, Preset
 from tgsuite.pipeline.records import EvalOutputs, TaskSetOutputs
-from tgsuite.pipeline.steps import pipeline_paths, stage_heldout
+from tgsuite.pipeline.stages import pipeline_paths, stage_heldout
 from tgsuite.pipeline.tiers import unseen_source
 
 SMALL = HeldoutDesign(seed=5, dev_seed=6, repos=2, twin_per_repo=1, no_twin_per_repo=1, generalization_repos=1,
@@ -95,7 +95,7 @@ def test_evaluate_generalization_evaluates_the_tier_and_reports_it_against_the_s
 
     from evalsuite.synthetic import SyntheticArm, SyntheticDesign, write_synthetic_runs
     from tgsuite.pipeline import generalization
-    from tgsuite.pipeline.stages import StageRunner
+    from tgsuite.pipeline.stage_runner import StageRunner
 
     paths = pipeline_paths(tmp_path)
     calls: list[Path] = []

@@ -20,12 +20,12 @@ from harness.interfaces import PolicyOutput
 from harness.probes import PROBES
 from harness.schema import ArmSpec, EpisodeMetrics, EpisodeResult, Message, RunManifest
 from reports.probes import hint_probes_section
-from tgsuite.pipeline import steps
+from tgsuite.pipeline import stages
 from tgsuite.pipeline.presets import SMOKE
 from tgsuite.pipeline.records import EvalOutputs, SftReport
 from tgsuite.pipeline.probes import probe_info
-from tgsuite.pipeline.stages import StageRunner
-from tgsuite.pipeline.steps import pipeline_paths as _paths
+from tgsuite.pipeline.stage_runner import StageRunner
+from tgsuite.pipeline.stages import pipeline_paths as _paths
 
 N_INST = 6
 
@@ -70,7 +70,7 @@ def evals(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[str], str | None]]
         kind = parse_feedback(feedback).kind if feedback else None  # type: ignore[union-attr]
         return _write_run(run_dir, arms, feedback, kind)
 
-    monkeypatch.setattr(steps, "stage_eval", fake_eval)
+    monkeypatch.setattr(stages, "stage_eval", fake_eval)
     return calls
 
 
@@ -116,13 +116,13 @@ def test_hint_probes_stage_known_answers_and_resume(tmp_path: Path, evals: list[
 def test_a_foreign_run_directory_is_an_analysis_error(tmp_path: Path, evals: list[Any],
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Probe episodes carrying another hint kind (e.g. a corrective run) are refused, and the study says why."""
-    fake = steps.stage_eval
+    fake = stages.stage_eval
 
     def wrong_kind(run_dir: Path, heldout: Path, arms: dict[str, str], *args: Any, **kw: Any) -> dict[str, Any]:
         out = fake(run_dir, heldout, arms, *args, **kw)
         return out if args[-1] is None else _write_run(run_dir, arms, None, "correct")
 
-    monkeypatch.setattr(steps, "stage_eval", wrong_kind)
+    monkeypatch.setattr(stages, "stage_eval", wrong_kind)
     ex = ps.run_studies(StageRunner(tmp_path, echo=lambda s: None), _ctx(tmp_path), {"hint_probes"})
     assert ex.hint_probes == []
     err = json.loads((tmp_path / "studies" / "studies.json").read_text())["errors"]["hint_probes"]

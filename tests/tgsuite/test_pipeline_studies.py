@@ -16,11 +16,11 @@ from evalsuite.schema import Exploratory
 from harness.feedback_spec import parse_feedback
 from harness.schema import ArmSpec, EpisodeMetrics, EpisodeResult, RunManifest
 from repro.checkpoint import CheckpointInfo
-from tgsuite.pipeline import steps
+from tgsuite.pipeline import stages
 from tgsuite.pipeline.presets import SMOKE
 from tgsuite.pipeline.records import CheckpointFiles, EvalOutputs, SftReport, TrainOutputs
-from tgsuite.pipeline.stages import StageRunner
-from tgsuite.pipeline.steps import pipeline_paths as _paths
+from tgsuite.pipeline.stage_runner import StageRunner
+from tgsuite.pipeline.stages import pipeline_paths as _paths
 
 N_INST = 6
 FLOPS_PER_STEP = {"grpo": 100.0, "tg": 150.0}  # TG's extra 50 = the teacher forward
@@ -95,9 +95,9 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
         ckpt = _write_ckpt(run_dir, arm, seed, int(preset.rl["run.steps"]), "loop")
         return TrainOutputs(paths=CheckpointFiles(checkpoint=ckpt))
 
-    monkeypatch.setattr(steps, "stage_train", fake_train)
-    monkeypatch.setattr(steps, "stage_loop", fake_loop)
-    monkeypatch.setattr(steps, "stage_eval", fake_eval)
+    monkeypatch.setattr(stages, "stage_train", fake_train)
+    monkeypatch.setattr(stages, "stage_loop", fake_loop)
+    monkeypatch.setattr(stages, "stage_eval", fake_eval)
     return calls
 
 
@@ -265,7 +265,7 @@ def test_missing_main_checkpoint_names_the_fix(tmp_path: Path, fakes: dict[str, 
 @pytest.mark.slow
 def test_can_do_with_the_real_runner_and_scripted_expert(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Integration (local sandbox, no model): the scripted expert's plain summary fails markdown@v1; with the
-    corrective hint before finish it passes. Both evals go through the real runner: tgsuite.pipeline.steps.stage_eval for
+    corrective hint before finish it passes. Both evals go through the real runner: tgsuite.pipeline.stages.stage_eval for
     the plain answers and (with the corrective hint) for the corrective ones, then the real pairing and can_do_study."""
     from evalsuite.outcomes import load_run
     from harness.minirepos import make_mini
@@ -274,7 +274,7 @@ def test_can_do_with_the_real_runner_and_scripted_expert(tmp_path: Path, monkeyp
     def expert(model_dir: str, preset: Any) -> Any:
         return make_policy("expert")
 
-    monkeypatch.setattr(steps, "eval_policy", expert)
+    monkeypatch.setattr(stages, "eval_policy", expert)
     paths = _paths(tmp_path)
     make_mini(paths.heldout_tasks, split="heldout", repos=1, tasks_per_repo=1, seed=0)
     preset = SMOKE.model_copy(update={"eval": SMOKE.eval.model_copy(update={"sandbox": "local", "max_turns": 8}), "workers": 1})

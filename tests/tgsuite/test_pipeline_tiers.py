@@ -14,11 +14,11 @@ from evalsuite.rates import wilson_ci
 from harness.minirepos import make_mini
 from harness.schema import ArmSpec, BehaviourResult, EpisodeResult, RunManifest
 from harness.tasks import load_task_set
-from tgsuite.pipeline import steps
+from tgsuite.pipeline import stages
 from tgsuite.pipeline.presets import SMOKE, Preset
 from tgsuite.pipeline.records import CheckpointFiles, EvalOutputs, Paths, SftOutputs, SftReport, TrainOutputs
-from tgsuite.pipeline.stages import StageRunner
-from tgsuite.pipeline.steps import pipeline_paths as _paths
+from tgsuite.pipeline.stage_runner import StageRunner
+from tgsuite.pipeline.stages import pipeline_paths as _paths
 
 SIZES = pt.TierSizes(seeds=(0, 1))
 
@@ -81,9 +81,9 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
         calls["eval"].append((heldout, sorted(arms), feedback))
         return _write_run(run_dir, heldout, arms)
 
-    monkeypatch.setattr(steps, "stage_sft", fake_sft)
-    monkeypatch.setattr(steps, "stage_train", fake_train)
-    monkeypatch.setattr(steps, "stage_eval", fake_eval)
+    monkeypatch.setattr(stages, "stage_sft", fake_sft)
+    monkeypatch.setattr(stages, "stage_train", fake_train)
+    monkeypatch.setattr(stages, "stage_eval", fake_eval)
     return calls
 
 
@@ -151,14 +151,14 @@ def test_run_studies_dispatches_tiers_alone(tmp_path: Path, fakes: dict[str, lis
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     assert "behaviour_tiers" in ps.STUDIES and ps.parse_studies("behaviour_tiers") == {"behaviour_tiers"}
     preset = SMOKE.model_copy(update={"tier_sizes": pt.TierSizes(seeds=(0,), tiers=("ask_first@v1",))})
-    tiers_eval = steps.stage_eval  # the fixture's fake: the tier study's own eval is expected
+    tiers_eval = stages.stage_eval  # the fixture's fake: the tier study's own eval is expected
 
     def no_plain_eval(run_dir: Path, *a: Any, **k: Any) -> EvalOutputs:
         if not run_dir.name.startswith("tiers_eval"):
             pytest.fail("no plain study eval without its models")
         return tiers_eval(run_dir, *a, **k)
 
-    monkeypatch.setattr(steps, "stage_eval", no_plain_eval)
+    monkeypatch.setattr(stages, "stage_eval", no_plain_eval)
     ex = ps.run_studies(StageRunner(tmp_path, echo=lambda s: None), _ctx(tmp_path, preset), {"behaviour_tiers"})
     assert ex.behaviour_tiers is not None and ex.noisy_feedback is None and not ex.hint_probes
     assert [(r.tier, r.arm) for r in ex.behaviour_tiers.rows] == [("ask_first@v1", a) for a in ("base", "grpo", "tg")]

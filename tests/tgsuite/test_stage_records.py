@@ -18,9 +18,9 @@ from tgsuite.pipeline.records import (
     TaskSetOutputs,
     TrainOutputs,
 )
-from tgsuite.pipeline.stages import StageRecordError, StageRunner, canonical_hash
+from tgsuite.pipeline.stage_runner import StageRecordError, StageRunner, canonical_hash
 
-# records as the dict-returning stages wrote them (the shapes of tgsuite/pipeline/steps.py before the typed records)
+# records as the dict-returning stages wrote them (the shapes the stage functions returned before the typed records)
 SFT_TRAINED = {"paths": {"model": "/r/sft/model"},
                "report": {"model_dir": "/r/sft/model", "n_params": 123, "vocab": 1024, "n_trajectories": 16,
                           "n_hinted": 4, "train_tokens": 5000, "train_act_tokens": 2000, "steps": 3,

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 from tgsuite.pipeline.presets import Preset
 from tgsuite.pipeline.records import EvalOutputs, Paths, SftOutputs, TaskSetOutputs, TrainOutputs
-from tgsuite.pipeline.stages import StageRunner, canonical_hash
-from tgsuite.pipeline.steps import excluded_tests, stage_eval
+from tgsuite.pipeline.stage_runner import StageRunner, canonical_hash
+from tgsuite.pipeline.stages import excluded_tests, stage_eval
 
 if TYPE_CHECKING:
     from evalsuite.schema import LabelRates

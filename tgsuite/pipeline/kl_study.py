@@ -34,8 +34,8 @@ from tgsuite.pipeline import kl_tables
 from tgsuite.pipeline.kl_tables import cell_label
 from tgsuite.pipeline.presets import Preset
 from tgsuite.pipeline.records import Paths, TaskSetOutputs, TrainOutputs
-from tgsuite.pipeline.stages import StageRunner, atomic_write_json, canonical_hash
-from tgsuite.pipeline.steps import stage_tasks, stage_train
+from tgsuite.pipeline.stage_runner import StageRunner, atomic_write_json, canonical_hash
+from tgsuite.pipeline.stages import stage_tasks, stage_train
 
 Direction = Literal["reverse", "forward", "jsd"]
 

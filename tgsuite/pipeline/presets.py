@@ -21,7 +21,7 @@ RLOverrides = dict[str, bool | int | float | str]
 
 
 class EvalSettings(BaseModel):
-    """How the pipeline evaluates a checkpoint on the held-out set (``tgsuite.pipeline.steps.stage_eval``)."""
+    """How the pipeline evaluates a checkpoint on the held-out set (``tgsuite.pipeline.stages.stage_eval``)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -4,7 +4,7 @@ images → train and held-out task sets → validate the held-out set in Docker 
 freeze the protocol (before any RL arm trains; its hash goes into every later manifest) → RL arms × seeds →
 evaluate the base and every checkpoint on the held-out repositories → analyze → HTML report with the verdict.
 
-Each stage is skipped on re-run when its inputs are unchanged (``tgsuite.pipeline.stages``); times per stage are printed and
+Each stage is skipped on re-run when its inputs are unchanged (``tgsuite.pipeline.stage_runner``); times per stage are printed and
 recorded in ``<out>/pipeline.json``. Every number in the report comes from the runs made here: nothing is simulated.
 """
 
@@ -32,8 +32,8 @@ from tgsuite.pipeline.records import (
     TrainOutputs,
     ValidateOutputs,
 )
-from tgsuite.pipeline.stages import StageRunner, atomic_write_json, canonical_hash
-from tgsuite.pipeline.steps import (
+from tgsuite.pipeline.stage_runner import StageRunner, atomic_write_json, canonical_hash
+from tgsuite.pipeline.stages import (
     PLANS_DIR,
     excluded_tests,
     pipeline_paths,

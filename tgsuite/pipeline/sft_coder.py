@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tgsuite.pipeline.presets import Preset
-from tgsuite.pipeline.steps import stage_tasks
+from tgsuite.pipeline.stages import stage_tasks
 
 
 def build_sft_coder(preset: Preset, out: Path, *, overrides: dict[str, Any] | None = None, ship: Path | None = None,

@@ -2,9 +2,9 @@
 the stage functions to call, and the shared evaluation step.
 
 The studies (``tgsuite.pipeline.studies``, ``tiers``, ``probes``) import this module and
-``tgsuite.pipeline.stages``; they never import the orchestrator (``tgsuite.pipeline.reproduce``), and the stage
+``tgsuite.pipeline.stage_runner``; they never import the orchestrator (``tgsuite.pipeline.reproduce``), and the stage
 functions they run reach them through ``StudyContext.stages`` (``StudyStages``), so a test hands fakes in the same
-way the orchestrator hands the real ``tgsuite.pipeline.steps`` functions.
+way the orchestrator hands the real ``tgsuite.pipeline.stages`` functions.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from tgsuite.pipeline import steps
+from tgsuite.pipeline import stages
 from tgsuite.pipeline.presets import Preset
 from tgsuite.pipeline.records import EvalOutputs, Paths, SftOutputs, SftReport, TrainOutputs
 from tgsuite.pipeline.sizes import NOISY_MIXES, StudySizes
-from tgsuite.pipeline.stages import StageRunner, canonical_hash
+from tgsuite.pipeline.stage_runner import StageRunner, canonical_hash
 
 SftStage = Callable[[Paths, Preset], SftOutputs]
 TrainStage = Callable[..., TrainOutputs]  # (run_dir, paths, preset, arm, seed, protocol_hash) -> outputs
@@ -25,17 +25,17 @@ EvalStage = Callable[..., EvalOutputs]  # (run_dir, heldout, arms, preset, proto
 
 @dataclass(frozen=True)
 class StudyStages:
-    """The stage functions a study runs (defaults: ``tgsuite.pipeline.steps``, looked up when the record is made)."""
+    """The stage functions a study runs (defaults: ``tgsuite.pipeline.stages``, looked up when the record is made)."""
 
     sft: SftStage
     train: TrainStage
     evaluate: EvalStage
-    loop: TrainStage  # the production recipe's distill -> RL -> distill (steps.stage_loop), same signature as train
+    loop: TrainStage  # the production recipe's distill -> RL -> distill (stages.stage_loop), same signature as train
 
 
 def default_stages() -> StudyStages:
-    """The real stages of ``tgsuite.pipeline.steps``."""
-    return StudyStages(sft=steps.stage_sft, train=steps.stage_train, evaluate=steps.stage_eval, loop=steps.stage_loop)
+    """The real stages of ``tgsuite.pipeline.stages``."""
+    return StudyStages(sft=stages.stage_sft, train=stages.stage_train, evaluate=stages.stage_eval, loop=stages.stage_loop)
 
 
 @dataclass(frozen=True)
@@ -43,12 +43,12 @@ class StudyContext:
     """What ``tgsuite.pipeline.reproduce.reproduce`` has computed by the end of its main eval stage."""
 
     preset: Preset
-    paths: Paths  # tgsuite.pipeline.steps.pipeline_paths(out), sft_model set by the SFT stage
+    paths: Paths  # tgsuite.pipeline.stages.pipeline_paths(out), sft_model set by the SFT stage
     protocol_sha256: str  # the protocol stage's sha256
     heldout_sha256: str  # the held-out task set's sha256
     sft_report: SftReport  # the SFT stage's report
     ckpts: dict[str, str]  # "base" and "<arm>@s<seed>" -> checkpoint directory
-    excluded: dict[str, list[str]]  # tgsuite.pipeline.steps.excluded_tests(heldout)
+    excluded: dict[str, list[str]]  # tgsuite.pipeline.stages.excluded_tests(heldout)
     sizes: StudySizes | None = None  # default: the preset's (Preset.study_sizes)
     stages: StudyStages = field(default_factory=default_stages)
 

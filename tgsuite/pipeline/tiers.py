@@ -9,18 +9,18 @@ Three behaviour tiers, each a checker of ``harness.behaviour.CHECKERS``:
 
 Stages (all resumable, all under ``<out>/train/studies/tiers/`` and ``<out>/eval/studies/``):
 
-- ``tiers_sft``: an SFT base trained like the main one (``tgsuite.pipeline.steps.stage_sft`` with the preset's ``sft``
+- ``tiers_sft``: an SFT base trained like the main one (``tgsuite.pipeline.stages.stage_sft`` with the preset's ``sft``
   settings) but whose hinted expert episodes carry the reminder of one of the three tiers
   (``hint_checkers``; ``TierSizes.sft_hint_share`` of the episodes are hinted, split evenly over the tiers), so the
   base can comply when reminded and rarely does unprompted.
-- ``tiers_train_<arm>_<tier>_s<seed>``: for each tier, arms ``grpo`` and ``tg`` (``tgsuite.pipeline.steps.stage_train``,
+- ``tiers_train_<arm>_<tier>_s<seed>``: for each tier, arms ``grpo`` and ``tg`` (``tgsuite.pipeline.stages.stage_train``,
   the preset's RL settings plus ``reward.checker = <tier>``: the format reward, TG's failing-turn gating and its
   hints all target the tier) from that base, × the study's seeds.
 - ``tiers_tasks``: the held-out instances of the UNSEEN tier only (``template_tier == "unseen_templates"``, from the
   generalization tier of a stratified held-out design when the run has one, ``unseen_source``:
   templates and names never used in training), written as their own task set with the three tier checkers added
   to each instance's ``behaviour``, so every episode is judged by all three.
-- ``tiers_eval``: the base and every tier checkpoint on that set, without hints (``tgsuite.pipeline.steps.stage_eval``).
+- ``tiers_eval``: the base and every tier checkpoint on that set, without hints (``tgsuite.pipeline.stages.stage_eval``).
 
 Analysis (descriptive, exploratory; built by ``evalsuite.study_tables.tier_frame`` / ``tiers_result``): per tier and arm (``base``, ``grpo``, ``tg``; training seeds pooled) the
 compliance rate (episodes whose tier checker passes / scored episodes), the same over episodes with at least one
@@ -40,7 +40,7 @@ from evalsuite.study_tables import tier_frame, tiers_result
 from tgsuite.pipeline.presets import Preset
 from tgsuite.pipeline.records import EvalOutputs, Paths, SftOutputs, TrainOutputs, UnseenTasksOutputs
 from tgsuite.pipeline.sizes import TIERS, TierSizes
-from tgsuite.pipeline.stages import StageRunner, atomic_write_json, canonical_hash
+from tgsuite.pipeline.stage_runner import StageRunner, atomic_write_json, canonical_hash
 from tgsuite.pipeline.study_context import StudyContext, StudyModel, model_key, study_arms
 
 if TYPE_CHECKING:
