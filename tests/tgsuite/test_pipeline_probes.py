@@ -22,8 +22,8 @@ from harness.schema import ArmSpec, EpisodeMetrics, EpisodeResult, Message, RunM
 from reports.probes import hint_probes_section
 from tgsuite.pipeline import stages
 from tgsuite.pipeline.presets import SMOKE
-from tgsuite.pipeline.records import EvalOutputs, SftReport
 from tgsuite.pipeline.probes import probe_info
+from tgsuite.pipeline.records import EvalOutputs, SftReport
 from tgsuite.pipeline.stage_runner import StageRunner
 from tgsuite.pipeline.stages import pipeline_paths as _paths
 

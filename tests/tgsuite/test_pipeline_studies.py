@@ -130,7 +130,6 @@ def test_matched_steps() -> None:
 
 def test_study_sizes_name_real_arms_and_mixes_load() -> None:
     from repro.config import arm_names, load_config
-
     from tgsuite.pipeline.presets import PRESETS
 
     for sizes in [p.study_sizes for p in PRESETS.values()]:

@@ -58,9 +58,16 @@ from evalsuite.study_tables import (
 from tgsuite.pipeline.presets import RLOverrides
 from tgsuite.pipeline.probes import run_hint_probes
 from tgsuite.pipeline.records import TrainOutputs
-from tgsuite.pipeline.stage_runner import StageRunner, atomic_write_json, canonical_hash
 from tgsuite.pipeline.sizes import NOISY_MIXES, StudySizes
-from tgsuite.pipeline.study_context import StudyContext, StudyModel, StudyStages, default_stages, eval_models, study_arms
+from tgsuite.pipeline.stage_runner import StageRunner, atomic_write_json, canonical_hash
+from tgsuite.pipeline.study_context import (
+    StudyContext,
+    StudyModel,
+    StudyStages,
+    default_stages,
+    eval_models,
+    study_arms,
+)
 from tgsuite.pipeline.tiers import run_behaviour_tiers
 
 if TYPE_CHECKING:

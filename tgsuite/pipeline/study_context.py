@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
 from tgsuite.pipeline import stages
 from tgsuite.pipeline.presets import Preset
 from tgsuite.pipeline.records import EvalOutputs, Paths, SftOutputs, SftReport, TrainOutputs
-from tgsuite.pipeline.sizes import NOISY_MIXES, StudySizes
+from tgsuite.pipeline.sizes import StudySizes
 from tgsuite.pipeline.stage_runner import StageRunner, canonical_hash
 
 SftStage = Callable[[Paths, Preset], SftOutputs]
