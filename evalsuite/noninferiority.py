@@ -1,4 +1,8 @@
-"""Non-inferiority tests and paired risk-difference intervals (STATS §2.2–§2.4).
+"""Non-inferiority tests and paired risk-difference intervals (STATS §2.2–§2.4): NOT the decision path.
+
+The preregistered criteria are decided by ``evalsuite.primary`` with ``evalsuite.score_variance``; ``ni_test`` and
+``ni_test_paired`` here are standalone tests that no decision calls. ``primary``, ``studies`` and ``probes`` use
+this module's paired building blocks (``paired_table``, ``tango_z``, ``rd_ci_paired``, ``mcnemar_test``).
 
 Covered: the independent-samples NI test of H0: Δ <= −δ vs H1: Δ > −δ by the Miettinen–Nurminen or
 Farrington–Manning score (own implementation), Wald or Agresti–Caffo (statsmodels ``test_proportions_2indep``);

@@ -139,7 +139,7 @@ def test_package_follows_the_import_rules(pkg: str) -> None:
         ("protocols.load", "from ..harness import schema", "imports harness.schema"),
         ("repro.train", "from evalsuite.rates import wilson", "imports evalsuite.rates"),
         ("repro.train", "def f():\n    import reports.build", "imports reports.build"),
-        ("repro.train", "from tgsuite.pipeline import steps", "imports tgsuite.pipeline.steps"),
+        ("repro.train", "from tgsuite.pipeline import stages", "imports tgsuite.pipeline.stages"),
         ("harness.runner", "import tgsuite.cli", "imports tgsuite.cli"),
         ("harness.agent", "import mcp", "only harness.mcp_server"),
         ("tgsuite.commands.eval", "def f():\n    from inspect_ai.log import read_eval_log", "only harness.trajdata"),
@@ -158,7 +158,7 @@ def test_scanner_catches_violations(module: str, source: str, expected: str) -> 
         ("evalsuite.rates", "from . import schema\nfrom .bootstrap import x"),
         ("reports.build", "from evalsuite.schema import AnalysisResult\nimport jinja2"),
         ("repro.train", "import torch, harness.runner, protocols.load, trl"),
-        ("tgsuite.pipeline.steps", "import repro.train, evalsuite.analyze, reports.build, harness.runner"),
+        ("tgsuite.pipeline.stages", "import repro.train, evalsuite.analyze, reports.build, harness.runner"),
         ("protocols.load", "import tomllib, json\nfrom pydantic import BaseModel"),
     ],
 )

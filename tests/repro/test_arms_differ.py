@@ -16,7 +16,6 @@ from safetensors.torch import load_file
 
 from repro.train import RLSetup, train_rl
 from tgsuite.pipeline.presets import MINI
-from tgsuite.pipeline.study_context import STUDY_SIZES
 
 
 def _thinking_model():
@@ -47,7 +46,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[dict[str, 
     base = _thinking_model()
     out = {}
     root = tmp_path_factory.mktemp("arms")
-    for arm in ("grpo", "tg", *STUDY_SIZES["mini"].ablations):
+    assert MINI.study_sizes is not None
+    for arm in ("grpo", "tg", *MINI.study_sizes.ablations):
         setup = RLSetup(tokenizer=base.tokenizer, model=copy.deepcopy(base.model), tasks=base.tasks,
                         make_env=base.make_env, checker=base.checker, hint_text=base.hint_text)
         cfg = F.config(arm, "run.steps=1", "run.seed=1", "rollout.groups=3", "rollout.max_new_tokens=24")

@@ -14,7 +14,8 @@ from harness.tasks import load_task_set
 from tgsuite.pipeline.generalization import runner_arms
 from tgsuite.pipeline.heldout import HeldoutDesign, write_heldout
 from tgsuite.pipeline.presets import MINI, SMOKE, Preset
-from tgsuite.pipeline.steps import pipeline_paths, stage_heldout
+from tgsuite.pipeline.records import EvalOutputs, TaskSetOutputs
+from tgsuite.pipeline.stages import pipeline_paths, stage_heldout
 from tgsuite.pipeline.tiers import unseen_source
 
 SMALL = HeldoutDesign(seed=5, dev_seed=6, repos=2, twin_per_repo=1, no_twin_per_repo=1, generalization_repos=1,
@@ -38,26 +39,27 @@ def test_designs_are_checked_when_the_preset_is_made() -> None:
 
 def test_stage_heldout_writes_exact_strata_and_the_generalization_tier(tmp_path: Path) -> None:
     paths = pipeline_paths(tmp_path)
-    make_mini(paths["train_tasks"], split="train", repos=6, tasks_per_repo=8, seed=0)
+    make_mini(paths.train_tasks, split="train", repos=6, tasks_per_repo=8, seed=0)
     rec = stage_heldout(paths, _preset(SMALL))
-    prim, gen = load_task_set(paths["heldout_tasks"]), load_task_set(paths["generalization_tasks"])
-    assert rec["sha256"] == prim.sha256 and rec["generalization"]["sha256"] == gen.sha256
-    assert rec["strata"] == SMALL.strata and rec["n"] == 4 and rec["generalization"]["n"] == 2
-    sigs = training_signatures(load_task_set(paths["train_tasks"]).instances)
+    prim, gen = load_task_set(paths.heldout_tasks), load_task_set(paths.generalization_tasks)
+    assert rec.generalization is not None
+    assert rec.sha256 == prim.sha256 and rec.generalization.sha256 == gen.sha256
+    assert rec.strata == SMALL.strata and rec.n == 4 and rec.generalization.n == 2
+    sigs = training_signatures(load_task_set(paths.train_tasks).instances)
     assert all(stratum_of(i, sigs) == i.stratum for i in prim.instances)
     assert {i.stratum for i in gen.instances} == {"generalization"}
-    assert unseen_source(paths) == paths["generalization_tasks"]
+    assert unseen_source(paths) == paths.generalization_tasks
     again = stage_heldout(paths, _preset(SMALL))
-    assert again["sha256"] == rec["sha256"]  # deterministic
+    assert again.sha256 == rec.sha256  # deterministic
     dev = write_heldout(SMALL, sigs, tmp_path / "dev", None, dev=True)
-    assert dev["seed"] == SMALL.dev_seed and dev["strata"] == SMALL.strata and "generalization" not in dev
+    assert dev.seed == SMALL.dev_seed and dev.strata == SMALL.strata and dev.generalization is None
     dev_repos = {i.repo for i in load_task_set(tmp_path / "dev").instances}
     assert dev_repos.isdisjoint({i.repo for i in prim.instances})
 
 
 def test_unseen_source_falls_back_to_the_heldout_set(tmp_path: Path) -> None:
     paths = pipeline_paths(tmp_path)
-    assert unseen_source(paths) == paths["heldout_tasks"]
+    assert unseen_source(paths) == paths.heldout_tasks
 
 
 def test_runner_arms_label_the_sft_start_and_seeds() -> None:
@@ -93,27 +95,31 @@ def test_evaluate_generalization_evaluates_the_tier_and_reports_it_against_the_s
 
     from evalsuite.synthetic import SyntheticArm, SyntheticDesign, write_synthetic_runs
     from tgsuite.pipeline import generalization
-    from tgsuite.pipeline.stages import StageRunner
+    from tgsuite.pipeline.stage_runner import StageRunner
 
     paths = pipeline_paths(tmp_path)
     calls: list[Path] = []
 
-    def fake_eval(run_dir: Path, tasks: Path, arms: dict[str, str], *_a: object) -> dict[str, object]:
+    def fake_eval(run_dir: Path, tasks: Path, arms: dict[str, str], *_a: object) -> EvalOutputs:
         calls.append(tasks)
         d = SyntheticDesign(arms=tuple(SyntheticArm(a, 0.5, 0.5, seeds=(0, 1)) for a in ("base", "tg", "grpo")),
                             n_repos=2, tasks_per_repo=5)
         (made,) = write_synthetic_runs(tmp_path / "syn", d, rng=np.random.default_rng(0), protocol_hash=None,
                                        task_set_sha256="x")
         shutil.move(str(made), run_dir)
-        return {"paths": {"run": str(run_dir)}}
+        return EvalOutputs.model_validate({"paths": {"manifest": str(run_dir / "manifest.json")},
+                                           "finished_at": "2026-01-01T00:00:00Z", "n": 0, "scored": 0,
+                                           "resolved": 0, "behaviour_ok": 0})
 
     monkeypatch.setattr(generalization, "stage_eval", fake_eval)
     runner = StageRunner(tmp_path, echo=lambda _m: None)
     ckpts = {f"{a}@s{s}": "m" for a in ("base", "tg", "grpo") for s in (0, 1)}
-    assert generalization.evaluate_generalization(runner, paths, MINI, {"sha256": "h"}, ckpts, {}, "p") == []
-    rows = generalization.evaluate_generalization(runner, paths, MINI, {"sha256": "h", "generalization":
-                                                  {"sha256": "g"}}, ckpts, {}, "p")
-    assert calls == [paths["generalization_tasks"]]
+    held = {"paths": {"tasks": "t"}, "sha256": "h", "name": "h", "n": 1}
+    assert generalization.evaluate_generalization(runner, paths, MINI, TaskSetOutputs.model_validate(held), ckpts,
+                                                  {}, "p") == []
+    rows = generalization.evaluate_generalization(runner, paths, MINI, TaskSetOutputs.model_validate(
+        {**held, "generalization": {"sha256": "g", "name": "g", "n": 1}}), ckpts, {}, "p")
+    assert calls == [paths.generalization_tasks]
     assert [(r.study, r.label, r.reference) for r in rows] == [("generalization", "base", True),
                                                                 ("generalization", "grpo", False),
                                                                 ("generalization", "tg", False)]

@@ -20,11 +20,12 @@ from harness.interfaces import PolicyOutput
 from harness.probes import PROBES
 from harness.schema import ArmSpec, EpisodeMetrics, EpisodeResult, Message, RunManifest
 from reports.probes import hint_probes_section
-from tgsuite.pipeline import steps
+from tgsuite.pipeline import stages
 from tgsuite.pipeline.presets import SMOKE
 from tgsuite.pipeline.probes import probe_info
-from tgsuite.pipeline.stages import StageRunner
-from tgsuite.pipeline.steps import pipeline_paths as _paths
+from tgsuite.pipeline.records import EvalOutputs, SftReport
+from tgsuite.pipeline.stage_runner import StageRunner
+from tgsuite.pipeline.stages import pipeline_paths as _paths
 
 N_INST = 6
 
@@ -55,7 +56,8 @@ def _write_run(run_dir: Path, arms: dict[str, str], spec: str | None, kind: str 
             p = run_dir / "episodes" / iid / arm / "s0" / "a0" / "result.json"
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_text(res.model_dump_json())
-    return {"paths": {"manifest": str(run_dir / "manifest.json")}, "n": len(arms) * N_INST}
+    return EvalOutputs.model_validate({"paths": {"manifest": str(run_dir / "manifest.json")}, "finished_at": "2026-01-01T00:00:00Z",
+                                       "n": len(arms) * N_INST, "scored": 0, "resolved": 0, "behaviour_ok": 0})
 
 
 @pytest.fixture()
@@ -68,7 +70,7 @@ def evals(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[str], str | None]]
         kind = parse_feedback(feedback).kind if feedback else None  # type: ignore[union-attr]
         return _write_run(run_dir, arms, feedback, kind)
 
-    monkeypatch.setattr(steps, "stage_eval", fake_eval)
+    monkeypatch.setattr(stages, "stage_eval", fake_eval)
     return calls
 
 
@@ -77,7 +79,7 @@ def _ctx(out: Path) -> ps.StudyContext:
     ckpts = {"base": str(out / "sft" / "model"), **{f"{a}@s{s}": str(out / a / f"s{s}") for a in ("grpo", "tg")
                                                      for s in SMOKE.seeds}}  # fmt: skip
     return ps.StudyContext(preset=SMOKE, paths=paths, protocol_sha256="p" * 64, heldout_sha256="h" * 64,
-                           sft_report={"model_dir": ckpts["base"]}, ckpts=ckpts, excluded={})
+                           sft_report=SftReport(model_dir=ckpts["base"]), ckpts=ckpts, excluded={})
 
 
 def test_hint_probes_stage_known_answers_and_resume(tmp_path: Path, evals: list[Any]) -> None:
@@ -114,13 +116,13 @@ def test_hint_probes_stage_known_answers_and_resume(tmp_path: Path, evals: list[
 def test_a_foreign_run_directory_is_an_analysis_error(tmp_path: Path, evals: list[Any],
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Probe episodes carrying another hint kind (e.g. a corrective run) are refused, and the study says why."""
-    fake = steps.stage_eval
+    fake = stages.stage_eval
 
     def wrong_kind(run_dir: Path, heldout: Path, arms: dict[str, str], *args: Any, **kw: Any) -> dict[str, Any]:
         out = fake(run_dir, heldout, arms, *args, **kw)
         return out if args[-1] is None else _write_run(run_dir, arms, None, "correct")
 
-    monkeypatch.setattr(steps, "stage_eval", wrong_kind)
+    monkeypatch.setattr(stages, "stage_eval", wrong_kind)
     ex = ps.run_studies(StageRunner(tmp_path, echo=lambda s: None), _ctx(tmp_path), {"hint_probes"})
     assert ex.hint_probes == []
     err = json.loads((tmp_path / "studies" / "studies.json").read_text())["errors"]["hint_probes"]

@@ -16,10 +16,11 @@ from evalsuite.schema import Exploratory
 from harness.feedback_spec import parse_feedback
 from harness.schema import ArmSpec, EpisodeMetrics, EpisodeResult, RunManifest
 from repro.checkpoint import CheckpointInfo
-from tgsuite.pipeline import steps
+from tgsuite.pipeline import stages
 from tgsuite.pipeline.presets import SMOKE
-from tgsuite.pipeline.stages import StageRunner
-from tgsuite.pipeline.steps import pipeline_paths as _paths
+from tgsuite.pipeline.records import CheckpointFiles, EvalOutputs, SftReport, TrainOutputs
+from tgsuite.pipeline.stage_runner import StageRunner
+from tgsuite.pipeline.stages import pipeline_paths as _paths
 
 N_INST = 6
 FLOPS_PER_STEP = {"grpo": 100.0, "tg": 150.0}  # TG's extra 50 = the teacher forward
@@ -46,7 +47,7 @@ def _outcome(label: str, i: int, corrective: bool) -> tuple[bool, bool]:
     return beh, code
 
 
-def _write_run(run_dir: Path, arms: dict[str, str], corrective: bool, kind: str | None = None) -> dict[str, Any]:
+def _write_run(run_dir: Path, arms: dict[str, str], corrective: bool, kind: str | None = None) -> EvalOutputs:
     run_dir.mkdir(parents=True, exist_ok=True)
     ids = [f"r{i % 2}__t{i}" for i in range(N_INST)]
     man = RunManifest(run_id=run_dir.name, created_at="2026-01-01T00:00:00Z", task_set_name="heldout",
@@ -65,7 +66,8 @@ def _write_run(run_dir: Path, arms: dict[str, str], corrective: bool, kind: str 
             p = run_dir / "episodes" / arm / iid / "s0" / "a0" / "result.json"
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_text(res.model_dump_json())
-    return {"paths": {"manifest": str(run_dir / "manifest.json")}, "n": len(arms) * N_INST}
+    return EvalOutputs.model_validate({"paths": {"manifest": str(run_dir / "manifest.json")}, "finished_at": "2026-01-01T00:00:00Z",
+                                       "n": len(arms) * N_INST, "scored": 0, "resolved": 0, "behaviour_ok": 0})
 
 
 @pytest.fixture()
@@ -73,12 +75,13 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
     calls: dict[str, list[Any]] = {"train": [], "eval": [], "eval_fb": [], "loop": []}
 
     def fake_train(run_dir: Path, paths: dict[str, Path], preset: Any, arm: str, seed: int,
-                   protocol_hash: str | None = None) -> dict[str, Any]:
+                   protocol_hash: str | None = None) -> TrainOutputs:
         calls["train"].append((run_dir, arm, seed, dict(preset.rl)))
-        return {"paths": {"checkpoint": _write_ckpt(run_dir, arm, seed, int(preset.rl["run.steps"]), run_dir.parent.name)}}
+        ckpt = _write_ckpt(run_dir, arm, seed, int(preset.rl["run.steps"]), run_dir.parent.name)
+        return TrainOutputs(paths=CheckpointFiles(checkpoint=ckpt))
 
     def fake_eval(run_dir: Path, heldout: Path, arms: dict[str, str], preset: Any, protocol_hash: Any,
-                  excluded: Any, feedback: str | None = None) -> dict[str, Any]:
+                  excluded: Any, feedback: str | None = None) -> EvalOutputs:
         if feedback is None:
             calls["eval"].append(sorted(arms))
         else:
@@ -87,13 +90,14 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
         return _write_run(run_dir, arms, corrective=feedback is not None, kind=kind)
 
     def fake_loop(run_dir: Path, paths: dict[str, Path], preset: Any, arm: str, seed: int,
-                  protocol_hash: str | None = None, loop: dict[str, Any] | None = None) -> dict[str, Any]:
+                  protocol_hash: str | None = None, loop: dict[str, Any] | None = None) -> TrainOutputs:
         calls["loop"].append((run_dir, arm, seed, dict(loop or {})))
-        return {"paths": {"checkpoint": _write_ckpt(run_dir, arm, seed, int(preset.rl["run.steps"]), "loop")}}
+        ckpt = _write_ckpt(run_dir, arm, seed, int(preset.rl["run.steps"]), "loop")
+        return TrainOutputs(paths=CheckpointFiles(checkpoint=ckpt))
 
-    monkeypatch.setattr(steps, "stage_train", fake_train)
-    monkeypatch.setattr(steps, "stage_loop", fake_loop)
-    monkeypatch.setattr(steps, "stage_eval", fake_eval)
+    monkeypatch.setattr(stages, "stage_train", fake_train)
+    monkeypatch.setattr(stages, "stage_loop", fake_loop)
+    monkeypatch.setattr(stages, "stage_eval", fake_eval)
     return calls
 
 
@@ -103,9 +107,9 @@ def _ctx(out: Path, **kw: Any) -> ps.StudyContext:
     ckpts = {"base": str(out / "sft" / "model")}
     for arm in ("grpo", "tg"):
         for seed in SMOKE.seeds:
-            ckpts[f"{arm}@s{seed}"] = _write_ckpt(paths["train"] / arm / f"s{seed}", arm, seed, 2, "main")
+            ckpts[f"{arm}@s{seed}"] = _write_ckpt(paths.train / arm / f"s{seed}", arm, seed, 2, "main")
     return ps.StudyContext(preset=SMOKE, paths=paths, protocol_sha256="p" * 64, heldout_sha256="h" * 64,
-                           sft_report={"model_dir": ckpts["base"]}, ckpts=ckpts, excluded={}, **kw)
+                           sft_report=SftReport(model_dir=ckpts["base"]), ckpts=ckpts, excluded={}, **kw)
 
 
 def test_parse_studies() -> None:
@@ -126,8 +130,10 @@ def test_matched_steps() -> None:
 
 def test_study_sizes_name_real_arms_and_mixes_load() -> None:
     from repro.config import arm_names, load_config
+    from tgsuite.pipeline.presets import PRESETS
 
-    for sizes in ps.STUDY_SIZES.values():
+    for sizes in [p.study_sizes for p in PRESETS.values()]:
+        assert sizes is not None
         assert set(sizes.ablations) <= set(arm_names())
         for mix in sizes.noisy_mixes.values():
             sets = [f"{k}={json.dumps(v)}" for k, v in ps.mix_overrides(mix).items()]
@@ -211,7 +217,8 @@ def test_run_studies_end_to_end_and_resume(tmp_path: Path, fakes: dict[str, list
     # ablations and the production loop: per-label held-out rates beside the main tg runs (the reference)
     (loop_call,) = fakes["loop"]
     assert loop_call[0].parent.name == "loop" and loop_call[1:3] == ("tg", 0)
-    assert loop_call[3] == ps.STUDY_SIZES["smoke"].loop and loop_call[3]["distill.steps"] == 1
+    assert SMOKE.study_sizes is not None
+    assert loop_call[3] == SMOKE.study_sizes.loop and loop_call[3]["distill.steps"] == 1
     got = {(r.study, r.label, r.reference): {x.endpoint: (x.successes, x.n) for x in r.rates} for r in ex.label_rates}
     assert set(got) == {("ablations", "tg", True), ("ablations", "tg_no_fmt_reward", False),
                         ("production_loop", "tg", True), ("production_loop", "loop", False)}
@@ -239,14 +246,15 @@ def test_adding_a_study_only_runs_what_it_needs(tmp_path: Path, fakes: dict[str,
     assert fakes["eval"][-1] == ["base", "tg_no_fmt_reward_s0", "tg_s0"] and len(fakes["eval_fb"]) == 1
     # tg retrained in place (same path, new weights): its evals re-run in a fresh directory, never mixing episodes
     before = json.loads((tmp_path / "studies" / "studies.json").read_text())["run_dirs"]
-    _write_ckpt(ctx.paths["train"] / "tg" / "s0", "tg", 0, 2, "retrained")
+    _write_ckpt(ctx.paths.train / "tg" / "s0", "tg", 0, 2, "retrained")
     ps.run_studies(StageRunner(tmp_path, echo=lambda s: None), ctx, {"can_do", "ablations"})
     after = json.loads((tmp_path / "studies" / "studies.json").read_text())["run_dirs"]
     assert len(fakes["eval_fb"]) == 2 and all(after[k] != before[k] for k in ("plain", "corrective"))
 
 
 def test_missing_main_checkpoint_names_the_fix(tmp_path: Path, fakes: dict[str, list[Any]]) -> None:
-    sizes = ps.STUDY_SIZES["smoke"].model_copy(update={"seeds": (5,)})
+    assert SMOKE.study_sizes is not None
+    sizes = SMOKE.study_sizes.model_copy(update={"seeds": (5,)})
     with pytest.raises(ValueError, match=r"tg@s5.*did not train.*subset of the preset's seeds"):
         ps.run_studies(StageRunner(tmp_path, echo=lambda s: None), _ctx(tmp_path, sizes=sizes), {"noisy_feedback"})
     with pytest.raises(ValueError, match="unknown studies"):
@@ -256,7 +264,7 @@ def test_missing_main_checkpoint_names_the_fix(tmp_path: Path, fakes: dict[str, 
 @pytest.mark.slow
 def test_can_do_with_the_real_runner_and_scripted_expert(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Integration (local sandbox, no model): the scripted expert's plain summary fails markdown@v1; with the
-    corrective hint before finish it passes. Both evals go through the real runner: tgsuite.pipeline.steps.stage_eval for
+    corrective hint before finish it passes. Both evals go through the real runner: tgsuite.pipeline.stages.stage_eval for
     the plain answers and (with the corrective hint) for the corrective ones, then the real pairing and can_do_study."""
     from harness.minirepos import make_mini
     from harness.policies import make_policy
@@ -265,17 +273,18 @@ def test_can_do_with_the_real_runner_and_scripted_expert(tmp_path: Path, monkeyp
     def expert(model_dir: str, preset: Any) -> Any:
         return make_policy("expert")
 
-    monkeypatch.setattr(steps, "eval_policy", expert)
+    monkeypatch.setattr(stages, "eval_policy", expert)
     paths = _paths(tmp_path)
-    make_mini(paths["heldout_tasks"], split="heldout", repos=1, tasks_per_repo=1, seed=0)
+    make_mini(paths.heldout_tasks, split="heldout", repos=1, tasks_per_repo=1, seed=0)
     preset = SMOKE.model_copy(update={"eval": SMOKE.eval.model_copy(update={"sandbox": "local", "max_turns": 8}), "workers": 1})
-    ctx = ps.StudyContext(preset=preset, paths=paths, protocol_sha256="p" * 64, heldout_sha256="h", sft_report={},
+    ctx = ps.StudyContext(preset=preset, paths=paths, protocol_sha256="p" * 64, heldout_sha256="h",
+                          sft_report=SftReport(model_dir="unused"),
                           ckpts={"base": "unused"}, excluded={})
     models = {"base": ps.StudyModel("base", "base", -1, "unused")}
     runner = StageRunner(tmp_path, echo=lambda s: None)
     plain_dir = ps.eval_models(runner, ctx, "plain", models, None)
     corr_dir = ps.eval_models(runner, ctx, "corr", models, "correct@before_finish")
-    assert plain_dir.parent == corr_dir.parent == paths["eval"] / "studies"
+    assert plain_dir.parent == corr_dir.parent == paths.eval / "studies"
     arms = ps.study_arms(models)
     plain, corr = ST.study_frame(plain_dir, arms), ST.study_frame(corr_dir, arms)
     assert list(corr["runner_arm"]) == ["base"] and "correct" in {r.feedback_kind for r in load_run(corr_dir).results}

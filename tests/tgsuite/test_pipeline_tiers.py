@@ -14,10 +14,11 @@ from evalsuite.rates import wilson_ci
 from harness.minirepos import make_mini
 from harness.schema import ArmSpec, BehaviourResult, EpisodeResult, RunManifest
 from harness.tasks import load_task_set
-from tgsuite.pipeline import steps
-from tgsuite.pipeline.presets import SMOKE
-from tgsuite.pipeline.stages import StageRunner
-from tgsuite.pipeline.steps import pipeline_paths as _paths
+from tgsuite.pipeline import stages
+from tgsuite.pipeline.presets import SMOKE, Preset
+from tgsuite.pipeline.records import CheckpointFiles, EvalOutputs, Paths, SftOutputs, SftReport, TrainOutputs
+from tgsuite.pipeline.stage_runner import StageRunner
+from tgsuite.pipeline.stages import pipeline_paths as _paths
 
 SIZES = pt.TierSizes(seeds=(0, 1))
 
@@ -30,7 +31,7 @@ def _ok(label: str, trained: str | None, checker: str, i: int) -> bool:
     return i % 3 != 0 if label == "tg" else i % 2 == 0
 
 
-def _write_run(run_dir: Path, task_dir: Path, arms: dict[str, str]) -> dict[str, Any]:
+def _write_run(run_dir: Path, task_dir: Path, arms: dict[str, str]) -> EvalOutputs:
     ts = load_task_set(task_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     ids = [i.instance_id for i in ts.instances]
@@ -55,41 +56,43 @@ def _write_run(run_dir: Path, task_dir: Path, arms: dict[str, str]) -> dict[str,
             p = run_dir / "episodes" / arm / inst.instance_id / "s0" / "a0" / "result.json"
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_text(res.model_dump_json())
-    return {"paths": {"manifest": str(run_dir / "manifest.json")}, "n": len(arms) * len(ids)}
+    return EvalOutputs.model_validate({"paths": {"manifest": str(run_dir / "manifest.json")}, "finished_at": "2026-01-01T00:00:00Z",
+                                       "n": len(arms) * len(ids), "scored": 0, "resolved": 0, "behaviour_ok": 0})
 
 
 @pytest.fixture()
 def fakes(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
     calls: dict[str, list[Any]] = {"sft": [], "train": [], "eval": []}
 
-    def fake_sft(paths: dict[str, Path], preset: Any) -> dict[str, Any]:
-        calls["sft"].append((paths["sft"], dict(preset.sft)))
-        (paths["sft"] / "model").mkdir(parents=True, exist_ok=True)
-        return {"paths": {"model": str(paths["sft"] / "model")}, "report": {"model_dir": str(paths["sft"] / "model")}}
+    def fake_sft(paths: Paths, preset: Any) -> SftOutputs:
+        calls["sft"].append((paths.sft, dict(preset.sft)))
+        (paths.sft / "model").mkdir(parents=True, exist_ok=True)
+        return SftOutputs.model_validate({"paths": {"model": str(paths.sft / "model")},
+                                          "report": {"model_dir": str(paths.sft / "model")}})
 
-    def fake_train(run_dir: Path, paths: dict[str, Path], preset: Any, arm: str, seed: int,
-                   protocol_hash: str | None = None) -> dict[str, Any]:
-        calls["train"].append((run_dir, paths["sft"], arm, seed, preset.rl["reward.checker"], protocol_hash))
+    def fake_train(run_dir: Path, paths: Paths, preset: Any, arm: str, seed: int,
+                   protocol_hash: str | None = None) -> TrainOutputs:
+        calls["train"].append((run_dir, paths.sft, arm, seed, preset.rl["reward.checker"], protocol_hash))
         (run_dir / "ckpt").mkdir(parents=True, exist_ok=True)
-        return {"paths": {"checkpoint": str(run_dir / "ckpt")}}
+        return TrainOutputs(paths=CheckpointFiles(checkpoint=str(run_dir / "ckpt")))
 
     def fake_eval(run_dir: Path, heldout: Path, arms: dict[str, str], preset: Any, protocol_hash: Any,
-                  excluded: Any, feedback: str | None = None) -> dict[str, Any]:
+                  excluded: Any, feedback: str | None = None) -> EvalOutputs:
         calls["eval"].append((heldout, sorted(arms), feedback))
         return _write_run(run_dir, heldout, arms)
 
-    monkeypatch.setattr(steps, "stage_sft", fake_sft)
-    monkeypatch.setattr(steps, "stage_train", fake_train)
-    monkeypatch.setattr(steps, "stage_eval", fake_eval)
+    monkeypatch.setattr(stages, "stage_sft", fake_sft)
+    monkeypatch.setattr(stages, "stage_train", fake_train)
+    monkeypatch.setattr(stages, "stage_eval", fake_eval)
     return calls
 
 
-def _ctx(out: Path) -> ps.StudyContext:
+def _ctx(out: Path, preset: Preset = SMOKE) -> ps.StudyContext:
     paths = _paths(out)
-    make_mini(paths["heldout_tasks"], split="heldout", repos=4, tasks_per_repo=2, seed=3)
-    make_mini(paths["train_tasks"], split="train", repos=1, tasks_per_repo=2, seed=3)
-    return ps.StudyContext(preset=SMOKE, paths=paths, protocol_sha256="p" * 64, heldout_sha256="h" * 64,
-                           sft_report={"model_dir": str(out / "sft" / "model")}, ckpts={}, excluded={})
+    make_mini(paths.heldout_tasks, split="heldout", repos=4, tasks_per_repo=2, seed=3)
+    make_mini(paths.train_tasks, split="train", repos=1, tasks_per_repo=2, seed=3)
+    return ps.StudyContext(preset=preset, paths=paths, protocol_sha256="p" * 64, heldout_sha256="h" * 64,
+                           sft_report=SftReport(model_dir=str(out / "sft" / "model")), ckpts={}, excluded={})
 
 
 def test_write_unseen_tasks_keeps_only_unseen_with_all_tiers(tmp_path: Path) -> None:
@@ -97,7 +100,7 @@ def test_write_unseen_tasks_keeps_only_unseen_with_all_tiers(tmp_path: Path) -> 
     rec = pt.write_unseen_tasks(tmp_path / "h", tmp_path / "u", pt.TIERS)
     sub = load_task_set(tmp_path / "u")
     assert {i.template_tier for i in sub.instances} == {"unseen_templates"} and len(sub.instances) == 2
-    assert rec["sha256"] == sub.sha256 and rec["instance_ids"] == [i.instance_id for i in sub.instances]
+    assert rec.sha256 == sub.sha256 and rec.instance_ids == [i.instance_id for i in sub.instances]
     for inst in sub.instances:
         assert set(pt.TIERS) <= set(inst.behaviour) and "tool_protocol@v1" in inst.behaviour
     make_mini(tmp_path / "seen", split="heldout", repos=1, tasks_per_repo=1, seed=3)
@@ -108,7 +111,7 @@ def test_write_unseen_tasks_keeps_only_unseen_with_all_tiers(tmp_path: Path) -> 
 def test_study_stages_wiring_and_rates(tmp_path: Path, fakes: dict[str, list[Any]]) -> None:
     ctx = _ctx(tmp_path)
     res = pt.run_behaviour_tiers(StageRunner(tmp_path, echo=lambda s: None), ctx, SIZES)
-    root = ctx.paths["train"] / "studies" / "tiers"
+    root = ctx.paths.train / "studies" / "tiers"
     # SFT: its own directory, the preset's settings plus all three tiers' reminders
     ((sft_dir, sft),) = fakes["sft"]
     assert sft_dir == root / "sft" and sft["hint_checkers"] == list(pt.TIERS) and sft["hint_share"] == 0.6
@@ -147,16 +150,16 @@ def test_study_stages_wiring_and_rates(tmp_path: Path, fakes: dict[str, list[Any
 def test_run_studies_dispatches_tiers_alone(tmp_path: Path, fakes: dict[str, list[Any]],
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     assert "behaviour_tiers" in ps.STUDIES and ps.parse_studies("behaviour_tiers") == {"behaviour_tiers"}
-    monkeypatch.setitem(pt.TIER_SIZES, "smoke", pt.TierSizes(seeds=(0,), tiers=("ask_first@v1",)))
-    tiers_eval = steps.stage_eval  # the fixture's fake: the tier study's own eval is expected
+    preset = SMOKE.model_copy(update={"tier_sizes": pt.TierSizes(seeds=(0,), tiers=("ask_first@v1",))})
+    tiers_eval = stages.stage_eval  # the fixture's fake: the tier study's own eval is expected
 
-    def no_plain_eval(run_dir: Path, *a: Any, **k: Any) -> dict[str, Any]:
+    def no_plain_eval(run_dir: Path, *a: Any, **k: Any) -> EvalOutputs:
         if not run_dir.name.startswith("tiers_eval"):
             pytest.fail("no plain study eval without its models")
         return tiers_eval(run_dir, *a, **k)
 
-    monkeypatch.setattr(steps, "stage_eval", no_plain_eval)
-    ex = ps.run_studies(StageRunner(tmp_path, echo=lambda s: None), _ctx(tmp_path), {"behaviour_tiers"})
+    monkeypatch.setattr(stages, "stage_eval", no_plain_eval)
+    ex = ps.run_studies(StageRunner(tmp_path, echo=lambda s: None), _ctx(tmp_path, preset), {"behaviour_tiers"})
     assert ex.behaviour_tiers is not None and ex.noisy_feedback is None and not ex.hint_probes
     assert [(r.tier, r.arm) for r in ex.behaviour_tiers.rows] == [("ask_first@v1", a) for a in ("base", "grpo", "tg")]
     assert fakes["sft"][-1][1]["hint_checkers"] == list(pt.TIERS)  # the base is taught all three tiers regardless
@@ -173,9 +176,9 @@ def test_tier_sizes_cover_presets_and_tier_configs_load() -> None:
     from repro.wiring import hint_source
     from tgsuite.pipeline.presets import PRESETS
 
-    assert set(pt.TIER_SIZES) == set(PRESETS)
+    assert all(pt.tier_sizes(p) == p.tier_sizes for p in PRESETS.values())
     with pytest.raises(ValueError, match="no behaviour-tier sizes"):
-        pt.tier_sizes("huge")
+        pt.tier_sizes(SMOKE.model_copy(update={"name": "huge", "tier_sizes": None}))
     for tier in pt.TIERS:
         for arm in ("grpo", "tg"):
             cfg = load_config(arm=arm, overrides=SMOKE.with_rl({"reward.checker": tier}).rl)

@@ -71,3 +71,13 @@ def test_the_mini_plan_names_what_the_mini_preset_runs() -> None:
         make_mini(Path(tmp), split="heldout", repos=1, tasks_per_repo=1, seed=0)
         (inst,) = load_task_set(Path(tmp)).instances
     assert all(c in behaviour for c in inst.behaviour), (inst.behaviour, behaviour)
+
+
+def test_study_and_tier_sizes_live_on_the_preset() -> None:
+    """Sizes are the preset's own (no lookup by name): a renamed copy keeps them, and they survive re-validation."""
+    for preset in PRESETS.values():
+        assert preset.study_sizes is not None and preset.tier_sizes is not None
+        assert set(preset.study_sizes.seeds) <= set(preset.seeds) and set(preset.tier_sizes.seeds) <= set(preset.seeds)
+        renamed = Preset.model_validate({**preset.model_dump(), "name": "renamed"})
+        assert (renamed.study_sizes, renamed.tier_sizes) == (preset.study_sizes, preset.tier_sizes)
+        assert preset.with_rl({"optim.lr": 1e-5}).study_sizes == preset.study_sizes

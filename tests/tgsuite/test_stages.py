@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tgsuite.pipeline.stages import StageRunner, canonical_hash
+from tgsuite.pipeline.stage_runner import StageRunner, canonical_hash
 
 
 def _runner(tmp_path: Path, **kw: object) -> StageRunner:
@@ -70,7 +70,7 @@ def test_failed_stage_leaves_no_record(tmp_path: Path) -> None:
 def test_a_resumable_stage_directory_is_emptied_only_when_the_inputs_changed(tmp_path: Path) -> None:
     """The evaluations resume inside their directory; after an input change (e.g. retrained checkpoints at the same
     paths) the episodes made from the old inputs must go, after an interruption they must stay."""
-    from tgsuite.pipeline.stages import fresh_or_resumed, running_input_hash
+    from tgsuite.pipeline.stage_runner import fresh_or_resumed, running_input_hash
 
     d = tmp_path / "eval"
 

@@ -123,11 +123,11 @@ def _make_heldout(args: argparse.Namespace) -> int:
         rec = write_heldout(preset.heldout, sigs, out, gen_out, dev=args.dev, overwrite=args.overwrite)
     except ValueError as exc:
         raise CLIError(str(exc)) from None
-    strata = ", ".join(f"{k} {v}" for k, v in sorted(rec["strata"].items()))
-    which = f"dev seed {rec['seed']}" if args.dev else f"preregistered held-out seed {rec['seed']}"
-    print(f"wrote the primary set ({rec['n']} tasks: {strata}; {which}) to {out}")
-    if "generalization" in rec:
-        print(f"wrote the generalization tier ({rec['generalization']['n']} tasks) to {gen_out}")
+    strata = ", ".join(f"{k} {v}" for k, v in sorted((rec.strata or {}).items()))
+    which = f"dev seed {rec.seed}" if args.dev else f"preregistered held-out seed {rec.seed}"
+    print(f"wrote the primary set ({rec.n} tasks: {strata}; {which}) to {out}")
+    if rec.generalization is not None:
+        print(f"wrote the generalization tier ({rec.generalization.n} tasks) to {gen_out}")
     print(f"in {time.perf_counter() - t0:.1f} s")
     return 0
 

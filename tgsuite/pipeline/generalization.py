@@ -8,12 +8,12 @@ analysis reads only the primary set's runs. Runs only when the preset's held-out
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tgsuite.pipeline.presets import Preset
-from tgsuite.pipeline.stages import StageRunner, canonical_hash
-from tgsuite.pipeline.steps import excluded_tests, stage_eval
+from tgsuite.pipeline.records import EvalOutputs, Paths, SftOutputs, TaskSetOutputs, TrainOutputs
+from tgsuite.pipeline.stage_runner import StageRunner, canonical_hash
+from tgsuite.pipeline.stages import excluded_tests, stage_eval
 
 if TYPE_CHECKING:
     from evalsuite.schema import LabelRates
@@ -30,21 +30,22 @@ def runner_arms(ckpts: dict[str, str]) -> dict[str, tuple[str, int]]:
     return out
 
 
-def evaluate_generalization(runner: StageRunner, paths: dict[str, Path], preset: Preset, held_ts: dict[str, Any],
-                            ckpts: dict[str, str], records: dict[str, Any], protocol: str) -> list[LabelRates]:
+def evaluate_generalization(runner: StageRunner, paths: Paths, preset: Preset, held_ts: TaskSetOutputs,
+                            ckpts: dict[str, str], records: dict[str, SftOutputs | TrainOutputs],
+                            protocol: str) -> list[LabelRates]:
     """Evaluate ``ckpts`` (runner arm -> model dir, ``base`` included) on the generalization tier and return its
     rates, the SFT start (``base``) first as the reference; [] when the run has no such tier."""
     from evalsuite.study_tables import label_rates, study_frame
 
-    gen = held_ts.get("generalization")
+    gen = held_ts.generalization
     if gen is None:
         return []
-    run_dir = paths["eval"] / STUDY
-    inputs = {"ckpts": {k: canonical_hash(v) for k, v in sorted(records.items())}, "tasks": gen["sha256"],
+    run_dir = paths.eval / STUDY
+    inputs = {"ckpts": {k: canonical_hash(v) for k, v in sorted(records.items())}, "tasks": gen.sha256,
               "protocol": protocol, "eval": preset.eval.stage_inputs(), "which": STUDY}
     runner.run("eval_generalization", inputs,
-               lambda: stage_eval(run_dir, paths["generalization_tasks"], ckpts, preset, protocol,
-                                  excluded_tests(paths["generalization_tasks"])))
+               lambda: stage_eval(run_dir, paths.generalization_tasks, ckpts, preset, protocol,
+                                  excluded_tests(paths.generalization_tasks)), EvalOutputs)
     arms = runner_arms(ckpts)
     frame = study_frame(run_dir, arms)
     labels = sorted({label for label, _ in arms.values()} - {"base"})

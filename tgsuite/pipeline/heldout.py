@@ -19,6 +19,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from tgsuite.pipeline.records import TaskSetOutputs
+
 
 class HeldoutDesign(BaseModel):
     """The primary held-out set: ``repos`` repositories from the training template families with new names, each
@@ -81,7 +83,7 @@ def train_signatures_of(train_tasks: Path | None, *, repos: int, tasks_per_repo:
 
 
 def write_heldout(design: HeldoutDesign, signatures: frozenset[Any], out: Path, generalization_out: Path | None, *,
-                  dev: bool = False, overwrite: bool = True) -> dict[str, Any]:
+                  dev: bool = False, overwrite: bool = True) -> TaskSetOutputs:
     """Write the primary set to ``out`` and the generalization tier to ``generalization_out`` (when the design has
     one); ``dev`` uses ``dev_seed``. Returns the stage outputs: paths, sha256, name, n, strata (and
     ``generalization``: the tier's sha256, name, n)."""
@@ -108,4 +110,4 @@ def write_heldout(design: HeldoutDesign, signatures: frozenset[Any], out: Path, 
         gts = load_task_set(generalization_out)
         rec["paths"]["generalization"] = str(generalization_out / "tasks.jsonl")
         rec["generalization"] = {"sha256": gts.sha256, "name": gts.name, "n": len(gts.instances)}
-    return rec
+    return TaskSetOutputs.model_validate(rec)

@@ -33,8 +33,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from tgsuite.pipeline import kl_tables
 from tgsuite.pipeline.kl_tables import cell_label
 from tgsuite.pipeline.presets import Preset
-from tgsuite.pipeline.stages import StageRunner, atomic_write_json, canonical_hash
-from tgsuite.pipeline.steps import stage_tasks, stage_train
+from tgsuite.pipeline.records import Paths, TaskSetOutputs, TrainOutputs
+from tgsuite.pipeline.stage_runner import StageRunner, atomic_write_json, canonical_hash
+from tgsuite.pipeline.stages import stage_tasks, stage_train
 
 Direction = Literal["reverse", "forward", "jsd"]
 
@@ -95,7 +96,7 @@ def start_fingerprint(start: str) -> dict[str, str]:
     return {"path": str(path), **{f.name: file_sha256(f) for f in files}}
 
 
-def _dev_stage(out: Path, preset: Preset, seed: int) -> dict[str, Any]:
+def _dev_stage(out: Path, preset: Preset, seed: int) -> TaskSetOutputs:
     """The dev held-out set: the preset's held-out design (the stratified primary set, without its generalization
     tier) at ``seed`` instead of the preregistered seed; without a design, the unstratified generator."""
     dest = out / "tasks" / "dev_heldout"
@@ -178,28 +179,29 @@ def run_kl_study(preset: Preset, spec: KLStudySpec, out_dir: str | Path, *, forc
     p = preset.model_dump(mode="json")
     train_ts = runner.run("tasks_train", {k: p[k] for k in ("task_seed", "train_repos", "train_tasks_per_repo")},
                           lambda: stage_tasks(out / "tasks" / "train", "train", preset.train_repos,
-                                              preset.train_tasks_per_repo, preset.task_seed))
+                                              preset.train_tasks_per_repo, preset.task_seed), TaskSetOutputs)
     dev_ts = runner.run("tasks_dev", {"seed": spec.dev_task_seed, "repos": preset.heldout_repos,
                                       "per_repo": preset.heldout_tasks_per_repo, "design": p["heldout"],
-                                      "train": train_ts["sha256"]},
-                        lambda: _dev_stage(out, preset, spec.dev_task_seed))
-    ctx = runner.run("probe_contexts", {"tasks": dev_ts["sha256"], "n": spec.probe_contexts, "start": start,
+                                      "train": train_ts.sha256},
+                        lambda: _dev_stage(out, preset, spec.dev_task_seed), TaskSetOutputs)
+    ctx = runner.run("probe_contexts", {"tasks": dev_ts.sha256, "n": spec.probe_contexts, "start": start,
                                         "sft": p["sft"], "rl": p["rl"], "code": "finish_probe@1"},
                      lambda: _contexts_stage(out, preset, spec, Path(start["path"])))
     contexts_path = Path(ctx["paths"]["contexts"])
-    paths = {"sft_model": Path(start["path"]), "train_tasks": out / "tasks" / "train"}
+    paths = Paths.under(out).model_copy(update={"sft_model": Path(start["path"])})  # RL reads sft_model, train_tasks
     models: dict[str, str] = {"start": start["path"]}
     runs: dict[str, dict[int, str]] = {}
     for label, arm, extra in cells(spec):
         for seed in spec.seeds:
             cell = base.with_rl(extra)
             run_dir = out / "train" / label / f"s{seed}"
-            rec = runner.run(f"train_{label}_s{seed}", {"start": start, "tasks": train_ts["sha256"],
+            run = runner.run(f"train_{label}_s{seed}", {"start": start, "tasks": train_ts.sha256,
                                                          "rl": cell.model_dump(mode="json")["rl"], "arm": arm,
                                                          "seed": seed},
-                             lambda d=run_dir, c=cell, a=arm, s=seed: stage_train(d, paths, c, a, s, None))
+                             lambda d=run_dir, c=cell, a=arm, s=seed: stage_train(d, paths, c, a, s, None),
+                             TrainOutputs)
             runs.setdefault(label, {})[seed] = str(run_dir)
-            models[f"{label}_s{seed}"] = rec["paths"]["checkpoint"]
+            models[f"{label}_s{seed}"] = run.paths.checkpoint
     probes: dict[str, str] = {}
     for name, model_dir in models.items():
         dest = out / "probes" / f"{name}.json"

@@ -15,13 +15,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from harness.interfaces import MAX_FORMAT_RETRIES
 from harness.sandbox import SandboxKind
 from tgsuite.pipeline.heldout import HeldoutDesign
+from tgsuite.pipeline.sizes import NOISY_MIXES, StudySizes, TierSizes
 
 # dotted TrainConfig key -> value, e.g. {"guidance.lam": 0.3}: the `--set` layer of repro.config.load_config
 RLOverrides = dict[str, bool | int | float | str]
 
 
 class EvalSettings(BaseModel):
-    """How the pipeline evaluates a checkpoint on the held-out set (``tgsuite.pipeline.steps.stage_eval``)."""
+    """How the pipeline evaluates a checkpoint on the held-out set (``tgsuite.pipeline.stages.stage_eval``)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -76,6 +77,10 @@ class Preset(BaseModel):
     rl: RLOverrides = Field(default_factory=dict, description="dotted TrainConfig overrides for every arm")
     eval: EvalSettings = EvalSettings()
     workers: int = 2
+    study_sizes: StudySizes | None = Field(None, description="sizes of the exploratory studies "
+                                           "(tgsuite.pipeline.studies); None = this preset runs none")
+    tier_sizes: TierSizes | None = Field(None, description="sizes of the behaviour-tier study "
+                                         "(tgsuite.pipeline.tiers); None = this preset does not run it")
 
     @model_validator(mode="after")
     def _one_heldout_design(self) -> Preset:
@@ -106,7 +111,7 @@ class Preset(BaseModel):
         load_config(arm="tg", overrides=v)  # unknown keys / bad values raise a ConfigError naming them
         return v
 
-    def with_sft(self, **changes: Any) -> Preset:
+    def with_sft(self, **changes: object) -> Preset:
         """This preset with ``sft`` fields changed (validated)."""
         return Preset.model_validate({**self.model_dump(), "sft": {**self.sft, **changes}})
 
@@ -129,6 +134,12 @@ SMOKE = Preset(
     rl={"run.steps": 2, "rollout.groups": 1, "rollout.group_size": 2, "rollout.max_turns": 3,
         "rollout.max_new_tokens": 48, "rollout.max_context_tokens": 4096, "optim.lr": 1e-4, "run.progress": False},
     eval=EvalSettings(max_turns=3, max_new_tokens=48),
+    # every study path once, one seed, one ablation; decides nothing
+    study_sizes=StudySizes(seeds=(0,), noisy_mixes=NOISY_MIXES, can_do_labels=("base", "tg"),
+                           ablations=("tg_no_fmt_reward",),
+                           loop={"distill.pool_tasks": 2, "distill.pool_rollouts": 2, "distill.steps": 1,
+                                 "distill.batch": 2}),
+    tier_sizes=TierSizes(seeds=(0,)),
 )
 
 # most tokens per assistant turn in the mini preset's RL rollouts and evaluation (128 before): the longest turn SFT
@@ -178,6 +189,13 @@ MINI = Preset(
     # in evaluation a turn without a parsable tool call is sampled again up to 3 times (EpisodeLimits.format_retries;
     # the drafts are kept and counted; RL rollouts never resample), measured in docs/RESULTS.md ("Format retries")
     eval=EvalSettings(max_turns=8, max_new_tokens=_MINI_TURN_TOKENS, finish_notice_turns=2, format_retries=3),
+    # the real studies, on three of the training seeds
+    study_sizes=StudySizes(seeds=(0, 1, 2), noisy_mixes=NOISY_MIXES, can_do_labels=("base", "grpo", "tg"),
+                           ablations=("tg_all_turns", "tg_no_fmt_reward", "tg_no_think_kl", "tg_lambda_0.01",
+                                      "tg_lambda_0.03", "tg_lambda_0.3", "tg_lambda_1.0", "tg_lambda_3.0"),
+                           loop={"distill.pool_tasks": 8, "distill.pool_rollouts": 4, "distill.steps": 8,
+                                 "distill.batch": 4}),
+    tier_sizes=TierSizes(seeds=(0, 1, 2)),
 )
 
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from evalsuite.study_tables import hint_probes_result, probe_frame
 from harness.probes import PROBES, Probe
-from tgsuite.pipeline.stages import StageRunner
+from tgsuite.pipeline.stage_runner import StageRunner
 from tgsuite.pipeline.study_context import StudyContext, StudyModel, StudySizes, eval_models, study_arms
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tgsuite.pipeline.presets import Preset
-from tgsuite.pipeline.steps import stage_tasks
+from tgsuite.pipeline.stages import stage_tasks
 
 
 def build_sft_coder(preset: Preset, out: Path, *, overrides: dict[str, Any] | None = None, ship: Path | None = None,
@@ -29,7 +29,8 @@ def build_sft_coder(preset: Preset, out: Path, *, overrides: dict[str, Any] | No
     cfg = SFTConfig(train_tasks=str(out / "tasks" / "train"), heldout_tasks=None, seed=preset.task_seed,
                     workers=preset.workers, **{**preset.sft, **(overrides or {})})
     report = run_sft(cfg, out / "sft")
-    record: dict[str, Any] = {"tasks": tasks, "report": report.model_dump(mode="json")}
+    record: dict[str, Any] = {"tasks": tasks.model_dump(mode="json", exclude_unset=True),
+                              "report": report.model_dump(mode="json")}
     if ship is not None:
         heldout = None
         if heldout_run is not None:
@@ -38,7 +39,7 @@ def build_sft_coder(preset: Preset, out: Path, *, overrides: dict[str, Any] | No
                 raise FileNotFoundError(f"--heldout-run {heldout_run}: no aggregate.json there; pass the folder of a "
                                         "finished `tgsuite eval` run of this model")
             heldout = {"run": str(heldout_run), "aggregate": json.loads(agg.read_text())}
-        manifest = export_sft(out / "sft", ship, preset=preset.name, train_tasks_sha256=tasks["sha256"],
+        manifest = export_sft(out / "sft", ship, preset=preset.name, train_tasks_sha256=tasks.sha256,
                               task_seed=preset.task_seed, heldout=heldout)
         record["shipped"] = {"path": str(ship), "files": manifest.files}
     return record

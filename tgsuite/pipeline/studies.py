@@ -55,19 +55,17 @@ from evalsuite.study_tables import (
     study_frame,
     successes,
 )
+from tgsuite.pipeline.presets import RLOverrides
 from tgsuite.pipeline.probes import run_hint_probes
-from tgsuite.pipeline.stages import StageRunner, atomic_write_json, canonical_hash
+from tgsuite.pipeline.records import TrainOutputs
+from tgsuite.pipeline.sizes import NOISY_MIXES, StudySizes
+from tgsuite.pipeline.stage_runner import StageRunner, atomic_write_json, canonical_hash
 from tgsuite.pipeline.study_context import (
-    HINT_QUALITY,
-    NOISY_MIXES,
-    STUDY_SIZES,
     StudyContext,
     StudyModel,
-    StudySizes,
     StudyStages,
     default_stages,
     eval_models,
-    mix_score,
     study_arms,
 )
 from tgsuite.pipeline.tiers import run_behaviour_tiers
@@ -75,8 +73,7 @@ from tgsuite.pipeline.tiers import run_behaviour_tiers
 if TYPE_CHECKING:
     from evalsuite.schema import CheckpointEval, Exploratory
 
-__all__ = ["HINT_QUALITY", "NOISY_MIXES", "STUDY_SIZES", "StudyContext", "StudyModel", "StudySizes", "StudyStages",
-           "default_stages", "eval_models", "mix_score"]
+__all__ = ["NOISY_MIXES", "StudyContext", "StudyModel", "StudySizes", "StudyStages", "default_stages", "eval_models"]
 
 log = logging.getLogger(__name__)
 
@@ -158,30 +155,30 @@ def _main_models(ctx: StudyContext, sizes: StudySizes, studies: set[str]) -> dic
 
 
 def _train(runner: StageRunner, ctx: StudyContext, label: str, arm: str, seed: int,
-           extra: dict[str, Any]) -> StudyModel:
+           extra: RLOverrides) -> StudyModel:
     """Train one study run with ``StudyContext.stages.train`` (the preset's RL settings plus ``extra``)."""
-    run_dir = ctx.paths["train"] / "studies" / label / f"s{seed}"
+    run_dir = ctx.paths.train / "studies" / label / f"s{seed}"
     preset = ctx.preset.with_rl(extra)
-    inputs = {"sft": ctx.sft_report.get("model_dir"), "sft_inputs": canonical_hash(ctx.sft_report),
+    inputs = {"sft": ctx.sft_report.model_dir, "sft_inputs": canonical_hash(ctx.sft_report),
               "rl": preset.rl, "arm": arm, "seed": seed, "protocol": ctx.protocol_sha256, "label": label}
     rec = runner.run(f"study_train_{label}_s{seed}", inputs,
-                     lambda: ctx.stages.train(run_dir, ctx.paths, preset, arm, seed, ctx.protocol_sha256))
-    return StudyModel(f"{label}_s{seed}", label, seed, rec["paths"]["checkpoint"])
+                     lambda: ctx.stages.train(run_dir, ctx.paths, preset, arm, seed, ctx.protocol_sha256), TrainOutputs)
+    return StudyModel(f"{label}_s{seed}", label, seed, rec.paths.checkpoint)
 
 
 def _train_loop(runner: StageRunner, ctx: StudyContext, sizes: StudySizes, seed: int) -> StudyModel:
     """One production-loop run (``StudyContext.stages.loop``) from the SFT model."""
-    run_dir = ctx.paths["train"] / "studies" / "loop" / f"s{seed}"
-    inputs = {"sft": ctx.sft_report.get("model_dir"), "sft_inputs": canonical_hash(ctx.sft_report),
+    run_dir = ctx.paths.train / "studies" / "loop" / f"s{seed}"
+    inputs = {"sft": ctx.sft_report.model_dir, "sft_inputs": canonical_hash(ctx.sft_report),
               "rl": ctx.preset.rl, "loop": sizes.loop, "arm": sizes.loop_arm, "seed": seed,
               "protocol": ctx.protocol_sha256, "label": "loop"}
     rec = runner.run(f"study_train_loop_s{seed}", inputs,
                      lambda: ctx.stages.loop(run_dir, ctx.paths, ctx.preset, sizes.loop_arm, seed,
-                                             ctx.protocol_sha256, loop=sizes.loop))
-    return StudyModel(f"loop_s{seed}", "loop", seed, rec["paths"]["checkpoint"])
+                                             ctx.protocol_sha256, loop=sizes.loop), TrainOutputs)
+    return StudyModel(f"loop_s{seed}", "loop", seed, rec.paths.checkpoint)
 
 
-def mix_overrides(mix: dict[str, float]) -> dict[str, Any]:
+def mix_overrides(mix: dict[str, float]) -> RLOverrides:
     """Dotted TrainConfig overrides for TG trained with a hint mix (``repro.wiring.hint_source``)."""
     return {"guidance.feedback": "mixture", **{f"guidance.feedback_mix.{k}": float(v) for k, v in mix.items()}}
 
@@ -197,7 +194,7 @@ def _equal_compute_steps(ctx: StudyContext, sizes: StudySizes) -> int:
 
 
 def _train_studies(runner: StageRunner, ctx: StudyContext, sizes: StudySizes, studies: set[str]) -> tuple[dict[str, StudyModel], int | None]:
-    jobs: list[tuple[str, str, dict[str, Any]]] = []
+    jobs: list[tuple[str, str, RLOverrides]] = []
     if "noisy_feedback" in studies:
         jobs += [(f"tg_mix_{name}", "tg", mix_overrides(mix)) for name, mix in sorted(sizes.noisy_mixes.items())]
     eqc_steps = _equal_compute_steps(ctx, sizes) if "equal_compute" in studies else None
@@ -275,5 +272,5 @@ def run_studies(runner: StageRunner, ctx: StudyContext, studies: set[str]) -> Ex
               "models": {k: vars(m) for k, m in sorted(models.items())},
               "run_dirs": {k: str(v) for k, v in dirs.items()},
               "ablations": ablations, "errors": errors, "exploratory": ex.model_dump(mode="json")}
-    atomic_write_json(ctx.paths["eval"].parent / "studies" / "studies.json", record)
+    atomic_write_json(ctx.paths.eval.parent / "studies" / "studies.json", record)
     return ex

@@ -2,9 +2,9 @@
 the stage functions to call, and the shared evaluation step.
 
 The studies (``tgsuite.pipeline.studies``, ``tiers``, ``probes``) import this module and
-``tgsuite.pipeline.stages``; they never import the orchestrator (``tgsuite.pipeline.reproduce``), and the stage
+``tgsuite.pipeline.stage_runner``; they never import the orchestrator (``tgsuite.pipeline.reproduce``), and the stage
 functions they run reach them through ``StudyContext.stages`` (``StudyStages``), so a test hands fakes in the same
-way the orchestrator hands the real ``tgsuite.pipeline.steps`` functions.
+way the orchestrator hands the real ``tgsuite.pipeline.stages`` functions.
 """
 
 from __future__ import annotations
@@ -12,92 +12,31 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-
-from evalsuite.study_tables import HINT_QUALITY, mix_score
-from tgsuite.pipeline import steps
+from tgsuite.pipeline import stages
 from tgsuite.pipeline.presets import Preset
-from tgsuite.pipeline.stages import StageRunner, canonical_hash
+from tgsuite.pipeline.records import EvalOutputs, Paths, SftOutputs, SftReport, TrainOutputs
+from tgsuite.pipeline.sizes import StudySizes
+from tgsuite.pipeline.stage_runner import StageRunner, canonical_hash
 
-SftStage = Callable[[dict[str, Path], Preset], dict[str, Any]]
-TrainStage = Callable[..., dict[str, Any]]  # (run_dir, paths, preset, arm, seed, protocol_hash) -> outputs
-EvalStage = Callable[..., dict[str, Any]]  # (run_dir, heldout, arms, preset, protocol_hash, excluded, feedback)
+SftStage = Callable[[Paths, Preset], SftOutputs]
+TrainStage = Callable[..., TrainOutputs]  # (run_dir, paths, preset, arm, seed, protocol_hash) -> outputs
+EvalStage = Callable[..., EvalOutputs]  # (run_dir, heldout, arms, preset, protocol_hash, excluded, feedback)
 
 
 @dataclass(frozen=True)
 class StudyStages:
-    """The stage functions a study runs (defaults: ``tgsuite.pipeline.steps``, looked up when the record is made)."""
+    """The stage functions a study runs (defaults: ``tgsuite.pipeline.stages``, looked up when the record is made)."""
 
     sft: SftStage
     train: TrainStage
     evaluate: EvalStage
-    loop: TrainStage  # the production recipe's distill -> RL -> distill (steps.stage_loop), same signature as train
+    loop: TrainStage  # the production recipe's distill -> RL -> distill (stages.stage_loop), same signature as train
 
 
 def default_stages() -> StudyStages:
-    """The real stages of ``tgsuite.pipeline.steps``."""
-    return StudyStages(sft=steps.stage_sft, train=steps.stage_train, evaluate=steps.stage_eval, loop=steps.stage_loop)
-
-
-class StudySizes(BaseModel):
-    """How big each study is for one preset (``STUDY_SIZES``)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    seeds: tuple[int, ...] = Field(description="training seeds of every study run; each must be a main-arm seed")
-    noisy_mixes: dict[str, dict[str, float]] = Field(description="name -> training hint mix (kind -> probability)")
-    can_do_labels: tuple[str, ...] = Field(default=("base", "grpo", "tg"),
-                                           description="'base' and/or main arms (can-do and hint-probe models)")
-    corrective: str = Field(default="correct@before_finish", description="harness.feedback_spec.parse_feedback spec")
-    ablations: tuple[str, ...] = Field(description="arm presets of repro/configs/arms.toml")
-    tuning_trials: int = Field(default=1, ge=1, description="hyperparameter trials per arm (none are tuned here)")
-    loop_arm: str = Field(default="tg", description="the RL arm inside the production loop; a main arm, whose main "
-                          "runs are the 'RL alone' it is compared with")
-    loop: dict[str, Any] = Field(default_factory=dict, description="dotted distill.* overrides of the production "
-                                 "loop (repro.config.DistillCfg), on top of the preset's RL settings")
-
-    @field_validator("loop")
-    @classmethod
-    def _loop(cls, v: dict[str, Any]) -> dict[str, Any]:
-        from repro.config import load_config
-
-        bad = sorted(k for k in v if not k.startswith("distill."))
-        if bad:
-            raise ValueError(f"loop: {bad} are not distill.* keys; the loop's RL uses the preset's rl settings")
-        load_config(arm="tg", overrides=v)  # unknown keys / bad values raise a ConfigError naming them
-        return v
-
-    @field_validator("noisy_mixes")
-    @classmethod
-    def _mixes(cls, v: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
-        for name, mix in v.items():
-            if set(mix) - set(HINT_QUALITY) or abs(sum(mix.values()) - 1.0) > 1e-6 or min(mix.values()) < 0:
-                raise ValueError(f"noisy_mixes[{name!r}] = {mix}: use kinds correct/irrelevant/wrong with "
-                                 "probabilities >= 0 summing to 1, e.g. {'correct': 0.75, 'wrong': 0.25}")
-            if mix_score(mix) <= 0:
-                raise ValueError(f"noisy_mixes[{name!r}] is all correct: that is the main tg arm; drop it")
-        return v
-
-
-NOISY_MIXES: dict[str, dict[str, float]] = {
-    "half_irrelevant": {"correct": 0.5, "irrelevant": 0.5},
-    "quarter_wrong": {"correct": 0.75, "wrong": 0.25},
-}
-STUDY_SIZES: dict[str, StudySizes] = {
-    # smoke: every study path once, one seed, one ablation; decides nothing
-    "smoke": StudySizes(seeds=(0,), noisy_mixes=NOISY_MIXES, can_do_labels=("base", "tg"),
-                        ablations=("tg_no_fmt_reward",),
-                        loop={"distill.pool_tasks": 2, "distill.pool_rollouts": 2, "distill.steps": 1,
-                              "distill.batch": 2}),
-    # mini: the real study, on all three training seeds
-    "mini": StudySizes(seeds=(0, 1, 2), noisy_mixes=NOISY_MIXES, can_do_labels=("base", "grpo", "tg"),
-                       ablations=("tg_all_turns", "tg_no_fmt_reward", "tg_no_think_kl", "tg_lambda_0.01",
-                                  "tg_lambda_0.03", "tg_lambda_0.3", "tg_lambda_1.0", "tg_lambda_3.0"),
-                       loop={"distill.pool_tasks": 8, "distill.pool_rollouts": 4, "distill.steps": 8,
-                             "distill.batch": 4}),
-}
+    """The real stages of ``tgsuite.pipeline.stages``."""
+    return StudyStages(sft=stages.stage_sft, train=stages.stage_train, evaluate=stages.stage_eval, loop=stages.stage_loop)
 
 
 @dataclass(frozen=True)
@@ -105,22 +44,21 @@ class StudyContext:
     """What ``tgsuite.pipeline.reproduce.reproduce`` has computed by the end of its main eval stage."""
 
     preset: Preset
-    paths: dict[str, Path]  # tgsuite.pipeline.steps.pipeline_paths(out)
-    protocol_sha256: str  # frozen["sha256"]
-    heldout_sha256: str  # held_ts["sha256"]
-    sft_report: dict[str, Any]  # sft["report"]
+    paths: Paths  # tgsuite.pipeline.stages.pipeline_paths(out), sft_model set by the SFT stage
+    protocol_sha256: str  # the protocol stage's sha256
+    heldout_sha256: str  # the held-out task set's sha256
+    sft_report: SftReport  # the SFT stage's report
     ckpts: dict[str, str]  # "base" and "<arm>@s<seed>" -> checkpoint directory
-    excluded: dict[str, list[str]]  # tgsuite.pipeline.steps.excluded_tests(heldout)
-    sizes: StudySizes | None = None  # default STUDY_SIZES[preset.name]
+    excluded: dict[str, list[str]]  # tgsuite.pipeline.stages.excluded_tests(heldout)
+    sizes: StudySizes | None = None  # default: the preset's (Preset.study_sizes)
     stages: StudyStages = field(default_factory=default_stages)
 
     def study_sizes(self) -> StudySizes:
-        if self.sizes is not None:
-            return self.sizes
-        if self.preset.name not in STUDY_SIZES:
-            raise ValueError(f"no study sizes for preset {self.preset.name!r}; add it to "
-                             f"tgsuite.pipeline.study_context.STUDY_SIZES (known: {', '.join(STUDY_SIZES)})")
-        return STUDY_SIZES[self.preset.name]
+        sizes = self.sizes if self.sizes is not None else self.preset.study_sizes
+        if sizes is None:
+            raise ValueError(f"no study sizes for preset {self.preset.name!r}; give the Preset study_sizes "
+                             "(tgsuite.pipeline.sizes.StudySizes)")
+        return sizes
 
 
 @dataclass(frozen=True)
@@ -159,7 +97,7 @@ def eval_models(runner: StageRunner, ctx: StudyContext, name: str, models: dict[
     inputs = {"models": {k: model_key(v) for k, v in sorted(arms.items())}, "tasks": ctx.heldout_sha256,
               "protocol": ctx.protocol_sha256, "eval": ctx.preset.eval.stage_inputs(),
               "feedback": feedback}
-    run_dir = ctx.paths["eval"] / "studies" / f"{name}-{canonical_hash(inputs)[:12]}"
-    runner.run(name, inputs, lambda: ctx.stages.evaluate(run_dir, ctx.paths["heldout_tasks"], arms, ctx.preset,
-                                                 ctx.protocol_sha256, ctx.excluded, feedback))
+    run_dir = ctx.paths.eval / "studies" / f"{name}-{canonical_hash(inputs)[:12]}"
+    runner.run(name, inputs, lambda: ctx.stages.evaluate(run_dir, ctx.paths.heldout_tasks, arms, ctx.preset,
+                                                         ctx.protocol_sha256, ctx.excluded, feedback), EvalOutputs)
     return run_dir
