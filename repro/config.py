@@ -154,7 +154,7 @@ class GrpoCfg(ConfigSection):
 class GuidanceCfg(ConfigSection):
     lam: float = Field(0.0, ge=0, description="λ, the KL weight; 0 = plain GRPO")
     gating: Literal["failing_turns", "all_turns"] = "failing_turns"
-    direction: Literal["reverse", "forward", "jsd"] = "reverse"
+    direction: Literal["reverse", "forward", "jsd"] = "forward"
     jsd_beta: float = Field(0.5, gt=0, lt=1)
     kappa: float = Field(20.0, gt=0, description="per-token clamp (nats)")
     include_thinking: bool = True

@@ -11,27 +11,28 @@ from repro.config import ConfigError, arm_names, load_config, load_saved, parse_
 
 def test_every_method_arm_is_a_preset() -> None:
     names = set(arm_names())
-    wanted = {"grpo", "tg", "tg_all_turns", "tg_no_fmt_reward", "tg_no_think_kl", "tg_fwd_kl", "tg_jsd",
+    wanted = {"grpo", "tg", "tg_all_turns", "tg_no_fmt_reward", "tg_no_think_kl", "tg_rev_kl", "tg_jsd",
               "tg_sampled_token", "opd_only", "hint_in_rollout", "tg_per_turn_ctx", "tg_kl_is", "tg_std_norm",
               "tg_ema_teacher", "tg_fixed_teacher"}
     assert wanted <= names
-    assert {f"tg_lambda_{x}" for x in ("0.01", "0.03", "0.3", "1.0", "3.0")} <= names
+    assert {f"tg_lambda_{x}" for x in ("0.01", "0.03", "0.1", "1.0", "3.0")} <= names
 
 
 @pytest.mark.parametrize(
     ("arm", "field", "value"),
     [
         ("grpo", ("guidance", "lam"), 0.0),
-        ("tg", ("guidance", "lam"), 0.1),
+        ("tg", ("guidance", "lam"), 0.3),
+        ("tg", ("guidance", "direction"), "forward"),
         ("tg_all_turns", ("guidance", "gating"), "all_turns"),
         ("tg_no_fmt_reward", ("reward", "w_fmt"), 0.0),
         ("tg_no_think_kl", ("guidance", "include_thinking"), False),
-        ("tg_fwd_kl", ("guidance", "direction"), "forward"),
+        ("tg_rev_kl", ("guidance", "direction"), "reverse"),
         ("tg_jsd", ("guidance", "direction"), "jsd"),
         ("tg_sampled_token", ("guidance", "estimator"), "sampled_token"),
         ("opd_only", ("grpo", "pg_weight"), 0.0),
         ("hint_in_rollout", ("guidance", "hint_in_rollout"), True),
-        ("tg_lambda_0.3", ("guidance", "lam"), 0.3),
+        ("tg_lambda_0.1", ("guidance", "lam"), 0.1),
         ("tg_ema_teacher", ("guidance", "teacher"), "ema"),
         ("tg_fixed_teacher", ("guidance", "teacher"), "fixed"),
     ],
@@ -44,7 +45,7 @@ def test_arm_values(arm: str, field: tuple[str, str], value: object) -> None:
 
 def test_method_defaults_are_recorded_values() -> None:
     cfg = load_config(arm="tg").to_dict()
-    assert cfg["guidance"]["direction"] == "reverse" and cfg["guidance"]["kappa"] == 20.0
+    assert cfg["guidance"]["direction"] == "forward" and cfg["guidance"]["kappa"] == 20.0
     assert cfg["grpo"]["scale_rewards"] == "none" and cfg["grpo"]["eps_low"] == 0.2
     assert cfg["optim"]["lr"] == 1e-6 and cfg["optim"]["betas"] == [0.9, 0.95]
     assert cfg["reward"]["w_fmt"] == 0.5 and cfg["async"]["max_staleness"] == 1
@@ -109,9 +110,9 @@ def test_toml_round_trip(tmp_path: Path) -> None:
 
 def test_user_file_with_arm(tmp_path: Path) -> None:
     p = tmp_path / "run.toml"
-    p.write_text('[run]\narm = "tg_fwd_kl"\nsteps = 3\n')
+    p.write_text('[run]\narm = "tg_rev_kl"\nsteps = 3\n')
     cfg = load_config(path=p)
-    assert cfg.guidance.direction == "forward" and cfg.run.steps == 3
+    assert cfg.guidance.direction == "reverse" and cfg.run.steps == 3
 
 
 def test_paper_configs_validate() -> None:

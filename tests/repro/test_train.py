@@ -40,7 +40,7 @@ def test_nano_tg_run_end_to_end(tmp_path: Path) -> None:
     # the toy checker fails every applicable turn of a random model, so KL tokens exist and the KL term is live
     assert rows[0]["guidance/kl_tokens"] > 0 and rows[0]["loss/kl"] > 0
     man = read_manifest(run)
-    assert man.status == "done" and man.steps_done == 2 and man.config["guidance"]["lam"] == 0.1
+    assert man.status == "done" and man.steps_done == 2 and man.config["guidance"]["lam"] == 0.3
     assert man.compute["wall_s"]["rollout"] > 0 and man.compute["tokens"]["teacher"] > 0
     assert man.compute["flops_total"] > 0 and man.compute["peak_rss_bytes"] > 0
     # the checkpoint is a plain HF directory with its tokenizer

@@ -169,7 +169,7 @@ def test_sampled_token_arm_runs_the_tested_estimator_and_returns_typed_terms(mon
     assert full.kl is not None and len(calls) == 1  # full_vocab: the KL is a loss term, the estimator is not run
 
 
-@pytest.mark.parametrize("arm", ["tg", "tg_fwd_kl", "tg_per_turn_ctx", "tg_sampled_token"])
+@pytest.mark.parametrize("arm", ["tg", "tg_rev_kl", "tg_per_turn_ctx", "tg_sampled_token"])
 def test_packed_micro_batch_equals_padded(arm: str) -> None:
     """padding_free packs the student's trajectories and the teacher's views into one row each: the loss, every
     statistic and the gradient equal the padded [B, T] layout's up to float rounding (and no pad token is run)."""

@@ -192,7 +192,7 @@ MINI = Preset(
     # the real studies, on three of the training seeds
     study_sizes=StudySizes(seeds=(0, 1, 2), noisy_mixes=NOISY_MIXES, can_do_labels=("base", "grpo", "tg"),
                            ablations=("tg_all_turns", "tg_no_fmt_reward", "tg_no_think_kl", "tg_lambda_0.01",
-                                      "tg_lambda_0.03", "tg_lambda_0.3", "tg_lambda_1.0", "tg_lambda_3.0"),
+                                      "tg_lambda_0.03", "tg_lambda_0.1", "tg_lambda_1.0", "tg_lambda_3.0"),
                            loop={"distill.pool_tasks": 8, "distill.pool_rollouts": 4, "distill.steps": 8,
                                  "distill.batch": 4}),
     tier_sizes=TierSizes(seeds=(0, 1, 2)),
