@@ -2,7 +2,7 @@
 guided behaviour at the mini size. Exploratory: it chooses the ``tg`` arm's defaults before the main run and never
 enters a decision. One command: ``benchmarks/kl_direction_study.py`` (docs/METHOD.md, "The KL-direction study").
 
-What it runs, as resumable stages of a ``tgsuite.pipeline.stages.StageRunner`` in ``out`` (a re-run skips what is
+What it runs, as resumable stages of a ``tgsuite.pipeline.stage_runner.StageRunner`` in ``out`` (a re-run skips what is
 done; changing an input re-runs what depends on it):
 
 1. the preset's training task set (``tasks_train``: the set the main run trains on) and a DEV held-out set
@@ -13,7 +13,7 @@ done; changing an input re-runs what depends on it):
 3. one RL run per cell: arm ``tg`` with ``guidance.direction`` × ``guidance.lam`` × seed, and arm ``grpo`` (λ = 0)
    per seed as the reference, each from the start model with the preset's RL settings (``Preset.rl``) and
    ``run.log_grad_split = true`` (``grad/norm_pg``, ``grad/norm_kl`` per step), through
-   ``tgsuite.pipeline.steps.stage_train``;
+   ``tgsuite.pipeline.stages.stage_train``;
 4. ``probe_<model>``: P(heading) (``repro.finish_probe.probe_headings``) of the start model and of every run's
    final checkpoint at every context, unprompted and hinted;
 5. the tables and curves (``tgsuite.pipeline.kl_tables``): ``out/kl_direction.json`` and ``out/kl_direction.md``.
