@@ -126,7 +126,7 @@ def main() -> None:
     ap.add_argument("--vocab-size", type=int, default=4096, help="the mini preset's SFT vocabulary")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--test-view", choices=("read", "search"), default="search",
-                    help="how the expert looks at the visible tests (harness.policies.test_lookup): grep the test "
+                    help="how the expert looks at the visible tests (harness.policies.expert_test_view): grep the test "
                          "file for the function's calls (default) or read all of it (the mini SFT preset's view)")
     ap.add_argument("--tokenizer", default=None, metavar="DIR",
                     help="count with this tokenizer (an HF tokenizer folder, e.g. a base's, assets/base/mini) "

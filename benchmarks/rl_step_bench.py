@@ -113,8 +113,8 @@ def _trainer_rates(cfg_new: Any, plan: Any, model: Any, pad_id: int, reps: int, 
 def worker(args: argparse.Namespace) -> None:
     """One variant's RL run (in its own process); prints one JSON line."""
     from repro import train as train_mod
+    from repro.rl_setup import default_setup
     from repro.track import read_metrics
-    from repro.wiring import default_setup
 
     cfg = _config(args.model, args.tasks, args.arm, args.steps, args.worker)
     setup = default_setup(cfg)

@@ -1,5 +1,5 @@
 """The grading procedure of one finished episode, shared by evaluation (``harness.runner_episode``) and the RL
-reward (``repro.wiring.HarnessEnv``), so that a training reward means what an evaluation result means.
+reward (``repro.rl_setup.HarnessEnv``), so that a training reward means what an evaluation result means.
 
 1. ``candidate_patch``: the agent's changes, diffed on the HOST against the factory's pristine base repository
    when the factory offers one (``grading.extract_patch_host``: nothing the agent did to ``.git`` counts), else

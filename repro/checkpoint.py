@@ -15,7 +15,7 @@ a crash never leaves a half-written ``step_<n>``.
 Exact resume: weights are stored in their training dtype, optimizer moments and RNG states exactly; rollout sampling
 seeds are derived from (run seed, item index), so 2 steps + resume + 2 steps equal 4 straight steps (tested) for
 synchronous runs. Async runs with a producer lead > 0 are not bit-reproducible even without a resume (see
-``repro.pipeline_async``).
+``repro.async_producer``).
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ class ModelSetup:
 
 def model_setup(cfg: TrainConfig) -> ModelSetup:
     from harness.tools import tool_schemas
-    from repro.wiring import load_model_and_tokenizer
+    from repro.rl_setup import load_model_and_tokenizer
 
     model, tok = load_model_and_tokenizer(cfg)
     return ModelSetup(tokenizer=tok, model=model, tools=tool_schemas())

@@ -38,12 +38,12 @@ from repro import checkpoint as ck
 from repro.compute import ComputeLedger, count_params, train_flops
 from repro.config import ConfigError, TrainConfig, to_toml
 from repro.precision import autocast, device_type_of
+from repro.rl_setup import RLSetup, default_setup
 from repro.rollout import RolloutSettings, run_group
 from repro.schema import DistillExample
 from repro.tokenizer import ChatEncoder
 from repro.track import MetricsWriter, progress
 from repro.train import TaskStream, train_rl
-from repro.wiring import RLSetup, default_setup
 
 logger = logging.getLogger(__name__)
 

@@ -58,8 +58,8 @@ from torch import nn
 
 from repro import checkpoint as ck
 from repro import dcp_checkpoint
+from repro.async_producer import clone_for_producer
 from repro.config import ConfigError, TrainConfig
-from repro.pipeline_async import clone_for_producer
 from repro.runtime import LocalRuntime, Runtime, train_device
 from repro.trainer_step import TrajBatch
 

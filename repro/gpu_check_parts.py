@@ -275,8 +275,8 @@ def single_rank_env() -> Iterator[None]:
 def run_fsdp(args: Namespace, out: Path, device: str = "cuda") -> dict[str, Any]:
     """Part ``fsdp`` (module docstring)."""
     from repro.gpu_check_rl import read_metrics, rl_config, rl_setup
+    from repro.rl_setup import default_engine
     from repro.train import train_rl
-    from repro.wiring import default_engine
 
     cfg = rl_config(args, "hf_sampler", device, ["cluster.fsdp=true", "cluster.trainer_gpus=1",
                                                  "model.activation_checkpointing=true"])

@@ -36,9 +36,9 @@ if TYPE_CHECKING:
     from harness.schema import Message, TaskInstance
     from repro.config import TrainConfig
     from repro.engine import RolloutEngine, TokenRequest, TokenResult
+    from repro.rl_setup import EngineFactory, RLSetup
     from repro.rollout import EnvOutcome, StepOut
     from repro.vllm_engine import VLLMApi
-    from repro.wiring import EngineFactory, RLSetup
 
 CORPUS = [
     "You are a coding agent. Fix the bug in the repository and call finish with a summary.",
@@ -183,8 +183,8 @@ def rl_setup(cfg: TrainConfig, preset: str, engine_factory: EngineFactory) -> RL
     from harness.behaviour import get_checker, turn_verdicts
     from harness.schema import TaskInstance
     from repro.models import build_model
+    from repro.rl_setup import RLSetup
     from repro.tokenizer import train_tokenizer
-    from repro.wiring import RLSetup
 
     tok = train_tokenizer(CORPUS, vocab_size=512, min_frequency=1)
     model = build_model(preset, len(tok), seed=0, pad_token_id=tok.pad_token_id,
@@ -204,8 +204,8 @@ def read_metrics(run: Path) -> list[dict[str, Any]]:
 
 def run_rl(args: Namespace, out: Path, *, device: str = "cuda") -> dict[str, Any]:
     """Part ``rl``: ``--steps`` RL steps (arm tg) with the hf_sampler engine, measured (module docstring)."""
+    from repro.rl_setup import default_engine
     from repro.train import train_rl
-    from repro.wiring import default_engine
 
     cfg = rl_config(args, "hf_sampler", device)
     stats = LogprobStats(precision=cfg.model.precision)

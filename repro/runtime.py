@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from repro.engine import RolloutEngine
     from repro.trainer_step import LossRoot
 
-    EngineFactory = Callable[[nn.Module, int], RolloutEngine]  # as repro.wiring.EngineFactory
+    EngineFactory = Callable[[nn.Module, int], RolloutEngine]  # as repro.rl_setup.EngineFactory
 
 T = TypeVar("T")
 

@@ -38,7 +38,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from harness.interfaces import MAX_FORMAT_RETRIES
-from harness.policies.test_lookup import TestView
+from harness.policies.expert_test_view import TestView
 from repro.config import LoraCfg
 from repro.lora import apply_lora, save_pretrained, trainable_parameters
 from repro.models import build_model, count_params
@@ -80,7 +80,7 @@ class SFTConfig(BaseModel):
     think: bool = True
     test_view: TestView = Field("read", description="how the expert looks at the visible tests: "
                                                  "grep the test file for the function's calls, or read all of it "
-                                                 "(harness.policies.test_lookup)")
+                                                 "(harness.policies.expert_test_view)")
     epochs: int = 2
     lr: float = 2e-3
     weight_decay: float = 0.01

@@ -27,7 +27,7 @@ def collect_expert_trajectories(task_dir: str | Path, *, episodes: int, hint_sha
     4-9 (uniform) with the agent loop's notice ``finish_notice_turns`` turns before it
     (``EpisodeLimits.finish_notice_turns``), so the notice often comes before the fix and the expert reports what it
     changed and what still fails. ``test_view``: how the expert looks at the visible tests
-    (``harness.policies.test_lookup``). Returns finished trajectories only (others are logged)."""
+    (``harness.policies.expert_test_view``). Returns finished trajectories only (others are logged)."""
     from harness.agent import run_episode
     from harness.feedback import corrective_feedback
     from harness.interfaces import EpisodeLimits

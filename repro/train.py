@@ -18,7 +18,7 @@ Run directory (ARCHITECTURE §4): ``config.toml`` (resolved), ``manifest.json``,
 the newest checkpoint; synchronous runs resume exactly.
 
 What plugs in (:class:`RLSetup`): tokenizer, model, tasks, an environment factory, a turn checker, a hint source
-and a sampler factory. :func:`repro.wiring.default_setup` builds them from the harness for real runs; tests pass
+and a sampler factory. :func:`repro.rl_setup.default_setup` builds them from the harness for real runs; tests pass
 small stand-ins.
 """
 
@@ -41,12 +41,13 @@ from harness.schema import TaskInstance
 from protocols.provenance import git_state, package_versions, utc_now
 from repro import checkpoint as ck
 from repro import distributed, lora
+from repro.async_producer import AsyncProducer, StalenessStats, WeightStore, clone_for_producer, take_fresh
 from repro.compute import ComputeLedger, count_params, forward_flops, merge_ledgers, train_flops
 from repro.config import ConfigError, TrainConfig, load_saved
-from repro.pipeline_async import AsyncProducer, StalenessStats, WeightStore, clone_for_producer, take_fresh
 from repro.precision import autocast, master_weights_ok
 from repro.rl_metrics import rollout_metrics, version_metrics
 from repro.rl_record import RunRecord
+from repro.rl_setup import RLSetup, check_engine_choice, default_setup
 from repro.rollout import (
     RolloutSample,
     RolloutSettings,
@@ -57,7 +58,6 @@ from repro.runtime import ONE_PROCESS, Runtime
 from repro.tokenizer import ChatEncoder
 from repro.track import progress
 from repro.trainer_step import BatchPlan, LossRoot, build_batch, collate, reduce_stats
-from repro.wiring import RLSetup, check_engine_choice, default_setup
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ protocol (``harness.policies.engine_protocol``), with the trainer's weights push
   .model_runner.model``) and ``llm.reset_prefix_cache()`` drops KV computed with the old weights. In the training
   loop the engine is asked for once per batch with the model whose weights are that version (the trainer's
   model after the previous optimizer step, or the async producer's copy), so staleness is bounded exactly as for
-  the other engines (``repro.pipeline_async``).
+  the other engines (``repro.async_producer``).
 
 The engine is built with ``distributed_executor_backend="external_launcher"`` (the model runs in this process,
 as TRL's colocate mode does), so ``RANK`` / ``WORLD_SIZE`` / ``MASTER_ADDR`` / ``MASTER_PORT`` are set when

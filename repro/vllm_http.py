@@ -35,7 +35,7 @@ server receives every weight push).
   training loop the factory is called once per batch with the model holding that version (the trainer's after the
   previous step; the async producer's copy when ``async.enabled``), so the servers sample with weights at most
   ``async.max_lead`` versions old and the trainer drops what is older than ``async.max_staleness``
-  (``repro.pipeline_async``), exactly as for the other engines.
+  (``repro.async_producer``), exactly as for the other engines.
 
 Under FSDP (``cluster.fsdp``) rank 0 pushes the weights all ranks gathered (``repro.distributed.push_sharded``) and
 every rank samples its share of the batch from the servers. Not covered: the async producer under FSDP, pushing

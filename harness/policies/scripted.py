@@ -33,8 +33,8 @@ from typing import Any
 from harness.behaviour_tiers import MAX_REASON_CHARS
 from harness.interfaces import PolicyOutput, is_finish_notice
 from harness.minirepos import repair
+from harness.policies.expert_test_view import TEST_VIEWS, TestView, call_pattern, view_from_search
 from harness.policies.patches import parse_patch
-from harness.policies.test_lookup import TEST_VIEWS, TestView, call_pattern, view_from_search
 from harness.schema import Message, TaskInstance, TaskSet
 from harness.tools import ERROR_PREFIX, parse_tool_calls
 
@@ -311,7 +311,7 @@ def _ranked_fixes_cached(module_src: str, test_src: str, target: _Target,
 class ScriptedExpert:
     """Solves mini tasks from observations only: lists files, runs the visible tests, reads the implicated module
     and test file (``test_view="read"``; ``"search"``: greps the test file for the function's calls instead,
-    ``harness.policies.test_lookup``), screens inverse bug-family repairs against those tests, applies the best
+    ``harness.policies.expert_test_view``), screens inverse bug-family repairs against those tests, applies the best
     one with ``edit_file``, re-runs the tests (reverting and trying the next candidate on failure), finishes.
 
     It never reads the gold patch or hidden tests (it has no access to the task record). ``think=True`` adds a

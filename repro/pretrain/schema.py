@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from harness.policies.test_lookup import TestView
+from harness.policies.expert_test_view import TestView
 from repro.precision import Precision
 
 DocKind = Literal["repeat", "kv", "line", "episode", "episode_known", "world"]
@@ -53,7 +53,7 @@ class WorldCorpus(BaseModel):
     hint_share: float = Field(0.3, ge=0, le=1)
     seed: int = 1
     test_view: TestView = Field("read", description="how the expert looks at the visible tests "
-                                                 "(harness.policies.test_lookup); the shipped base saw `read`")
+                                                 "(harness.policies.expert_test_view); the shipped base saw `read`")
 
     def recipe_dump(self) -> dict:
         """The fields that decide the corpus, as JSON; a ``read`` view is left out, so that a world written before

@@ -14,7 +14,7 @@ the tool schemas, so a change of the agent's format rebuilds the corpus. Each dr
 - a module of a TRAIN template rendered with fresh constants (plain text, loss on every token).
 
 The expert reads whole test files here (``WorldCorpus.test_view="read"``, the view the shipped base was pretrained
-on); ``"search"`` (grep the test file for the function's calls, ``harness.policies.test_lookup``) is the shorter
+on); ``"search"`` (grep the test file for the function's calls, ``harness.policies.expert_test_view``) is the shorter
 view that SFT can also use (``SFTConfig.test_view``).
 
 Nothing here reads the held-out split or the unseen templates; ``tests`` check that no held-out repository name,

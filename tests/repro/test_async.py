@@ -10,7 +10,7 @@ import _rl_fixtures as F
 import pytest
 import torch
 
-from repro.pipeline_async import AsyncProducer, StalenessStats, WeightStore, take_fresh
+from repro.async_producer import AsyncProducer, StalenessStats, WeightStore, take_fresh
 from repro.train import train_rl
 
 

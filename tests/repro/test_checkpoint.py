@@ -61,7 +61,7 @@ def test_resume_rejects_changed_config_and_missing_checkpoint(tmp_path: Path) ->
 
 def test_resume_builds_the_default_setup_once_from_the_latest_checkpoint(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without a setup, train_rl builds one (``repro.wiring.default_setup``) from the latest checkpoint's weights and
+    """Without a setup, train_rl builds one (``repro.rl_setup.default_setup``) from the latest checkpoint's weights and
     does not load those weights a second time; a setup handed in without ``init_from`` still gets them loaded."""
     import repro.checkpoint as ck
     import repro.train as train

@@ -144,7 +144,7 @@ def test_rl_trains_adapters_only_with_adapter_checkpoints_and_exact_resume(tmp_p
     opt = load_trainer_state(ck)["optimizer"]
     n_adapter = sum(1 for n in load_file(str(ck / "adapter" / "adapter_model.safetensors")))
     assert len(opt["state"]) == sum(len(g["params"]) for g in opt["param_groups"]) == n_adapter
-    from repro.wiring import base_source
+    from repro.rl_setup import base_source
 
     assert base_source(F.config("tg", *LORA), ck) is None  # resuming: the base from the config, adapters from ck
     assert base_source(F.config("tg"), ck) == ck  # without LoRA the checkpoint's (merged) weights are the model

@@ -1,4 +1,4 @@
-"""The RL reward grades like evaluation (issue #14 item 8): ``repro.wiring.HarnessEnv`` uses
+"""The RL reward grades like evaluation (issue #14 item 8): ``repro.rl_setup.HarnessEnv`` uses
 ``harness.episode_grading`` — the patch diffed on the host against the pristine base (what the agent did to
 ``.git`` does not matter), a fresh sandbox, the validated exclusions, and invalid grades settled by gold."""
 
@@ -37,7 +37,7 @@ FINISH = _call("finish", message="Fixed `add`.")
 
 
 def test_reward_ignores_what_the_agent_did_to_git(tmp_path: Path) -> None:
-    from repro.wiring import HarnessEnv
+    from repro.rl_setup import HarnessEnv
 
     inst, repo = make_calc_task(tmp_path)
     env = HarnessEnv(FakeFactory({inst.instance_id: repo}), inst, EpisodeLimits(max_turns=6), seed=0)
@@ -48,7 +48,7 @@ def test_reward_ignores_what_the_agent_did_to_git(tmp_path: Path) -> None:
 
 def test_reward_and_eval_leave_out_the_same_excluded_tests(tmp_path: Path) -> None:
     """An instance whose P2P test is flaky (excluded by validation) and broken by the gold fix's neighbour."""
-    from repro.wiring import HarnessEnv
+    from repro.rl_setup import HarnessEnv
 
     inst, repo = make_calc_task(tmp_path)
     broken_sub = CALC_FIXED.replace("def sub(a, b):\n    return a - b", "def sub(a, b):\n    return 0")
@@ -79,7 +79,7 @@ def test_reward_and_eval_leave_out_the_same_excluded_tests(tmp_path: Path) -> No
 
 
 def test_reward_drops_an_instance_whose_gold_fails(tmp_path: Path) -> None:
-    from repro.wiring import HarnessEnv
+    from repro.rl_setup import HarnessEnv
 
     inst, repo = make_calc_task(tmp_path)
     hang = _call("edit_file", path="calc.py", old="def add(a, b):\n    return a - b",

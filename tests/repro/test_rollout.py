@@ -130,7 +130,7 @@ def test_hint_source_kinds_and_mixture() -> None:
 
     from harness.behaviour import hint_text
     from harness.feedback import IRRELEVANT_HINTS, WRONG_HINTS
-    from repro.wiring import hint_source
+    from repro.rl_setup import hint_source
 
     inst = F.tasks(1)[0]
     rng = _random.Random(0)
@@ -154,7 +154,7 @@ def test_harness_env_rewards_a_real_fix(tmp_path: Path) -> None:
     from harness.runner_sandbox import TaskSandboxFactory
     from harness.tasks import load_task_set
     from harness.tools import tool_schemas
-    from repro.wiring import HarnessEnv
+    from repro.rl_setup import HarnessEnv
 
     make_mini(tmp_path / "tasks", split="train", repos=1, tasks_per_repo=1, seed=0)
     ts = load_task_set(tmp_path / "tasks")
@@ -180,7 +180,7 @@ def test_the_finish_notice_of_the_rollout_config_reaches_the_agent_loop(tmp_path
     from harness.tasks import load_task_set
     from harness.tools import format_tool_call
     from repro.config import load_config
-    from repro.wiring import HarnessEnv, episode_limits
+    from repro.rl_setup import HarnessEnv, episode_limits
 
     cfg = load_config(arm="grpo", sets=["rollout.max_turns=4", "rollout.finish_notice_turns=2"])
     limits = episode_limits(cfg.rollout)

@@ -58,7 +58,7 @@ def test_rl_loads_the_coder_in_float32_after_verifying_it(shipped: Path, tmp_pat
     import shutil
 
     from repro.config import load_config
-    from repro.wiring import load_model_and_tokenizer
+    from repro.rl_setup import load_model_and_tokenizer
 
     model, tok = load_model_and_tokenizer(load_config(overrides={"model.init": str(shipped)}))
     assert {p.dtype for p in model.parameters()} == {torch.float32} and len(tok) > 0

@@ -147,7 +147,7 @@ def test_without_vllm_the_error_says_how_to_install(monkeypatch: pytest.MonkeyPa
 
 
 def test_engine_choice_is_wired_and_checked() -> None:
-    from repro.wiring import check_engine_choice, default_engine, engine_factory_for
+    from repro.rl_setup import check_engine_choice, default_engine, engine_factory_for
 
     cfg = F.config("grpo", "rollout.engine=vllm", "vllm.max_num_seqs=0", "vllm.max_model_len=0")
     factory = engine_factory_for(cfg)

@@ -15,8 +15,8 @@ from vllm_http_fake import FakeServer
 from harness.policies.sampling import sampling_logprobs
 from repro.config import ConfigError
 from repro.engine import TokenRequest
+from repro.rl_setup import engine_factory_for
 from repro.vllm_http import HttpEngine, HttpRollouts, HttpSettings, VLLMHttpError
-from repro.wiring import engine_factory_for
 
 
 @pytest.fixture()

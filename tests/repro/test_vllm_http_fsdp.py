@@ -33,8 +33,8 @@ exit_process(0)
 def http_run(served: str, url: str, out: str, world: int | None) -> None:
     from test_train_fsdp import train_config, train_setup
 
+    from repro.rl_setup import engine_factory_for
     from repro.train import train_rl
-    from repro.wiring import engine_factory_for
 
     cfg = train_config(2, world, "rollout.engine=vllm_http", f"vllm_http.weights_dir={served}",
                        f'vllm_http.urls=["{url}"]', "vllm_http.push_dtype=float32")

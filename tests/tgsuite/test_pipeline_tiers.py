@@ -173,7 +173,7 @@ def test_tier_sizes_cover_presets_and_tier_configs_load() -> None:
 
     from harness.behaviour import get_checker
     from repro.config import load_config
-    from repro.wiring import hint_source
+    from repro.rl_setup import hint_source
     from tgsuite.pipeline.presets import PRESETS
 
     assert all(pt.tier_sizes(p) == p.tier_sizes for p in PRESETS.values())

@@ -244,7 +244,7 @@ def refusals(cfg: Any) -> list[str]:
     ``repro.distributed`` and the engine's settings), so the plan never reads as a runnable run when it is not."""
     from repro.config import ConfigError
     from repro.distributed import Launch, check_launch
-    from repro.wiring import check_engine_choice
+    from repro.rl_setup import check_engine_choice
 
     out = []
     for check in (lambda: check_launch(cfg, Launch(cfg.cluster.trainer_gpus if cfg.cluster.fsdp else 1, 0, 0)),

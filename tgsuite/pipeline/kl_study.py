@@ -116,9 +116,9 @@ def _contexts_stage(out: Path, preset: Preset, spec: KLStudySpec, model_dir: Pat
     from harness.tools import tool_schemas
     from repro.config import load_config
     from repro.finish_probe import finish_context, finish_turn
+    from repro.rl_setup import hint_source
     from repro.sft_expert import collect_expert_trajectories
     from repro.tokenizer import ChatEncoder, load_tokenizer
-    from repro.wiring import hint_source
 
     trajs = collect_expert_trajectories(out / "tasks" / "dev_heldout", episodes=spec.probe_contexts, hint_share=0.0,
                                         think=bool(preset.sft.get("think", True)), seed=spec.dev_task_seed,

@@ -169,7 +169,7 @@ MINI = Preset(
     # in half of them (repro.sft_stumble; the mistaken turn is not trained on), loss on the assistant tokens only,
     # 5 epochs; a quarter of them under a short turn limit with the finish notice 2 turns before it (the expert then
     # reports what it changed and what still fails); the expert greps the failing test file for the function's calls
-    # instead of reading it whole (test_view="search", harness.policies.test_lookup). Measured on 40 held-out
+    # instead of reading it whole (test_view="search", harness.policies.expert_test_view). Measured on 40 held-out
     # episodes and compared with other settings in docs/RESULTS.md ("SFT and evaluation experiments")
     # RL starts from the SFT coder shipped in assets/sft/mini, built with this recipe by `tgsuite train sft --preset
     # mini --out DIR --ship assets/sft/mini` (repro.sft_ship); `tgsuite reproduce --rebuild-sft` trains it in the run

@@ -179,7 +179,7 @@ def _train_loop(runner: StageRunner, ctx: StudyContext, sizes: StudySizes, seed:
 
 
 def mix_overrides(mix: dict[str, float]) -> RLOverrides:
-    """Dotted TrainConfig overrides for TG trained with a hint mix (``repro.wiring.hint_source``)."""
+    """Dotted TrainConfig overrides for TG trained with a hint mix (``repro.rl_setup.hint_source``)."""
     return {"guidance.feedback": "mixture", **{f"guidance.feedback_mix.{k}": float(v) for k, v in mix.items()}}
 
 

@@ -1,6 +1,6 @@
 """``ScriptedExpert(test_view="search")``: it greps the test file for the function's calls instead of reading it,
 and still fixes real held-out mini tasks (LocalSandbox, the real agent loop, tools and grader); the pure helpers of
-``harness.policies.test_lookup``; and the pin that keeps the pretraining corpus on the view the shipped base saw."""
+``harness.policies.expert_test_view``; and the pin that keeps the pretraining corpus on the view the shipped base saw."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from harness.agent import run_episode
 from harness.grading import extract_patch, grade_patch
 from harness.interfaces import EpisodeLimits
 from harness.minirepos import make_mini
+from harness.policies.expert_test_view import call_pattern, failing_statements, view_from_search
 from harness.policies.scripted import ScriptedExpert, history
-from harness.policies.test_lookup import call_pattern, failing_statements, view_from_search
 from harness.runner_sandbox import TaskSandboxFactory
 from harness.sandbox import SandboxSpec
 from harness.tasks import load_task_set

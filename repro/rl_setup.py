@@ -173,7 +173,7 @@ def check_engine_choice(cfg: TrainConfig, factory: EngineFactory | None) -> None
     if got_kind != cfg.rollout.engine:
         got = getattr(factory, "__name__", type(factory).__name__)
         raise ConfigError(f"rollout.engine = {cfg.rollout.engine!r} but the RLSetup's engine_factory is {got}; "
-                          "build the setup with engine_factory=repro.wiring.engine_factory_for(cfg)")
+                          "build the setup with engine_factory=repro.rl_setup.engine_factory_for(cfg)")
 
 
 def hint_source(cfg: TrainConfig) -> Any:
