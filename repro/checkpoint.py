@@ -49,7 +49,7 @@ class Tokenizer(Protocol):
 
 
 class CheckpointInfo(BaseModel):
-    """What the pipeline needs to know about a saved checkpoint (ARCHITECTURE §1 ``Checkpoint``)."""
+    """What the pipeline needs to know about a saved checkpoint (ARCHITECTURE §4 "Training run directory")."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -1,4 +1,5 @@
-"""Adapters from the harness to the RL loop, and :func:`default_setup` for real training runs.
+"""The RL setup: :class:`RLSetup` (model, tokenizer, tasks, environments, engine, hints) and :func:`default_setup`,
+which builds it from the configuration and the harness for real training runs; the adapters it uses:
 
 - :class:`HarnessEnv` — one training episode = ``harness.agent.AgentEnv`` in a fresh sandbox from
   ``harness.runner_sandbox.TaskSandboxFactory`` (LocalSandbox by default for speed, Docker selectable with

@@ -84,7 +84,7 @@ def imports_of(source: str, module: str, *, is_package: bool = False) -> list[tu
 
 
 def violations(source: str, module: str, *, is_package: bool = False) -> list[str]:
-    """Human-readable rule violations of one module (empty when it follows ARCHITECTURE §2)."""
+    """Human-readable rule violations of one module (empty when it follows ARCHITECTURE §1)."""
     pkg = module.split(".")[0]
     in_policies = module.startswith("harness.policies")
     problems = []
@@ -121,7 +121,7 @@ def test_package_follows_the_import_rules(pkg: str) -> None:
     problems = []
     for path in files:
         problems += violations(path.read_text(), _module_name(path), is_package=path.name == "__init__.py")
-    assert not problems, "ARCHITECTURE §2 import rules broken:\n" + "\n".join(problems)
+    assert not problems, "ARCHITECTURE §1 import rules broken:\n" + "\n".join(problems)
 
 
 @pytest.mark.parametrize(
@@ -167,7 +167,7 @@ def test_scanner_allows_what_the_rules_allow(module: str, source: str) -> None:
 
 
 def test_schemas_load_without_torch_or_docker() -> None:
-    """Artifacts must be readable where neither torch nor the Docker SDK is installed (ARCHITECTURE §2)."""
+    """Artifacts must be readable where neither torch nor the Docker SDK is installed (ARCHITECTURE §1)."""
     schema_modules = [m for m in ("protocols.schema", "harness.schema", "evalsuite.schema", "reports.schema")
                       if (ROOT / m.replace(".", "/")).with_suffix(".py").exists()]
     code = (
