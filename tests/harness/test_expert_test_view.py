@@ -1,6 +1,7 @@
 """``ScriptedExpert(test_view="search")``: it greps the test file for the function's calls instead of reading it,
 and still fixes real held-out mini tasks (LocalSandbox, the real agent loop, tools and grader); the pure helpers of
-``harness.policies.expert_test_view``; and the pin that keeps the pretraining corpus on the view the shipped base saw."""
+``harness.policies.expert_test_view``; and the pin that keeps the pretraining corpus on the view the shipped base
+saw."""
 
 from __future__ import annotations
 
