@@ -2,8 +2,8 @@
 # The main job: set up this machine (idempotent), check it, then run the mini reproduction end to end.
 # It ends with the verdict and the path of the HTML report. Re-running resumes where it stopped.
 #
-#   bash scripts/main.sh                  # PRESET=mini (default): arms grpo and tg, 3 seeds each, 40 held-out
-#                                         # tasks in Docker; 42 min at 8ed4248 on a quiet 2-core machine
+#   bash scripts/main.sh                  # PRESET=mini (default): arms grpo and tg, 5 seeds each, 40 held-out
+#                                         # tasks in Docker; 47 min at be99445 on a quiet 2-core machine
 #                                         # (every measured run: docs/RESULTS.md)
 #   PRESET=smoke bash scripts/main.sh     # every stage at tiny sizes, ~2-3 min
 set -euo pipefail
