@@ -90,12 +90,14 @@ def test_teacher_copy_is_frozen_and_outside_the_student(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", ["ema", "fixed"])
 def test_kl_uses_the_expected_teacher_weights(kind: str) -> None:
-    """After 2 optimizer steps the per-token KL equals KL(student ‖ expected teacher) from plain full-logit forwards,
-    where the expected teacher is θ_0 (fixed) or (1−r)²θ_0 + r(1−r)θ_1 + rθ_2 (ema)."""
+    """After 2 optimizer steps the per-token KL equals KL(expected teacher ‖ student) (the default forward
+    direction) from plain full-logit forwards, where the expected teacher is θ_0 (fixed) or (1−r)²θ_0 + r(1−r)θ_1 +
+    rθ_2 (ema)."""
     torch.manual_seed(0)
     s = F.setup()
     enc = ChatEncoder(s.tokenizer)
     cfg = F.config("opd_only", f"guidance.teacher={kind}")
+    assert cfg.guidance.direction == "forward"
     plan_ = build_batch(_groups(enc), cfg, _hint(enc))
     root = LossRoot(s.model, cfg)
     opt = torch.optim.AdamW(s.model.parameters(), lr=0.01)
@@ -120,9 +122,9 @@ def test_kl_uses_the_expected_teacher_weights(kind: str) -> None:
 
         ls = rows(s.model, mb.student, mb.act_rows[mb.kl_idx])
         lt = rows(expected, mb.teacher, mb.kl_teacher_rows)
-        want = (ls.exp() * (ls - lt)).sum(-1)
+        want = (lt.exp() * (lt - ls)).sum(-1)
         live = rows(s.model, mb.teacher, mb.kl_teacher_rows)
-        live_kl = (ls.exp() * (ls - live)).sum(-1)
+        live_kl = (live.exp() * (live - ls)).sum(-1)
     got = torch.tensor(stats["kl_values"])
     assert torch.allclose(got, want, rtol=1e-4, atol=1e-6)
     assert not torch.allclose(got, live_kl, rtol=1e-3, atol=1e-5)  # and it is not the live teacher's KL

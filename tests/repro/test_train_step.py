@@ -213,6 +213,7 @@ def test_gate_diagnostics_at_the_behaviours_first_token() -> None:
             x.anchors = [next(t for t, (k, a) in enumerate(zip(x.encoded.turn, x.encoded.act, strict=True)) if a and k == turn) + 2
                          for turn in range(x.n_turns)]
     cfg = F.config("tg")
+    assert cfg.guidance.direction == "forward"
     plan = build_batch(groups, cfg, _hint(enc))
     mb = collate(plan.trajs, 0, padding_free=False)
     stats = LossRoot(s.model, cfg)(mb, plan.n_pg, plan.n_kl)[1].stats
@@ -227,7 +228,7 @@ def test_gate_diagnostics_at_the_behaviours_first_token() -> None:
         lt = logp(mb.teacher, mb.kl_teacher_rows[mb.anchor_kl])
         v = lt.argmax(-1, keepdim=True)
         want_pt, want_ps = lt.gather(1, v).exp().sum(), ls.gather(1, v).exp().sum()
-        want_kl = (ls.exp() * (ls - lt)).sum()
+        want_kl = (lt.exp() * (lt - ls)).sum()  # KL(π_T ‖ π_S): the tg arm's forward direction
     assert stats["anchor_pt_sum"] == pytest.approx(float(want_pt), rel=1e-4)
     assert stats["anchor_ps_sum"] == pytest.approx(float(want_ps), rel=1e-4)
     assert stats["anchor_kl_sum"] == pytest.approx(float(want_kl), rel=1e-3, abs=1e-6)
