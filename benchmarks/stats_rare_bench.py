@@ -10,7 +10,12 @@ Superiority (issue #37): type-I error of the superiority test (true Δ = 0) at r
 score-type bound (whose variance is floored at the restricted-MLE binomial variance when an arm is constant) alone
 and with the plan's ``decision.min_events`` (default 10) rule.
 
-Run: .venv/bin/python benchmarks/stats_rare_bench.py [N_SIMS] [all|superiority|ni|noseed|power]   (default 2000,
+Variance rules (``components``): the superiority and NI type-I errors of the two score-type rules side by side
+(``score``, plans up to mini v4; ``score_components``, mini v5: the Bernoulli part of each arm's seed piece scaled by
+the ratio of p(1 − p), only the random-effect parts by its square), and the power of each at a rare baseline (the
+mini behaviour endpoint: GRPO about 0.02, TG about 0.2).
+
+Run: .venv/bin/python benchmarks/stats_rare_bench.py [N_SIMS] [all|superiority|ni|noseed|power|components]   (default 2000,
 all parts; ~5 min on 2 cores for the NI part). ``noseed``: the paper design without seed variance at baselines
 0.2-0.4, where an audit measured 0.030-0.036.
 """
@@ -24,7 +29,7 @@ import numpy as np
 
 from evalsuite.analyze import power_summaries
 from evalsuite.power_sim import simulate_plan_power
-from evalsuite.simulate import SimDesign, superiority_type_one_error, type_one_error
+from evalsuite.simulate import Estimator, SimDesign, superiority_power, superiority_type_one_error, type_one_error
 from protocols.load import load_plan
 
 DESIGNS = {  # name: (design, margin, min_baseline_rate) as in protocols/plans/
@@ -80,6 +85,8 @@ def main(n_sims: int, part: str = "all") -> None:
         non_inferiority(n_sims, NOSEED, NOSEED_BASELINES)
     if part in ("all", "power"):
         power(n_sims)
+    if part in ("all", "components"):
+        components(n_sims)
     print(f"\nwall time {time.perf_counter() - t0:.0f} s")
 
 
@@ -115,6 +122,46 @@ def power(n_sims: int) -> None:
             print(f"power {plan_name:12s} {s.endpoint:13s} analytic {s.power:.3f}  simulated "
                   f"{sim.per_criterion[s.endpoint]:.3f} ± {sim.mc_se[s.endpoint]:.3f}  (sigma_seed range: "
                   f"{s.power_low:.3f} .. {s.power_high:.3f})")
+
+
+RULE_DESIGNS = {
+    "mini v5 (5 seeds x 10 repos x 4 tasks)": SimDesign("method", 5, 10, 4),
+    "5 seeds x 40 tasks, heterogeneous tasks (task SD 2)": SimDesign("method", 5, 10, 4, task_sd=2.0),
+    "10 seeds x 40 tasks": SimDesign("method", 10, 8, 5),
+    "paper_claims (10 seeds x 500 tasks)": SimDesign("method", 10, 50, 10),
+}
+RULES: tuple[Estimator, ...] = ("score", "score_components")
+
+
+def components(n_sims: int) -> None:
+    print(f"\nvariance rules side by side, {n_sims} replications per cell (MC SE ~0.0035 at 0.025 for 2000)")
+    for name, d in RULE_DESIGNS.items():
+        print(f"\n{name}")
+        print("  superiority (true difference 0, min_events 10): baseline   " + "   ".join(RULES))
+        for i, b in enumerate(SUP_BASELINES):
+            rs = [superiority_type_one_error(d, baseline=b, n_sims=n_sims, rng=np.random.default_rng([9, i]),
+                                             min_events=MIN_EVENTS, estimator=r) for r in RULES]  # fmt: skip
+            print(f"    {b:6.3f}   " + "   ".join(f"{r.rate:.4f}" for r in rs))
+            for r, rule in zip(rs, RULES, strict=True):
+                if r.rate > 0.03:  # confirm on an independent stream with 5x the replications
+                    c = superiority_type_one_error(d, baseline=b, n_sims=5 * n_sims, rng=np.random.default_rng([12, i]),
+                                                   min_events=MIN_EVENTS, estimator=rule)  # fmt: skip
+                    print(f"      re-run {rule}, {5 * n_sims} replications on another stream: {c.rate:.4f} ± {c.mc_se:.4f}")
+        print("  non-inferiority at the margin 0.10 (min baseline 0.20): baseline   " + "   ".join(RULES))
+        for i, b in enumerate((0.20, 0.30, 0.50)):
+            rs = [type_one_error(d, baseline=b, margin=0.10, n_sims=n_sims, rng=np.random.default_rng([10, i]),
+                                 estimator=r, min_baseline_rate=0.20) for r in RULES]  # fmt: skip
+            print(f"    {b:6.2f}   " + "   ".join(f"{r.rate:.4f}" for r in rs))
+            for r, rule in zip(rs, RULES, strict=True):
+                if r.rate > 0.03:  # confirm on an independent stream with 5x the replications
+                    c = type_one_error(d, baseline=b, margin=0.10, n_sims=5 * n_sims, rng=np.random.default_rng([13, i]),
+                                       estimator=rule, min_baseline_rate=0.20)  # fmt: skip
+                    print(f"      re-run {rule}, {5 * n_sims} replications on another stream: {c.rate:.4f} ± {c.mc_se:.4f}")
+        print("  power of superiority (baseline 0.02): treatment   " + "   ".join(RULES))
+        for i, pt in enumerate((0.10, 0.15, 0.20, 0.25)):
+            ps = [superiority_power(d, p_t=pt, p_c=0.02, n_sims=n_sims, rng=np.random.default_rng([11, i]),
+                                    min_events=MIN_EVENTS, estimator=r) for r in RULES]  # fmt: skip
+            print(f"    {pt:6.2f}   " + "   ".join(f"{p:.3f}" for p in ps))
 
 
 if __name__ == "__main__":

@@ -57,7 +57,7 @@ def _passes(yt: np.ndarray, yc: np.ndarray, repo: np.ndarray, c: CriterionSpec, 
         e = paired_score(yt[0], yc[0], repo, k=k, alpha_one_sided=c.alpha_one_sided)
     else:
         e = crossed_score(yt, yc, repo, k=k, alpha_one_sided=c.alpha_one_sided, df_rule=proto.decision.df_rule,
-                          weighting=proto.weighting)  # fmt: skip
+                          weighting=proto.weighting, variance=proto.decision.variance)  # fmt: skip
     ok = (not e.degenerate) and e.lower_one_sided > c.bar
     return bool(ok and c.estimate_passes(e.estimate))
 

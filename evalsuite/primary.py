@@ -96,7 +96,7 @@ def primary_estimate(table: OutcomeTable, c: CriterionSpec, proto: Protocol) -> 
     try:
         if proto.estimand == "method":
             est = crossed_score(yt, yc, repo, k=table.k, alpha_one_sided=a1, df_rule=proto.decision.df_rule,
-                                weighting=proto.weighting, endpoint=e_id)  # fmt: skip
+                                weighting=proto.weighting, endpoint=e_id, variance=proto.decision.variance)  # fmt: skip
         else:
             st, sc = proto.arm("treatment").artifact_seed, proto.arm("baseline").artifact_seed
             seeds_t, seeds_c = table.seeds[table.arms["treatment"]], table.seeds[table.arms["baseline"]]

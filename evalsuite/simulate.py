@@ -6,8 +6,9 @@ so that the *marginal* rates differ by exactly −δ (the boundary of H0), compu
 the random effects. The artifact design draws one checkpoint per arm (its seed effect is part of the checkpoint,
 so the estimand conditions on it: the seed effect is set to 0 there).
 
-Covered: method (crossed) and artifact (paired) designs, the score-type estimator used by the analysis and the
-plain Wald-t estimator for comparison. Not covered: unequal repository sizes, missing cells.
+Covered: method (crossed) and artifact (paired) designs, the score-type estimator used by the analysis under
+either variance rule (``score``, ``score_components``; the artifact estimand has only ``score``) and the plain
+Wald-t estimator for comparison; the power of superiority at given marginal rates (``superiority_power``). Not covered: unequal repository sizes, missing cells.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from scipy import optimize, special
 from evalsuite.score_variance import crossed_score, paired_score
 from evalsuite.variance import crossed_effect, paired_clustered_diff
 
-Estimator = Literal["score", "wald"]
+Estimator = Literal["score", "score_components", "wald"]
 
 
 @dataclass(frozen=True)
@@ -89,10 +90,11 @@ def draw(d: SimDesign, mu_t: float, mu_c: float, rng: np.random.Generator) -> tu
 
 def _lower(d: SimDesign, yt: np.ndarray, yc: np.ndarray, repo: np.ndarray, estimator: Estimator) -> float:
     if d.estimand == "method":
-        e = (crossed_score(yt, yc, repo, k=d.episodes) if estimator == "score" else crossed_effect(yt, yc, repo))
+        e = (crossed_effect(yt, yc, repo) if estimator == "wald"
+             else crossed_score(yt, yc, repo, k=d.episodes, variance=estimator))  # fmt: skip
     else:
-        e = (paired_score(yt[0], yc[0], repo, k=d.episodes) if estimator == "score"
-             else paired_clustered_diff(yt[0], yc[0], repo))  # fmt: skip
+        e = (paired_clustered_diff(yt[0], yc[0], repo) if estimator == "wald"
+             else paired_score(yt[0], yc[0], repo, k=d.episodes))  # fmt: skip
     return math.nan if e.degenerate else e.lower_one_sided
 
 
@@ -152,3 +154,20 @@ def superiority_type_one_error(d: SimDesign, *, baseline: float, n_sims: int, rn
     rate = hits / n_sims
     return TypeOneResult(baseline, 0.0, hits, n_sims, rate, math.sqrt(max(rate * (1 - rate), 1e-12) / n_sims),
                          undefined)  # fmt: skip
+
+
+def superiority_power(d: SimDesign, *, p_t: float, p_c: float, n_sims: int, rng: np.random.Generator,
+                      min_events: int = 0, estimator: Estimator = "score") -> float:
+    """Share of replications at marginal rates ``p_t``, ``p_c`` whose superiority bound is above 0; a replication
+    with both arms constant or fewer than ``min_events`` of the rarer outcome is not evaluated (never rejects)."""
+    sd = _arm_sd(d)
+    mu_t, mu_c = (float(optimize.brentq(lambda m, p=p: _marginal(m, sd) - p, -40, 40)) for p in (p_t, p_c))
+    hits = 0
+    for _ in range(n_sims):
+        yt, yc, repo = draw(d, mu_t, mu_c, rng)
+        both = np.concatenate([yt.ravel(), yc.ravel()]) * d.episodes
+        if np.ptp(both) == 0 or min(float(both.sum()), float(d.episodes * both.size - both.sum())) < min_events:
+            continue
+        low = _lower(d, yt, yc, repo, estimator)
+        hits += int(not math.isnan(low) and low > 0)
+    return hits / n_sims

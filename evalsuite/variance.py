@@ -178,6 +178,23 @@ def crossed_effect(
     )  # fmt: skip
 
 
+def task_piece_split(yt: np.ndarray, yc: np.ndarray, repo: np.ndarray,
+                     weighting: Literal["task", "repo"] = "task") -> tuple[float, float, float]:
+    """(τ_T, τ_C, c): the crossed estimator's task piece split by arm, so that τ_T + τ_C − 2c = v_task − v_int.
+
+    τ_a is the repository-clustered variance of arm a's weighted task means less that arm's share of v_int (its
+    seed × task residual), c the clustered covariance of the two arms' task means: the pieces the
+    ``score_components`` rule scales by each arm's own ratio (``score_variance``)."""
+    yt, yc, inv, g = _check_crossed(yt, yc, repo)
+    w = task_weights(inv, g, weighting)
+    sw2 = float(np.sum(w**2))
+    sums = [np.bincount(inv, weights=w * (y.mean(axis=0) - float(w @ y.mean(axis=0))), minlength=g) for y in (yt, yc)]
+    k = g / (g - 1)
+    tau_t = k * float(np.sum(sums[0] ** 2)) - _residual_ms(yt) * sw2 / yt.shape[0]
+    tau_c = k * float(np.sum(sums[1] ** 2)) - _residual_ms(yc) * sw2 / yc.shape[0]
+    return tau_t, tau_c, k * float(np.sum(sums[0] * sums[1]))
+
+
 def _t_limits(
     est: float, se: float, df: float, alpha: float, alpha1: float, degenerate: bool
 ) -> tuple[float, float, float]:

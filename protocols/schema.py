@@ -178,6 +178,10 @@ class DecisionRule(Frozen):
     # evaluated when the two arms together have fewer than `min_events` of the rarer outcome on its endpoint
     # (successes, or failures near the ceiling): a handful of events cannot show a difference. ---
     min_events: int = Field(default=10, ge=0)
+    # the score-type variance rule of the primary estimator (docs/STATS.md §2): "score" (plans up to mini v4) scales
+    # each arm's whole seed piece by the squared ratio of p(1 − p) at the restricted and observed rates;
+    # "score_components" scales its Bernoulli part by the ratio and only the random-effect parts by its square
+    variance: Literal["score", "score_components"] = "score"
 
 
 class PositiveControl(Frozen):
@@ -332,6 +336,10 @@ class Protocol(Frozen):
             raise ValueError("arms: the 'artifact' estimand needs artifact_seed on both arms (which checkpoint)")
         if self.estimand == "artifact" and any(a.artifact_seed not in self.design.planned_seeds for a in self.arms):
             raise ValueError(f"arms: artifact_seed must be one of the preregistered seeds {self.design.planned_seeds}")
+        if self.decision.variance == "score_components" and self.estimand != "method":
+            raise ValueError(
+                "decision.variance: 'score_components' splits each arm's training-seed variance, which the artifact "
+                "estimand (one checkpoint per arm) does not have; use variance = \"score\" or estimand = \"method\"")
         if self.decision.fallback_method == "tango" and (self.estimand != "artifact" or self.design.episodes_per_task != 1):
             raise ValueError(
                 "decision.fallback_method: 'tango' pairs the two artifact checkpoints task by task, so it needs "
