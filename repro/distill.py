@@ -39,7 +39,7 @@ from repro.compute import ComputeLedger, count_params, train_flops
 from repro.config import ConfigError, TrainConfig, to_toml
 from repro.precision import autocast, device_type_of
 from repro.rl_setup import RLSetup, default_setup
-from repro.rollout import RolloutSettings, run_group
+from repro.rollout import RolloutSettings, run_groups
 from repro.schema import DistillExample
 from repro.tokenizer import ChatEncoder
 from repro.track import MetricsWriter, progress
@@ -114,10 +114,10 @@ def _pool(cfg: TrainConfig, setup: RLSetup) -> list[DistillExample]:
     encoder, samples = ChatEncoder(setup.tokenizer), []
     setup.model.eval()
     for item in range(min(d.pool_tasks, len(setup.tasks))):
-        samples += run_group(instance=stream[item], item=item, make_env=setup.make_env,
-                             engine=setup.engine_factory(setup.model, setup.tokenizer.pad_token_id),
-                             encoder=encoder, tokenizer=setup.tokenizer, tools=setup.tools, checker=setup.checker,
-                             settings=settings, run_seed=cfg.run.seed + 7, reward_weights=cfg.reward)
+        samples += run_groups(instances=[stream[item]], items=[item], make_env=setup.make_env,
+                              engine=setup.engine_factory(setup.model, setup.tokenizer.pad_token_id),
+                              encoder=encoder, tokenizer=setup.tokenizer, tools=setup.tools, checker=setup.checker,
+                              settings=settings, run_seed=cfg.run.seed + 7, reward_weights=cfg.reward)[0]
     return [DistillExample(instance_id=s.instance_id, reward=s.reward, ids=s.encoded.ids, act=s.encoded.act)
             for s in samples]
 

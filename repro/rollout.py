@@ -184,30 +184,6 @@ def _observation_ids(encoder: ConversationEncoder, observations: list[Message]) 
     return ids
 
 
-def run_group(
-    *,
-    instance: TaskInstance,
-    item: int,
-    make_env: EnvFactory,
-    engine: RolloutEngine,
-    encoder: ConversationEncoder,
-    tokenizer: TokenDecoder,
-    tools: list[dict[str, Any]],
-    checker: TurnChecker,
-    settings: RolloutSettings,
-    run_seed: int,
-    reward_weights: RewardCfg,
-    hint_source: HintSource | None = None,
-    ledger: ComputeLedger | None = None,
-    flop_params: int = 0,
-) -> list[RolloutSample]:
-    """Run ``group_size`` episodes of ``instance`` in lock-step (one group); see :func:`run_groups`."""
-    return run_groups(instances=[instance], items=[item], make_env=make_env, engine=engine, encoder=encoder,
-                      tokenizer=tokenizer, tools=tools, checker=checker, settings=settings, run_seed=run_seed,
-                      reward_weights=reward_weights, hint_source=hint_source, ledger=ledger,
-                      flop_params=flop_params)[0]
-
-
 def run_groups(
     *,
     instances: Sequence[TaskInstance],

@@ -10,7 +10,7 @@ import torch
 
 from harness.schema import Message
 from repro.config import load_config
-from repro.rollout import RolloutSettings, run_group, run_groups
+from repro.rollout import RolloutSettings, run_groups
 from repro.sampler import KVSampler
 from repro.tokenizer import ChatEncoder
 
@@ -20,10 +20,10 @@ def _group(settings: RolloutSettings, *, hint: bool = False):
     s.model.eval()
     torch.set_num_threads(1)
     enc = ChatEncoder(s.tokenizer)
-    return s, run_group(instance=F.tasks(1)[0], item=0, make_env=F.ToyEnv,
-                        engine=KVSampler(s.model, version=3, prefix_cache=64), encoder=enc, tokenizer=s.tokenizer,
-                        tools=[], checker=F.toy_checker, settings=settings, run_seed=0,
-                        reward_weights=load_config().reward, hint_source=F.hint_text if hint else None)
+    return s, run_groups(instances=F.tasks(1)[:1], items=[0], make_env=F.ToyEnv,
+                         engine=KVSampler(s.model, version=3, prefix_cache=64), encoder=enc, tokenizer=s.tokenizer,
+                         tools=[], checker=F.toy_checker, settings=settings, run_seed=0,
+                         reward_weights=load_config().reward, hint_source=F.hint_text if hint else None)[0]
 
 
 def test_token_in_token_out_and_behaviour_logprobs() -> None:
