@@ -67,24 +67,26 @@ def test_runner_arms_label_the_sft_start_and_seeds() -> None:
     assert arms == {"base": ("base", -1), "grpo@s0": ("grpo", 0), "tg@s4": ("tg", 4)}
 
 
-def test_the_mini_plan_v4_states_the_preset_design_and_freezes(tmp_path: Path) -> None:
+def test_the_mini_plan_v5_states_the_preset_design_and_freezes(tmp_path: Path) -> None:
     from protocols.freeze import freeze_plan, with_task_set
     from protocols.load import bundled_plans, load_plan
 
     plan = load_plan(bundled_plans()[MINI.plan.removesuffix(".toml")])
     design = MINI.heldout
-    assert design is not None and plan.version == "4"
+    assert design is not None and plan.version == "5" and plan.decision.variance == "score_components"
     assert plan.design.seeds_per_arm == len(MINI.seeds) == 5 and plan.design.seed_ids == list(MINI.seeds)
     assert plan.design.n_tasks == design.n_tasks and plan.design.n_repositories == design.repos
     for said in (f"{design.twin_per_repo} tasks of stratum \"twin\"", f"{design.no_twin_per_repo} task of stratum",
                  f"{design.strata['twin']} twin + {design.strata['no_twin']} no-twin",
                  f"held-out seed {design.seed}", f"dev seed {design.dev_seed}",
+                 f"training seed {design.generalization_seeds[0]} only" if design.generalization_seeds else "",
+                 f"Training seeds {MINI.seeds[0]}-{MINI.seeds[-1]} per arm",
                  f"{design.generalization_repos} repositories x {design.generalization_tasks_per_repo} tasks",
                  f"task seed {MINI.task_seed}", f"{MINI.train_repos} repositories x {MINI.train_tasks_per_repo} tasks",
                  "never part of a primary endpoint"):
         assert said in " ".join(plan.notes.split()), said
     rec = freeze_plan(with_task_set(plan, name="minirepos-heldout", sha256="ab" * 32), out=tmp_path / "f.json")
-    assert rec.protocol.version == "4" and rec.protocol.task_set.sha256 == "ab" * 32
+    assert rec.protocol.version == "5" and rec.protocol.task_set.sha256 == "ab" * 32
 
 
 def test_evaluate_generalization_evaluates_the_tier_and_reports_it_against_the_sft_start(
@@ -113,14 +115,46 @@ def test_evaluate_generalization_evaluates_the_tier_and_reports_it_against_the_s
 
     monkeypatch.setattr(generalization, "stage_eval", fake_eval)
     runner = StageRunner(tmp_path, echo=lambda _m: None)
+    preset = MINI.model_copy(update={"heldout": MINI.heldout.model_copy(update={"generalization_seeds": None})})
     ckpts = {f"{a}@s{s}": "m" for a in ("base", "tg", "grpo") for s in (0, 1)}
     held = {"paths": {"tasks": "t"}, "sha256": "h", "name": "h", "n": 1}
-    assert generalization.evaluate_generalization(runner, paths, MINI, TaskSetOutputs.model_validate(held), ckpts,
+    assert generalization.evaluate_generalization(runner, paths, preset, TaskSetOutputs.model_validate(held), ckpts,
                                                   {}, "p") == []
-    rows = generalization.evaluate_generalization(runner, paths, MINI, TaskSetOutputs.model_validate(
+    rows = generalization.evaluate_generalization(runner, paths, preset, TaskSetOutputs.model_validate(
         {**held, "generalization": {"sha256": "g", "name": "g", "n": 1}}), ckpts, {}, "p")
     assert calls == [paths.generalization_tasks]
     assert [(r.study, r.label, r.reference) for r in rows] == [("generalization", "base", True),
                                                                 ("generalization", "grpo", False),
                                                                 ("generalization", "tg", False)]
     assert all(r.rates[1].n == 20 for r in rows)  # 10 tasks x 2 seeds, pooled
+
+
+def test_generalization_seeds_choose_the_checkpoints_the_tier_evaluates(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from tgsuite.pipeline import generalization
+    from tgsuite.pipeline.stage_runner import StageRunner
+
+    seen: list[dict[str, str]] = []
+
+    def fake_eval(run_dir: Path, tasks: Path, arms: dict[str, str], *_a: object) -> EvalOutputs:
+        seen.append(dict(arms))
+        raise RuntimeError("stop after the arms are chosen")
+
+    monkeypatch.setattr(generalization, "stage_eval", fake_eval)
+    ckpts = {"base": "b", **{f"{a}@s{s}": "m" for a in ("tg", "grpo") for s in MINI.seeds}}
+    held = {"paths": {"tasks": "t"}, "sha256": "h", "name": "h", "n": 1, "generalization": {"sha256": "g", "name": "g",
+                                                                                           "n": 1}}  # fmt: skip
+    with pytest.raises(RuntimeError, match="stop after"):
+        generalization.evaluate_generalization(StageRunner(tmp_path, echo=lambda _m: None), pipeline_paths(tmp_path),
+                                               MINI, TaskSetOutputs.model_validate(held), ckpts, {}, "p")  # fmt: skip
+    assert MINI.heldout is not None and MINI.heldout.generalization_seeds == (MINI.seeds[0],)
+    assert sorted(seen[0]) == ["base", f"grpo@s{MINI.seeds[0]}", f"tg@s{MINI.seeds[0]}"]
+
+
+def test_generalization_seeds_must_be_training_seeds() -> None:
+    from tgsuite.pipeline.presets import Preset
+
+    bad = MINI.model_dump()
+    bad["heldout"]["generalization_seeds"] = (99,)
+    with pytest.raises(ValueError, match="generalization_seeds"):
+        Preset.model_validate(bad)

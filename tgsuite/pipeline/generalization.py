@@ -1,5 +1,6 @@
-"""The generalization tier of ``tgsuite reproduce``: the SFT start and every main checkpoint on held-out repositories
-built from templates no training task uses (``tgsuite.pipeline.heldout``; stage ``eval_generalization``).
+"""The generalization tier of ``tgsuite reproduce``: the SFT start and the main checkpoints of the preset's
+``heldout.generalization_seeds`` (every seed when None) on held-out repositories built from templates no training
+task uses (``tgsuite.pipeline.heldout``; stage ``eval_generalization``).
 
 It is reported beside the decision (``Exploratory.label_rates``, study ``generalization``: per arm, training seeds
 pooled, Wilson 95 % intervals with the repository-clustered SE) and never enters a primary endpoint: the primary
@@ -40,6 +41,10 @@ def evaluate_generalization(runner: StageRunner, paths: Paths, preset: Preset, h
     gen = held_ts.generalization
     if gen is None:
         return []
+    seeds = preset.heldout.generalization_seeds if preset.heldout is not None else None
+    if seeds is not None:
+        ckpts = {k: v for k, v in ckpts.items() if runner_arms({k: v})[k][1] in (-1, *seeds)}
+        records = {k: v for k, v in records.items() if k in ckpts}
     run_dir = paths.eval / STUDY
     inputs = {"ckpts": {k: canonical_hash(v) for k, v in sorted(records.items())}, "tasks": gen.sha256,
               "protocol": protocol, "eval": preset.eval.stage_inputs(), "which": STUDY}

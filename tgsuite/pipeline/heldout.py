@@ -37,6 +37,9 @@ class HeldoutDesign(BaseModel):
     no_twin_per_repo: int = Field(ge=0)
     generalization_repos: int = Field(0, ge=0, description="0 = no generalization tier")
     generalization_tasks_per_repo: int = Field(5, ge=1)
+    generalization_seeds: tuple[int, ...] | None = Field(
+        None, description="training seeds whose checkpoints the tier evaluates (with the SFT start); None = every "
+        "seed; each must be one of the preset's seeds")
 
     @model_validator(mode="after")
     def _distinct(self) -> HeldoutDesign:
