@@ -44,7 +44,7 @@ def _factory(kind: str) -> Callable[[], Sandbox]:
         from harness.sandbox_local import LocalSandbox
 
         return lambda: LocalSandbox(SPEC)
-    from harness.sandbox_docker import DockerSandboxProvider
+    from harness.sandbox_docker_provider import DockerSandboxProvider
 
     provider = DockerSandboxProvider(run_id=f"bench-{int(time.time())}")
     provider.preflight()

@@ -45,7 +45,7 @@ def _sandbox(kind: str) -> Sandbox:
         from harness.sandbox_local import LocalSandbox
 
         return LocalSandbox(spec)
-    from harness.sandbox_docker import DockerSandboxProvider
+    from harness.sandbox_docker_provider import DockerSandboxProvider
 
     provider = DockerSandboxProvider(run_id=f"toolsbench-{int(time.time())}")
     provider.preflight()

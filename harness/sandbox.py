@@ -10,7 +10,7 @@ Isolation (filled in by the implementations' docstrings and summarised here):
   (swap equal) / CPU limits, timeouts enforced inside (``timeout -k``) and outside (host deadline); after any
   timeout the container is restarted so nothing the command started survives; OOM kills are reported
   (``ExecResult.oom_killed``), writable space bounded by ``SandboxSpec.disk_bytes`` (see
-  ``harness.sandbox_docker.DockerSandboxProvider.disk_mode``). It does NOT protect against kernel exploits
+  ``harness.sandbox_docker_provider.DockerSandboxProvider.disk_mode``). It does NOT protect against kernel exploits
   (containers share the host kernel).
 - LocalSandbox: a temp directory, rlimits (CPU, address space, file size, processes; a pids cgroup when run as
   root) and a scrubbed environment. It is NOT isolated: no network or filesystem isolation beyond refusing

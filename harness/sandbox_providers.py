@@ -1,7 +1,7 @@
 """Choosing a sandbox: the provider registry and the two seams built on it.
 
 - ``PROVIDERS``: each ``harness.sandbox.SandboxKind`` → the maker of its ``SandboxProvider`` (``docker``:
-  ``harness.sandbox_docker.DockerSandboxProvider``; ``local``: ``harness.sandbox_local.LocalSandboxProvider``).
+  ``harness.sandbox_docker_provider.DockerSandboxProvider``; ``local``: ``harness.sandbox_local.LocalSandboxProvider``).
   ``make_provider(kind, run_id=...)`` is the one place a kind becomes a provider; an unknown kind is refused there,
   naming the valid ones. To add a kind: add it to ``SandboxKind`` (``harness.sandbox``) and its maker here.
 - ``SandboxProvider``: what a kind must offer (make a sandbox from a ``SandboxSpec``, check its images before a run,
@@ -60,7 +60,7 @@ ProviderMaker = Callable[[str], SandboxProvider]  # run id -> provider
 
 
 def _docker(run_id: str) -> SandboxProvider:
-    from harness.sandbox_docker import DockerSandboxProvider
+    from harness.sandbox_docker_provider import DockerSandboxProvider
 
     return DockerSandboxProvider(run_id=run_id)
 

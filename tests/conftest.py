@@ -98,7 +98,7 @@ def base_image(docker_client: Any) -> str:
 @pytest.fixture
 def docker_provider(docker_client: Any, base_image: str) -> Iterator[Any]:
     """A provider with a unique run id; every container it made is removed after the test."""
-    from harness.sandbox_docker import DockerSandboxProvider
+    from harness.sandbox_docker_provider import DockerSandboxProvider
 
     provider = DockerSandboxProvider(docker_client, run_id=f"pytest-{uuid.uuid4().hex[:10]}")
     yield provider

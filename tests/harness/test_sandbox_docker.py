@@ -18,7 +18,8 @@ import pytest
 
 from harness import sandbox_docker
 from harness.sandbox import OutputCapper, SandboxSpec, SandboxUnavailable
-from harness.sandbox_docker import LABEL_RUN, Demux, DockerSandbox, DockerSandboxProvider, pump
+from harness.sandbox_docker import LABEL_RUN, Demux, DockerSandbox, pump
+from harness.sandbox_docker_provider import DockerSandboxProvider
 
 SMALL = SandboxSpec(mem_bytes=256 << 20, pids=64, cpus=1.0)
 BOMB = "import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.05)\n"
@@ -280,7 +281,7 @@ def test_container_killed_or_paused_underneath_is_sandbox_unavailable(docker_pro
 _CHILD = """
 import sys, time
 from harness.sandbox import SandboxSpec
-from harness.sandbox_docker import DockerSandboxProvider
+from harness.sandbox_docker_provider import DockerSandboxProvider
 box = DockerSandboxProvider(run_id=sys.argv[1]).create(SandboxSpec(mem_bytes=128 << 20, pids=32))
 print("ready", flush=True)
 time.sleep(120)
