@@ -40,7 +40,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Literal, TypeVar, get_args
 
 import numpy as np
 from scipy import optimize, stats
@@ -62,11 +62,10 @@ VARIANCE_RULES: tuple[str, ...] = get_args(VarianceRule)
 _GRID = 100  # null values scanned per limit before the root is refined
 
 
-def _g(p: float) -> float:
-    return p * (1.0 - p)
+_P = TypeVar("_P", float, np.ndarray)
 
 
-def _g_vec(p: np.ndarray) -> np.ndarray:
+def _g(p: _P) -> _P:
     return p * (1.0 - p)
 
 
@@ -138,22 +137,25 @@ def score_stat(est: EffectEstimate, s: ScoreInputs, delta0: float) -> float:
     return diff / math.sqrt(var)
 
 
-def _limit(est: EffectEstimate, s: ScoreInputs, crit: float, side: int) -> float:
-    """The infimum (side +1) or supremum (side −1) of the null values the test does not reject at ``crit``.
+def _limits(est: EffectEstimate, s: ScoreInputs, crits: tuple[float, ...], side: int) -> list[float]:
+    """For each critical value, the infimum (side +1) or supremum (side −1) of the null values the test does not
+    reject.
 
     T(Δ0) need not be monotone in Δ0 (V(Δ0) rises and falls as the restricted rates move), so a root found in
-    [−1, Δ̂] may lie inside the confidence set; the grid finds the outermost not-rejected value's bracket first."""
-    def rejected(d0: float) -> float:  # > 0 where H0: Δ = d0 is rejected on this side
-        return side * score_stat(est, s, d0) - crit
-
+    [−1, Δ̂] may lie inside the confidence set; a grid of T (computed once for all ``crits``) finds the outermost
+    not-rejected value's bracket first, and a root is refined inside it."""
     grid = (np.linspace(-1.0 + _EDGE, est.estimate, _GRID) if side > 0
             else np.linspace(1.0 - _EDGE, est.estimate, _GRID))  # fmt: skip
-    if rejected(float(grid[0])) <= 0:
-        return float(-side)
-    for a, b in zip(grid[:-1], grid[1:], strict=True):
-        if rejected(float(b)) <= 0:
-            return float(optimize.brentq(rejected, float(a), float(b), xtol=1e-10))
-    return float(est.estimate)
+    t = np.array([side * score_stat(est, s, float(d0)) for d0 in grid])
+    out = []
+    for crit in crits:
+        i = int(np.flatnonzero(t <= crit)[0])  # the first not rejected; Δ̂ itself (T = 0, the last point) always is
+        if i == 0:
+            out.append(float(-side))
+            continue
+        out.append(float(optimize.brentq(lambda d0, c=crit: side * score_stat(est, s, d0) - c,
+                                         float(grid[i - 1]), float(grid[i]), xtol=1e-10)))  # fmt: skip
+    return out
 
 
 def score_adjusted(est: EffectEstimate, s: ScoreInputs) -> EffectEstimate:
@@ -165,7 +167,8 @@ def score_adjusted(est: EffectEstimate, s: ScoreInputs) -> EffectEstimate:
         return est
     q2 = float(stats.t.ppf(1 - est.alpha / 2, est.df))
     q1 = float(stats.t.ppf(1 - est.alpha_one_sided, est.df))
-    lo, hi, low1 = _limit(est, s, q2, 1), _limit(est, s, q2, -1), _limit(est, s, q1, 1)
+    lo, low1 = _limits(est, s, (q2, q1), 1)
+    (hi,) = _limits(est, s, (q2,), -1)
     df = est.df
 
     def p_fn(null: float) -> float:
@@ -189,6 +192,8 @@ def crossed_score(yt: np.ndarray, yc: np.ndarray, repo: np.ndarray, *, k: int = 
                   endpoint: str = "", variance: VarianceRule = "score") -> EffectEstimate:  # fmt: skip
     """The primary method-level estimator: ``crossed_effect`` with the score-type variance (``k`` episodes per cell)
     under the plan's rule ``variance`` (module docstring)."""
+    if variance not in VARIANCE_RULES:
+        raise ValueError(f"variance rule {variance!r}: expected one of {VARIANCE_RULES}")
     est = crossed_effect(yt, yc, repo, alpha_one_sided=alpha_one_sided, df_rule=df_rule, weighting=weighting,
                          endpoint=endpoint)  # fmt: skip
     inv = np.unique(np.asarray(repo).astype(str), return_inverse=True)[1]
@@ -202,11 +207,9 @@ def crossed_score(yt: np.ndarray, yc: np.ndarray, repo: np.ndarray, *, k: int = 
     if variance == "score_components":
         tau_t, tau_c, cov = task_piece_split(yt, yc, repo, weighting)
         sw2 = float(np.sum(ww**2))
-        b_t, b_c = (float(ww**2 @ _g_vec(y.mean(axis=0))) / (k * y.shape[0]) for y in (yt, yc))
+        b_t, b_c = (float(ww**2 @ _g(y.mean(axis=0))) / (k * y.shape[0]) for y in (yt, yc))
         s = dataclasses.replace(s, tau_t=tau_t, tau_c=tau_c, cov=cov, rule=variance, b_t=b_t, b_c=b_c,
                                 nb_t=yt.shape[0] * k / sw2, nb_c=yc.shape[0] * k / sw2)  # fmt: skip
-    elif variance != "score":
-        raise ValueError(f"variance rule {variance!r}: expected one of {VARIANCE_RULES}")
     return score_adjusted(est, s)
 
 

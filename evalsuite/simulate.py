@@ -63,15 +63,17 @@ def _arm_sd(d: SimDesign) -> float:
     return math.sqrt(seed**2 + d.task_sd**2 + d.repo_sd**2 + d.task_arm_sd**2 + d.repo_arm_sd**2)
 
 
+def _logit_for(d: SimDesign, rate: float) -> float:
+    """μ whose marginal rate over the design's random effects is ``rate``."""
+    sd = _arm_sd(d)
+    return float(optimize.brentq(lambda m: _marginal(m, sd) - rate, -40, 40))
+
+
 def null_logits(d: SimDesign, baseline: float, margin: float) -> tuple[float, float]:
     """(μ_T, μ_C) with marginal rates baseline − margin and baseline. When baseline <= margin the null's treatment
     rate would be <= 0; it is set to 1e-4 (0.01 points inside H1, so the reported rate slightly over-states the
     type-I error there)."""
-    sd = _arm_sd(d)
-    mu_c = float(optimize.brentq(lambda m: _marginal(m, sd) - baseline, -40, 40))
-    target = max(baseline - margin, 1e-4)
-    mu_t = float(optimize.brentq(lambda m: _marginal(m, sd) - target, -40, 40))
-    return mu_t, mu_c
+    return _logit_for(d, max(baseline - margin, 1e-4)), _logit_for(d, baseline)
 
 
 def draw(d: SimDesign, mu_t: float, mu_c: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -127,20 +129,18 @@ def type_one_error(d: SimDesign, *, baseline: float, margin: float, n_sims: int,
                          undefined)  # fmt: skip
 
 
-def superiority_type_one_error(d: SimDesign, *, baseline: float, n_sims: int, rng: np.random.Generator,
-                               min_events: int = 0, estimator: Estimator = "score") -> TypeOneResult:  # fmt: skip
-    """Share of replications with equal marginal rates (true Δ = 0) whose lower bound exceeds 0 (superiority).
+def _superiority_hits(d: SimDesign, mu_t: float, mu_c: float, *, n_sims: int, rng: np.random.Generator,
+                      min_events: int, estimator: Estimator) -> tuple[int, int]:
+    """(replications whose superiority bound is above 0, replications not evaluated) at logits ``mu_t``, ``mu_c``.
 
-    Like the analysis (``evalsuite.checks.not_evidence``), a replication is not evaluated (no rejection, counted in
-    ``undefined``) when both arms are constant or the two arms together have fewer than ``min_events`` of the rarer
-    outcome (successes or failures).
-    """
-    mu, _ = null_logits(d, baseline, 0.0)
+    Like the analysis (``evalsuite.checks.not_evidence``), a replication is not evaluated (no rejection) when both
+    arms are constant or the two arms together have fewer than ``min_events`` of the rarer outcome (successes or
+    failures), or when the estimator gives no bound."""
     if d.estimand == "artifact" and d.seeds != 1:
         raise ValueError("the artifact design compares one checkpoint per arm: seeds must be 1")
     hits = undefined = 0
     for _ in range(n_sims):
-        yt, yc, repo = draw(d, mu, mu, rng)
+        yt, yc, repo = draw(d, mu_t, mu_c, rng)
         both = np.concatenate([yt.ravel(), yc.ravel()]) * d.episodes
         events = min(float(both.sum()), float(d.episodes * both.size - both.sum()))
         if np.ptp(both) == 0 or events < min_events:
@@ -151,6 +151,16 @@ def superiority_type_one_error(d: SimDesign, *, baseline: float, n_sims: int, rn
             undefined += 1
         elif low > 0:
             hits += 1
+    return hits, undefined
+
+
+def superiority_type_one_error(d: SimDesign, *, baseline: float, n_sims: int, rng: np.random.Generator,
+                               min_events: int = 0, estimator: Estimator = "score") -> TypeOneResult:  # fmt: skip
+    """Share of replications with equal marginal rates (true Δ = 0) whose lower bound exceeds 0 (superiority);
+    replications that are not evidence (``_superiority_hits``) are counted in ``undefined``."""
+    mu = _logit_for(d, baseline)
+    hits, undefined = _superiority_hits(d, mu, mu, n_sims=n_sims, rng=rng, min_events=min_events,
+                                        estimator=estimator)  # fmt: skip
     rate = hits / n_sims
     return TypeOneResult(baseline, 0.0, hits, n_sims, rate, math.sqrt(max(rate * (1 - rate), 1e-12) / n_sims),
                          undefined)  # fmt: skip
@@ -158,16 +168,8 @@ def superiority_type_one_error(d: SimDesign, *, baseline: float, n_sims: int, rn
 
 def superiority_power(d: SimDesign, *, p_t: float, p_c: float, n_sims: int, rng: np.random.Generator,
                       min_events: int = 0, estimator: Estimator = "score") -> float:
-    """Share of replications at marginal rates ``p_t``, ``p_c`` whose superiority bound is above 0; a replication
-    with both arms constant or fewer than ``min_events`` of the rarer outcome is not evaluated (never rejects)."""
-    sd = _arm_sd(d)
-    mu_t, mu_c = (float(optimize.brentq(lambda m, p=p: _marginal(m, sd) - p, -40, 40)) for p in (p_t, p_c))
-    hits = 0
-    for _ in range(n_sims):
-        yt, yc, repo = draw(d, mu_t, mu_c, rng)
-        both = np.concatenate([yt.ravel(), yc.ravel()]) * d.episodes
-        if np.ptp(both) == 0 or min(float(both.sum()), float(d.episodes * both.size - both.sum())) < min_events:
-            continue
-        low = _lower(d, yt, yc, repo, estimator)
-        hits += int(not math.isnan(low) and low > 0)
+    """Share of replications at marginal rates ``p_t``, ``p_c`` whose superiority bound is above 0 (replications
+    that are not evidence never reject)."""
+    hits, _ = _superiority_hits(d, _logit_for(d, p_t), _logit_for(d, p_c), n_sims=n_sims, rng=rng,
+                                min_events=min_events, estimator=estimator)  # fmt: skip
     return hits / n_sims

@@ -71,7 +71,7 @@ def test_limit_is_the_infimum_when_the_statistic_is_not_monotone():
     grid = np.linspace(-1 + 1e-9, est.estimate, 4000)
     ok = np.array([sv.score_stat(est, s, float(d)) <= crit for d in grid])
     assert (np.diff(ok.astype(int)) != 0).sum() >= 2  # not rejected, rejected, not rejected again: two intervals
-    assert sv._limit(est, s, crit, 1) == pytest.approx(float(grid[ok][0]), abs=1e-3)
+    assert sv._limits(est, s, (crit,), 1)[0] == pytest.approx(float(grid[ok][0]), abs=1e-3)
 
 
 def test_components_rule_is_refused_for_an_unknown_name():

@@ -43,8 +43,9 @@ def evaluate_generalization(runner: StageRunner, paths: Paths, preset: Preset, h
         return []
     seeds = preset.heldout.generalization_seeds if preset.heldout is not None else None
     if seeds is not None:
-        ckpts = {k: v for k, v in ckpts.items() if runner_arms({k: v})[k][1] in (-1, *seeds)}
-        records = {k: v for k, v in records.items() if k in ckpts}
+        keep = {k for k, (_, seed) in runner_arms(ckpts).items() if seed in (-1, *seeds)}
+        ckpts = {k: v for k, v in ckpts.items() if k in keep}
+        records = {k: v for k, v in records.items() if k in keep}
     run_dir = paths.eval / STUDY
     inputs = {"ckpts": {k: canonical_hash(v) for k, v in sorted(records.items())}, "tasks": gen.sha256,
               "protocol": protocol, "eval": preset.eval.stage_inputs(), "which": STUDY}
