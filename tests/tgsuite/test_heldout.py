@@ -1,5 +1,5 @@
 """The preset's held-out design in the pipeline: stage_heldout writes the stratified primary set and the
-generalization tier, the dev seed gives other repositories, the mini plan v4 states the preset's design and freezes."""
+generalization tier, the dev seed gives other repositories, the mini plan (v6) states the preset's design and freezes."""
 
 from __future__ import annotations
 
@@ -67,13 +67,13 @@ def test_runner_arms_label_the_sft_start_and_seeds() -> None:
     assert arms == {"base": ("base", -1), "grpo@s0": ("grpo", 0), "tg@s4": ("tg", 4)}
 
 
-def test_the_mini_plan_v5_states_the_preset_design_and_freezes(tmp_path: Path) -> None:
+def test_the_mini_plan_v6_states_the_preset_design_and_freezes(tmp_path: Path) -> None:
     from protocols.freeze import freeze_plan, with_task_set
     from protocols.load import bundled_plans, load_plan
 
     plan = load_plan(bundled_plans()[MINI.plan.removesuffix(".toml")])
     design = MINI.heldout
-    assert design is not None and plan.version == "5" and plan.decision.variance == "score_components"
+    assert design is not None and plan.version == "6" and plan.decision.variance == "score_components"
     assert plan.design.seeds_per_arm == len(MINI.seeds) == 5 and plan.design.seed_ids == list(MINI.seeds)
     assert plan.design.n_tasks == design.n_tasks and plan.design.n_repositories == design.repos
     for said in (f"{design.twin_per_repo} tasks of stratum \"twin\"", f"{design.no_twin_per_repo} task of stratum",
@@ -86,7 +86,7 @@ def test_the_mini_plan_v5_states_the_preset_design_and_freezes(tmp_path: Path) -
                  "never part of a primary endpoint"):
         assert said in " ".join(plan.notes.split()), said
     rec = freeze_plan(with_task_set(plan, name="minirepos-heldout", sha256="ab" * 32), out=tmp_path / "f.json")
-    assert rec.protocol.version == "5" and rec.protocol.task_set.sha256 == "ab" * 32
+    assert rec.protocol.version == "6" and rec.protocol.task_set.sha256 == "ab" * 32
 
 
 def test_evaluate_generalization_evaluates_the_tier_and_reports_it_against_the_sft_start(
