@@ -3,7 +3,7 @@
 # It ends with the verdict and the path of the HTML report. Re-running resumes where it stopped.
 #
 #   bash scripts/main.sh                  # PRESET=mini (default): arms grpo and tg, 5 seeds each, 40 held-out
-#                                         # tasks in Docker; 47 min at be99445 on a quiet 2-core machine
+#                                         # tasks in Docker; 38 min at 14273ec on a quiet 2-core machine
 #                                         # (every measured run: docs/RESULTS.md)
 #   PRESET=smoke bash scripts/main.sh     # every stage at tiny sizes, ~2-3 min
 set -euo pipefail
