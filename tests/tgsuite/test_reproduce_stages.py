@@ -24,9 +24,9 @@ from tgsuite.pipeline.records import (
 )
 
 
-def _file(p: Path) -> str:
+def _file(p: Path, text: str = "x") -> str:
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text("x")
+    p.write_text(text)
     return str(p)
 
 
@@ -77,8 +77,8 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], dict[str, str]]:
                                            "resolved": 0, "behaviour_ok": 0})
 
     def analyze(paths: Paths, run_dirs: list[Path], exploratory: object = None) -> AnalyzeOutputs:
-        made.append("analyze")
-        return AnalyzeOutputs.model_validate({"paths": {"analysis": _file(paths.analysis)},
+        made.append("analyze")  # each analysis writes a file of its own (analysis.json carries its creation time)
+        return AnalyzeOutputs.model_validate({"paths": {"analysis": _file(paths.analysis, f"analysis {len(made)}")},
                                               "decision": "INCONCLUSIVE", "reasons": ["smoke"]})
 
     def report(paths: Paths, run_dirs: list[Path], training: dict[str, dict[str, str]]) -> ReportOutputs:
@@ -113,3 +113,13 @@ def test_reproduce_passes_typed_records_and_resumes(tmp_path: Path, fakes: tuple
     n = len(calls)
     rp.reproduce(SMOKE, tmp_path / "out", force=frozenset({"train_tg_s0"}), echo=lambda s: None)
     assert calls[n:] == ["train_tg_s0", "eval_base", "eval_arms", "report"]
+
+
+def test_a_new_analysis_re_renders_the_report(tmp_path: Path, fakes: tuple[list[str], dict[str, str]]) -> None:
+    """A re-analysis with the same verdict and reasons (a study adding exploratory results) changes analysis.json;
+    the report renders that file, so it must run again (it was skipped, showing the old analysis)."""
+    calls, _ = fakes
+    rp.reproduce(SMOKE, tmp_path / "out", echo=lambda s: None)
+    n = len(calls)
+    rp.reproduce(SMOKE, tmp_path / "out", force=frozenset({"analyze"}), echo=lambda s: None)
+    assert calls[n:] == ["analyze", "report"]
