@@ -17,7 +17,6 @@ preregistered one):
 from __future__ import annotations
 
 import argparse
-import json
 import resource
 import tempfile
 import time
@@ -25,22 +24,22 @@ from pathlib import Path
 
 
 def _episodes(run_dir: Path) -> dict[str, tuple[str, bool, int]]:
-    rows = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines() if line.strip()]
-    return {r["instance_id"]: (r["status"], r["resolved"], r["metrics"]["tokens"]) for r in rows}
+    from harness.rundir import load_run
+
+    return {r.instance_id: (r.status, r.resolved, r.metrics.tokens) for r in load_run(run_dir).results}
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--checkpoint", required=True, help="model directory (HF layout + tokenizer), e.g. assets/sft/mini")
-    ap.add_argument("--tasks", required=True, help="a validated held-out task set (use the dev seed's)")
-    ap.add_argument("--preset", default="mini")
-    ap.add_argument("--concurrency", default="8,16", help="comma list; the first is the baseline")
-    ap.add_argument("--temperature", type=float, default=None, help="default: the preset's eval.temperature")
-    a = ap.parse_args()
-
     from tgsuite.pipeline.presets import PRESETS
     from tgsuite.pipeline.stages import excluded_tests, stage_eval
 
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--checkpoint", required=True, help="model directory (HF layout + tokenizer), e.g. assets/sft/mini")
+    ap.add_argument("--tasks", required=True, help="a validated held-out task set (use the dev seed's)")
+    ap.add_argument("--preset", default="mini", choices=sorted(PRESETS))
+    ap.add_argument("--concurrency", default="8,16", help="comma list; the first is the baseline")
+    ap.add_argument("--temperature", type=float, default=None, help="default: the preset's eval.temperature")
+    a = ap.parse_args()
     preset = PRESETS[a.preset]
     levels = [int(c) for c in a.concurrency.split(",")]
     temperature = preset.eval.temperature if a.temperature is None else a.temperature

@@ -4,6 +4,7 @@ exactly what consumes it."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -78,8 +79,10 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], dict[str, str]]:
 
     def analyze(paths: Paths, run_dirs: list[Path], exploratory: object = None) -> AnalyzeOutputs:
         made.append("analyze")  # each analysis writes a file of its own (analysis.json carries its creation time)
-        return AnalyzeOutputs.model_validate({"paths": {"analysis": _file(paths.analysis, f"analysis {len(made)}")},
-                                              "decision": "INCONCLUSIVE", "reasons": ["smoke"]})
+        text = f"analysis {len(made)}"
+        return AnalyzeOutputs.model_validate({"paths": {"analysis": _file(paths.analysis, text)},
+                                              "decision": "INCONCLUSIVE", "reasons": ["smoke"],
+                                              "sha256": hashlib.sha256(text.encode()).hexdigest()})
 
     def report(paths: Paths, run_dirs: list[Path], training: dict[str, dict[str, str]]) -> ReportOutputs:
         made.append("report")

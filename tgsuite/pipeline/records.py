@@ -158,6 +158,9 @@ class AnalyzeOutputs(Record):
     paths: AnalysisFiles
     decision: str
     reasons: list[str]
+    # of analysis.json as written, so a re-analysis with the same verdict and reasons (a study adding its exploratory
+    # results) changes this record and re-renders the report; None in records written before the field existed
+    sha256: str | None = None
 
 
 class ReportFiles(Record):

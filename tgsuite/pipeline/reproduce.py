@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from evalsuite.schema import Exploratory
-from repro.checkpoint import file_sha256
 from repro.pretrain.ship import init_fingerprint
 from tgsuite.pipeline.generalization import evaluate_generalization
 from tgsuite.pipeline.presets import Preset
@@ -175,11 +174,8 @@ def reproduce(preset: Preset, out_dir: str | Path, *, force: frozenset[str] = fr
     analysis = runner.run("analyze", {"eval": canonical_hash(ev_arms), "protocol": prep.frozen.sha256,
                                       "code": "analyze@2", "exploratory": ex_hash},
                           lambda: stage_analyze(paths, [arms_dir], exploratory), AnalyzeOutputs)
-    # the report renders analysis.json, so it hashes that file: a re-analysis with the same verdict and reasons (a
-    # study adding its exploratory results) must re-render it
-    runner.run("report", {"analysis": canonical_hash(analysis), "analysis_sha256": file_sha256(paths.analysis),
-                          "eval": canonical_hash([ev_arms, ev_base]), "training": canonical_hash(trained.records),
-                          "code": "report@4"},
+    runner.run("report", {"analysis": canonical_hash(analysis), "eval": canonical_hash([ev_arms, ev_base]),
+                          "training": canonical_hash(trained.records), "code": "report@4"},
                lambda: stage_report(paths, [arms_dir, base_dir], trained.training), ReportOutputs)
     record = {"preset": preset.model_dump(mode="json"), "out": str(out), "decision": analysis.decision,
               "studies": sorted(studies), "stages": runner.timings(),

@@ -232,12 +232,14 @@ def stage_eval(run_dir: Path, heldout: Path, arms: dict[str, str], preset: Prese
 
 def stage_analyze(paths: Paths, run_dirs: list[Path], exploratory: Exploratory | None = None) -> AnalyzeOutputs:
     from evalsuite.analyze import analyze
+    from repro.checkpoint import file_sha256
 
     result = analyze(paths.frozen, [str(d) for d in run_dirs], exploratory=exploratory)
     atomic_write_json(paths.analysis, json.loads(result.model_dump_json()))
     return AnalyzeOutputs.model_validate({"paths": {"analysis": str(paths.analysis)},
                                           "decision": result.decision.verdict,
-                                          "reasons": list(result.decision.reasons)})
+                                          "reasons": list(result.decision.reasons),
+                                          "sha256": file_sha256(paths.analysis)})
 
 
 def stage_report(paths: Paths, run_dirs: list[Path], training: dict[str, dict[str, str]]) -> ReportOutputs:
