@@ -130,15 +130,22 @@ def find_apt_mirror(suite: str = DEFAULT_SUITE, patterns: Sequence[str] = _DEFAU
 # --- engine connection -------------------------------------------------------------------------------------
 
 
+# One client serves every worker thread of a run (evaluation runs up to 24 episodes at once, each with its own
+# sandbox calls); the SDK's default pool keeps 10 connections and logs "Connection pool is full, discarding
+# connection" for every extra one.
+POOL_SIZE = 64
+
+
 def connect(timeout: float = 120.0) -> DockerClient:
-    """A Docker SDK client pinned to API 1.41 with an explicit timeout, or ``SandboxUnavailable``.
+    """A Docker SDK client pinned to API 1.41 with an explicit timeout and a ``POOL_SIZE`` connection pool, or
+    ``SandboxUnavailable``.
 
     Honours ``DOCKER_HOST``. Errors say what is wrong and how to fix it.
     """
     import docker  # local import: evaluation code that never touches Docker need not have it installed
 
     try:
-        client = docker.from_env(version=API_VERSION, timeout=int(max(1, timeout)))
+        client = docker.from_env(version=API_VERSION, timeout=int(max(1, timeout)), max_pool_size=POOL_SIZE)
         client.ping()
         return client
     except Exception as exc:  # docker raises DockerException, requests errors, PermissionError ...

@@ -129,3 +129,33 @@ def test_build_refuses_cleanly_without_root(monkeypatch: pytest.MonkeyPatch, tmp
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     with pytest.raises(ImageBuildError, match="root"):
         images._preflight_build(str(tmp_path))
+
+
+def test_connect_pools_a_connection_per_concurrent_episode(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One client serves every worker of a run; a pool smaller than the evaluation's concurrency makes the SDK
+    log 'Connection pool is full, discarding connection' for every extra worker."""
+    import docker
+
+    from tgsuite.pipeline.presets import PRESETS
+
+    seen: dict[str, Any] = {}
+
+    class Fake:
+        def ping(self) -> bool:
+            return True
+
+    def from_env(**kwargs: Any) -> Fake:
+        seen.update(kwargs)
+        return Fake()
+
+    monkeypatch.setattr(docker, "from_env", from_env)
+    images.connect(timeout=5)
+    assert seen["max_pool_size"] == images.POOL_SIZE
+    assert images.POOL_SIZE >= max(p.eval.concurrency for p in PRESETS.values())
+
+
+@pytest.mark.docker
+def test_the_real_client_keeps_the_pool_it_was_given(docker_client: Any) -> None:
+    client = images.connect(timeout=30)
+    adapter = client.api.get_adapter(client.api.base_url)
+    assert adapter.max_pool_size == images.POOL_SIZE

@@ -11,10 +11,11 @@ from tgsuite.commands.common import CLIError
 EPILOG = """\
 examples:
   tgsuite reproduce --preset smoke --out runs/smoke     # every stage, tiny sizes, a few minutes (the default preset)
-  tgsuite reproduce --preset mini --out runs/mini       # the reproduction (arms grpo and tg, 3 seeds each)
+  tgsuite reproduce --preset mini --out runs/mini       # the reproduction (arms grpo and tg, 5 seeds each;
+                                                        # about 40 minutes on 2 cores)
   tgsuite reproduce --preset mini --out runs/mini --force eval_arms   # re-run one stage (and what depends on it)
   tgsuite reproduce --preset mini --out runs/mini --studies all       # add every exploratory study to the report
-                                                                      # (never part of the decision)
+                                                                      # (hours on 2 cores; never part of the decision)
 
 Re-running the same command resumes: stages whose inputs are unchanged are skipped. The verdict and the path of
 the HTML report are printed at the end; per-stage times are in OUT/pipeline.json.
