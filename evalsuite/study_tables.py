@@ -3,7 +3,9 @@
 ``tgsuite.pipeline.studies`` / ``tiers`` / ``probes`` train and evaluate the study models and call these builders;
 everything that turns their run directories into frames, paired rows and study results lives here:
 
-- :func:`study_frame` — scored episodes (highest attempt, ``harness.rundir.load_run``) of the study models,
+- :func:`study_frame` — scored episodes (highest attempt, ``harness.rundir.load_run``) of the study models, read
+  from where each model's episodes are (``ArmEpisodes``: a run directory and the model's arm name there; a model's
+  episodes may sit in the main evaluation's run or in an earlier study run, so a frame may read several),
   with study label and training seed; :func:`noisy_frame` / :func:`noisy_result` (noisy feedback),
   :func:`can_do_rows` / :func:`can_do_result` (plain vs corrective answers of the same states),
   :func:`equal_compute_result` (TG vs GRPO at matched FLOPs, from ``CheckpointEval`` rows the caller read from the
@@ -19,9 +21,10 @@ Not covered: reading training checkpoints (the caller builds ``CheckpointEval`` 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -43,6 +46,9 @@ from evalsuite.schema import (
 from evalsuite.studies import can_do_study, equal_compute_study, noisy_feedback_study
 from harness.rundir import load_run
 
+if TYPE_CHECKING:
+    from harness.schema import EpisodeResult
+
 StudyArms = Mapping[str, tuple[str, int]]  # runner arm -> (study label, training seed; -1 = the SFT base)
 ENDPOINTS = ("behaviour_ok", "code_ok", "joint_ok")
 HINT_QUALITY = {"correct": 0.0, "irrelevant": 0.5, "wrong": 1.0}  # the scale of evalsuite.studies.wrong_fraction
@@ -61,14 +67,50 @@ def mix_label(mix: dict[str, float]) -> str:
     return "train:" + ",".join(f"{k}={mix[k]:g}" for k in sorted(mix))
 
 
-def study_frame(run_dir: Path, arms: StudyArms) -> pd.DataFrame:
-    """Scored episodes (highest attempt) of the study models in ``run_dir``, with label and training seed."""
+@dataclass(frozen=True)
+class ArmEpisodes:
+    """Where one study model's episodes are: a run directory and the model's arm name in that run (the main
+    evaluation names a checkpoint ``tg@s10`` where a study names it ``tg_s10``)."""
+
+    run_dir: Path
+    arm: str
+
+
+Sources = Mapping[str, ArmEpisodes]  # runner arm (the study's name of a model) -> where its episodes are
+
+
+def whole_run(run_dir: Path, arms: Iterable[str]) -> dict[str, ArmEpisodes]:
+    """``arms`` as they are named in ``run_dir`` (a run that evaluated every study model itself)."""
+    return {a: ArmEpisodes(Path(run_dir), a) for a in arms}
+
+
+def study_results(sources: Sources) -> Iterator[tuple[str, EpisodeResult]]:
+    """(runner arm, episode) for every episode (highest attempt) of each source; each run directory is read once.
+
+    Raises ``StatsInputError`` when two runner arms name the same arm of the same run (one set of episodes would
+    count twice)."""
+    by_dir: dict[Path, dict[str, str]] = {}
+    for name, src in sources.items():
+        names = by_dir.setdefault(Path(src.run_dir), {})
+        if src.arm in names:
+            raise StatsInputError(f"runner arms {names[src.arm]!r} and {name!r} both read arm {src.arm!r} of "
+                                  f"{src.run_dir}; give each study model its own episodes")
+        names[src.arm] = name
+    for run_dir, names in sorted(by_dir.items()):
+        for r in load_run(run_dir).results:
+            if r.arm in names:
+                yield names[r.arm], r
+
+
+def study_frame(sources: Sources, arms: StudyArms) -> pd.DataFrame:
+    """Scored episodes (highest attempt) of the study models ``arms`` read from ``sources``, with label and
+    training seed; ``runner_arm`` is the study's name of the model whatever its name in the run."""
     rows = []
-    for r in load_run(run_dir).results:
-        if r.arm not in arms or not r.scored:
+    for name, r in study_results(sources):
+        if name not in arms or not r.scored:
             continue
-        label, seed = arms[r.arm]
-        rows.append({"runner_arm": r.arm, "label": label, "seed": seed, "instance_id": r.instance_id,
+        label, seed = arms[name]
+        rows.append({"runner_arm": name, "label": label, "seed": seed, "instance_id": r.instance_id,
                      "repo": r.cluster or r.repo, "episode_seed": r.seed, "behaviour_ok": r.behaviour_ok,
                      "code_ok": r.resolved, "joint_ok": r.joint_ok, "hinted": r.feedback_kind is not None})
     cols = ["runner_arm", "label", "seed", "instance_id", "repo", "episode_seed", *ENDPOINTS, "hinted"]
@@ -233,12 +275,12 @@ def tiers_result(frame: pd.DataFrame, *, tiers: Sequence[str], arms: Sequence[st
     return BehaviourTiersResult(rows=rows, task_set=task_set, n_instances=n_instances, notes=notes)
 
 
-def probe_frame(run_dir: Path, arms: StudyArms) -> pd.DataFrame:
-    """Scored episodes (highest attempt) of ``arms`` in ``run_dir`` with their edit count and hint kind."""
-    rows = [{"runner_arm": r.arm, "label": arms[r.arm][0], "seed": arms[r.arm][1],
+def probe_frame(sources: Sources, arms: StudyArms) -> pd.DataFrame:
+    """Scored episodes (highest attempt) of ``arms`` read from ``sources`` with their edit count and hint kind."""
+    rows = [{"runner_arm": name, "label": arms[name][0], "seed": arms[name][1],
              "instance_id": r.instance_id, "episode_seed": r.seed, "resolved": bool(r.resolved),
              "edited": r.metrics.edits >= 1, "steps": r.metrics.steps, "feedback_kind": r.feedback_kind}
-            for r in load_run(run_dir).results if r.arm in arms and r.scored]  # fmt: skip
+            for name, r in study_results(sources) if name in arms and r.scored]  # fmt: skip
     return pd.DataFrame(rows, columns=PROBE_COLUMNS)
 
 

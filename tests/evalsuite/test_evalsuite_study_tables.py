@@ -11,14 +11,17 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from evalsuite.rates import StatsInputError
 from evalsuite.schema import CheckpointEval, ProbeInfo
 from evalsuite.study_tables import (
+    ArmEpisodes,
     equal_compute_result,
     probe_frame,
     probe_pairs,
     study_frame,
     successes,
     tier_frame,
+    whole_run,
 )
 from harness.schema import ArmSpec, BehaviourResult, EpisodeMetrics, EpisodeResult, RunManifest
 
@@ -38,7 +41,8 @@ def _result(arm: str, iid: str, *, resolved: bool, failure: str = "agent", kind:
 def _run(tmp: Path, results: list[tuple[int, EpisodeResult]]) -> Path:
     man = RunManifest(run_id="r", created_at="2026-01-01T00:00:00Z", task_set_name="heldout", task_set_sha256="h",
                       instance_ids=sorted({r.instance_id for _, r in results}),
-                      arms=[ArmSpec(name=a, policy="scripted:x") for a in ("tg_s0", "base", "other")],
+                      arms=[ArmSpec(name=a, policy="scripted:x")
+                            for a in sorted({"tg_s0", "base", "other", *(r.arm for _, r in results)})],
                       seeds=[0], sandbox="local", isolated=False)
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "manifest.json").write_text(man.model_dump_json())
@@ -56,7 +60,7 @@ def test_study_frame_takes_the_highest_attempt_and_leaves_out_unscored_and_unkno
         (0, _result("base", "t2", resolved=False, kind="correct")),
         (0, _result("other", "t1", resolved=True)),
     ])
-    frame = study_frame(run, ARMS)
+    frame = study_frame(whole_run(run, ARMS), ARMS)
     rows = {(r["runner_arm"], r["instance_id"]): r for r in frame.to_dict("records")}
     assert set(rows) == {("tg_s0", "t1"), ("base", "t2")}
     assert rows[("tg_s0", "t1")]["code_ok"] and rows[("tg_s0", "t1")]["label"] == "tg"
@@ -64,6 +68,18 @@ def test_study_frame_takes_the_highest_attempt_and_leaves_out_unscored_and_unkno
     assert successes(frame, "tg_s0", "ckpt") == ({"behaviour_ok": 1, "code_ok": 1, "joint_ok": 1}, 1)
     with pytest.raises(ValueError, match=r"no scored held-out episode for base_s9 \(ckpt/x\)"):
         successes(frame, "base_s9", "ckpt/x")
+
+
+def test_study_frame_reads_each_model_where_its_episodes_are(tmp_path: Path) -> None:
+    """A model's episodes may sit in another run under another arm name (the main evaluation's ``tg@s0``): the
+    frame names it as the study does, reads only that arm there, and refuses to count one arm twice."""
+    main = _run(tmp_path / "main", [(0, _result("tg@s0", "t1", resolved=True)), (0, _result("base", "t1", resolved=False))])
+    study = _run(tmp_path / "study", [(0, _result("base", "t2", resolved=True)), (0, _result("tg_s0", "t2", resolved=True))])
+    sources = {"tg_s0": ArmEpisodes(main, "tg@s0"), "base": ArmEpisodes(study, "base")}
+    rows = {(r["runner_arm"], r["instance_id"]) for r in study_frame(sources, ARMS).to_dict("records")}
+    assert rows == {("tg_s0", "t1"), ("base", "t2")}
+    with pytest.raises(StatsInputError, match=r"'tg_s0' and 'base' both read arm 'tg@s0'"):
+        study_frame({"tg_s0": ArmEpisodes(main, "tg@s0"), "base": ArmEpisodes(main, "tg@s0")}, ARMS)
 
 
 def test_tier_frame_columns_and_unjudged_episode_error(tmp_path: Path) -> None:
@@ -82,8 +98,10 @@ def test_tier_frame_columns_and_unjudged_episode_error(tmp_path: Path) -> None:
 def test_probe_frame_and_pairs_from_run_directories(tmp_path: Path) -> None:
     info = ProbeInfo(name="explain", kind="probe:explain/v1", placement="first_turn", text="Explain.", asks="a",
                      side_effect="s")
-    plain = probe_frame(_run(tmp_path / "plain", [(0, _result("tg_s0", "t1", resolved=True, edits=1))]), ARMS)
-    probed = probe_frame(_run(tmp_path / "probe", [(0, _result("tg_s0", "t1", resolved=False, kind=info.kind))]), ARMS)
+    plain = probe_frame(whole_run(_run(tmp_path / "plain", [(0, _result("tg_s0", "t1", resolved=True, edits=1))]),
+                                  ARMS), ARMS)
+    probed = probe_frame(whole_run(_run(tmp_path / "probe", [(0, _result("tg_s0", "t1", resolved=False,
+                                                                        kind=info.kind))]), ARMS), ARMS)
     pairs, dropped = probe_pairs(plain, probed, info)
     assert dropped == 0 and list(pairs["state_id"]) == ["t1/train_s0/ep0"]
     assert bool(pairs["plain_edited"].iloc[0]) and not bool(pairs["probe_edited"].iloc[0])

@@ -14,7 +14,7 @@ import pytest
 import tgsuite.pipeline.studies as ps
 from evalsuite.rates import StatsInputError
 from evalsuite.schema import AnalysisResult, Exploratory
-from evalsuite.study_tables import hint_probes_result, probe_frame, probe_pairs
+from evalsuite.study_tables import hint_probes_result, probe_frame, probe_pairs, whole_run
 from harness.feedback_spec import parse_feedback
 from harness.interfaces import PolicyOutput
 from harness.probes import PROBES
@@ -101,8 +101,8 @@ def test_hint_probes_stage_known_answers_and_resume(tmp_path: Path, evals: list[
         assert all(e.change.b == e.change.c == 0 for e in res[key].endpoints), key
     assert res[("ask_approved", "tg")].probe.kind == "probe:ask_approved/v1"
     rec = json.loads((tmp_path / "studies" / "studies.json").read_text())
-    assert rec["errors"] == {} and {"plain", "probe_explain", "probe_ask_approved"} <= set(rec["run_dirs"])
-    assert Path(rec["run_dirs"]["probe_explain"]).name.startswith("study_eval_probe_explain_v1-")
+    assert rec["errors"] == {} and {"plain", "probe_explain", "probe_ask_approved"} <= set(rec["episodes"])
+    assert Path(rec["episodes"]["probe_explain"]["tg_s0"]["run_dir"]).name.startswith("study_eval_probe_explain_v1-")
     # the report panel shows it
     sec = hint_probes_section(AnalysisResult.model_construct(exploratory=ex))
     assert sec.available and len(sec.tables[0].rows) == 4 * 3
@@ -199,7 +199,8 @@ def test_real_runner_pairs_probe_and_plain_episodes_by_seed(tmp_path: Path) -> N
         first = [next(m.content for m in t.messages if m.role == "assistant") for t in (plain, probed)]
         assert first[0].split("\n")[0] == first[1].split("\n")[0]  # the same random note: same policy stream
     assert trajs["plain"][0].seed != trajs["plain"][1].seed
-    (r,) = hint_probes_result(probe_frame(dirs["plain"], arms), {"ask_approved": probe_frame(dirs["probe"], arms)},
+    (r,) = hint_probes_result(probe_frame(whole_run(dirs["plain"], arms), arms),
+                              {"ask_approved": probe_frame(whole_run(dirs["probe"], arms), arms)},
                               {"ask_approved": probe_info(PROBES["ask_approved"])})
     ep = {e.endpoint: e for e in r.endpoints}
     assert (r.n_states, r.delivered) == (2, 2)

@@ -4,6 +4,7 @@ through the real run-directory reader, the real evalsuite study analyses and the
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 import evalsuite.study_tables as ST
 import tgsuite.pipeline.studies as ps
 from evalsuite.schema import Exploratory
+from evalsuite.study_tables import ArmEpisodes
 from harness.feedback_spec import parse_feedback
 from harness.schema import ArmSpec, EpisodeMetrics, EpisodeResult, RunManifest
 from repro.checkpoint import CheckpointInfo
@@ -55,7 +57,7 @@ def _write_run(run_dir: Path, arms: dict[str, str], corrective: bool, kind: str 
                       seeds=[0], sandbox="local", isolated=False)
     (run_dir / "manifest.json").write_text(man.model_dump_json())
     for arm in arms:
-        label = arm.rsplit("_s", 1)[0]
+        label = arm.split("@")[0].rsplit("_s", 1)[0]  # tg_s0 (a study's name) or tg@s0 (the main evaluation's)
         for i, iid in enumerate(ids):
             beh, code = _outcome(label, i, corrective)
             res = EpisodeResult(run_id=run_dir.name, instance_id=iid, repo=f"r{i % 2}", cluster=f"r{i % 2}", arm=arm,
@@ -241,15 +243,43 @@ def test_adding_a_study_only_runs_what_it_needs(tmp_path: Path, fakes: dict[str,
     assert ps.run_studies(StageRunner(tmp_path, echo=lambda s: None), ctx, set()) == Exploratory()
     ex = ps.run_studies(StageRunner(tmp_path, echo=lambda s: None), ctx, {"can_do"})
     assert fakes["train"] == [] and ex.noisy_feedback is None and ex.equal_compute is None
+    assert fakes["eval"] == [["base", "tg_s0"]]
     ps.run_studies(StageRunner(tmp_path, echo=lambda s: None), ctx, {"can_do", "ablations"})
     assert [a for _, a, _, _ in fakes["train"]] == ["tg_no_fmt_reward"]
-    assert fakes["eval"][-1] == ["base", "tg_no_fmt_reward_s0", "tg_s0"] and len(fakes["eval_fb"]) == 1
-    # tg retrained in place (same path, new weights): its evals re-run in a fresh directory, never mixing episodes
-    before = json.loads((tmp_path / "studies" / "studies.json").read_text())["run_dirs"]
+    # only the new model is evaluated; base and tg_s0 are read from the first plain evaluation
+    assert fakes["eval"][1:] == [["tg_no_fmt_reward_s0"]] and len(fakes["eval_fb"]) == 1
+    before = json.loads((tmp_path / "studies" / "studies.json").read_text())["episodes"]
+    plain_dir = {k: v["run_dir"] for k, v in before["plain"].items()}
+    assert plain_dir["base"] == plain_dir["tg_s0"] != plain_dir["tg_no_fmt_reward_s0"]
+    # tg retrained in place (same path, new weights): tg alone is evaluated again, in a fresh directory, never
+    # mixing episodes of the old weights
     _write_ckpt(ctx.paths.train / "tg" / "s0", "tg", 0, 2, "retrained")
     ps.run_studies(StageRunner(tmp_path, echo=lambda s: None), ctx, {"can_do", "ablations"})
-    after = json.loads((tmp_path / "studies" / "studies.json").read_text())["run_dirs"]
-    assert len(fakes["eval_fb"]) == 2 and all(after[k] != before[k] for k in ("plain", "corrective"))
+    after = json.loads((tmp_path / "studies" / "studies.json").read_text())["episodes"]
+    assert fakes["eval"][2:] == [["tg_s0"]] and [a for a, _ in fakes["eval_fb"]] == [["base", "tg_s0"], ["tg_s0"]]
+    assert all(after[k]["tg_s0"] != before[k]["tg_s0"] and after[k]["base"] == before[k]["base"]
+               for k in ("plain", "corrective"))
+
+
+def test_plain_evaluations_read_the_main_evaluation(tmp_path: Path, fakes: dict[str, list[Any]]) -> None:
+    """The main evaluation already holds the unhinted episodes of the SFT start and the arms' checkpoints (under
+    the names ``base`` and ``tg@s0``): the studies' plain evaluation reads them and evaluates only new models;
+    hinted evaluations still run every model."""
+    main = _ctx(tmp_path)
+    ckpts = main.ckpts
+    _write_run(tmp_path / "eval" / "base", {"base": ckpts["base"]}, corrective=False)
+    _write_run(tmp_path / "eval" / "arms", {k: v for k, v in ckpts.items() if k != "base"}, corrective=False)
+    episodes = {p: ArmEpisodes(tmp_path / "eval" / ("base" if k == "base" else "arms"), k) for k, p in ckpts.items()}
+    ctx = replace(main, main_episodes=episodes)
+    ex = ps.run_studies(StageRunner(tmp_path, echo=lambda s: None), ctx, {"can_do", "noisy_feedback"})
+    assert sorted(sum(fakes["eval"], [])) == ["tg_mix_half_irrelevant_s0", "tg_mix_quarter_wrong_s0"]
+    assert fakes["eval_fb"] == [(["base", "tg_s0"], "correct@before_finish")]
+    rec = json.loads((tmp_path / "studies" / "studies.json").read_text())["episodes"]["plain"]
+    assert rec["tg_s0"] == {"run_dir": str(tmp_path / "eval" / "arms"), "arm": "tg@s0"}
+    # the same answers as when the study evaluates them itself (the fake's outcomes depend on the label only)
+    alone = ps.run_studies(StageRunner(tmp_path / "alone", echo=lambda s: None), _ctx(tmp_path / "alone"),
+                           {"can_do", "noisy_feedback"})
+    assert ex == alone
 
 
 def test_missing_main_checkpoint_names_the_fix(tmp_path: Path, fakes: dict[str, list[Any]]) -> None:
@@ -282,11 +312,12 @@ def test_can_do_with_the_real_runner_and_scripted_expert(tmp_path: Path, monkeyp
                           ckpts={"base": "unused"}, excluded={})
     models = {"base": ps.StudyModel("base", "base", -1, "unused")}
     runner = StageRunner(tmp_path, echo=lambda s: None)
-    plain_dir = ps.eval_models(runner, ctx, "plain", models, None)
-    corr_dir = ps.eval_models(runner, ctx, "corr", models, "correct@before_finish")
-    assert plain_dir.parent == corr_dir.parent == paths.eval / "studies"
+    plain_src = ps.eval_models(runner, ctx, "plain", models, None)
+    corr_src = ps.eval_models(runner, ctx, "corr", models, "correct@before_finish")
+    corr_dir = corr_src["base"].run_dir
+    assert plain_src["base"].run_dir.parent == corr_dir.parent == paths.eval / "studies"
     arms = ps.study_arms(models)
-    plain, corr = ST.study_frame(plain_dir, arms), ST.study_frame(corr_dir, arms)
+    plain, corr = ST.study_frame(plain_src, arms), ST.study_frame(corr_src, arms)
     assert list(corr["runner_arm"]) == ["base"] and "correct" in {r.feedback_kind for r in load_run(corr_dir).results}
     assert len(plain) == len(corr) == 1 and bool(plain["code_ok"].iloc[0]) and bool(corr["code_ok"].iloc[0])
     (res,) = ST.can_do_result(plain, corr, "correct@before_finish")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import tgsuite.pipeline.reproduce as rp
+from harness.schema import ArmSpec, RunManifest
 from tgsuite.pipeline.presets import SMOKE, Preset
 from tgsuite.pipeline.records import (
     AnalyzeOutputs,
@@ -73,7 +74,10 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], dict[str, str]]:
 
     def evaluate(run_dir: Path, heldout: Path, arms: dict[str, str], *_a: object) -> EvalOutputs:
         made.append(f"eval_{run_dir.name}")
-        return EvalOutputs.model_validate({"paths": {"manifest": _file(run_dir / "manifest.json")},
+        man = RunManifest(run_id=run_dir.name, created_at="2026-01-01T00:00:00Z", task_set_name="heldout",
+                          task_set_sha256="h", instance_ids=[], seeds=[0], sandbox="local", isolated=False,
+                          arms=[ArmSpec(name=a, policy=f"hf:{p}") for a, p in arms.items()])  # a run without episodes
+        return EvalOutputs.model_validate({"paths": {"manifest": _file(run_dir / "manifest.json", man.model_dump_json())},
                                            "finished_at": "2026-01-01T00:00:00Z", "n": len(arms), "scored": len(arms),
                                            "resolved": 0, "behaviour_ok": 0})
 
@@ -126,3 +130,23 @@ def test_a_new_analysis_re_renders_the_report(tmp_path: Path, fakes: tuple[list[
     n = len(calls)
     rp.reproduce(SMOKE, tmp_path / "out", force=frozenset({"analyze"}), echo=lambda s: None)
     assert calls[n:] == ["analyze", "report"]
+
+
+def test_studies_read_the_main_evaluation_instead_of_evaluating_its_checkpoints_again(
+        tmp_path: Path, fakes: tuple[list[str], dict[str, str]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The studies' unhinted evaluation of the SFT start and the arms' checkpoints is the main evaluation (same task
+    set, plan and settings): reproduce hands its episodes to the studies, so only hinted evaluations run."""
+    import json
+
+    from tgsuite.pipeline import stages
+
+    calls, _ = fakes
+    for name in ("stage_train", "stage_eval"):  # the studies call the stages module's functions
+        monkeypatch.setattr(stages, name, getattr(rp, name))
+    rp.reproduce(SMOKE, tmp_path / "out", echo=lambda s: None)
+    n = len(calls)
+    rp.reproduce(SMOKE, tmp_path / "out", studies=frozenset({"can_do"}), echo=lambda s: None)
+    assert [c.split("-")[0] for c in calls[n:]] == ["eval_study_eval_corrective", "analyze", "report"]
+    plain = json.loads((tmp_path / "out" / "studies" / "studies.json").read_text())["episodes"]["plain"]
+    assert plain["tg_s0"] == {"run_dir": str(tmp_path / "out" / "eval" / "arms"), "arm": "tg@s0"}
+    assert plain["base"] == {"run_dir": str(tmp_path / "out" / "eval" / "base"), "arm": "base"}

@@ -36,7 +36,7 @@ def evaluate_generalization(runner: StageRunner, paths: Paths, preset: Preset, h
                             protocol: str) -> list[LabelRates]:
     """Evaluate ``ckpts`` (runner arm -> model dir, ``base`` included) on the generalization tier and return its
     rates, the SFT start (``base``) first as the reference; [] when the run has no such tier."""
-    from evalsuite.study_tables import label_rates, study_frame
+    from evalsuite.study_tables import label_rates, study_frame, whole_run
 
     gen = held_ts.generalization
     if gen is None:
@@ -53,6 +53,6 @@ def evaluate_generalization(runner: StageRunner, paths: Paths, preset: Preset, h
                lambda: stage_eval(run_dir, paths.generalization_tasks, ckpts, preset, protocol,
                                   excluded_tests(paths.generalization_tasks)), EvalOutputs)
     arms = runner_arms(ckpts)
-    frame = study_frame(run_dir, arms)
+    frame = study_frame(whole_run(run_dir, arms), arms)
     labels = sorted({label for label, _ in arms.values()} - {"base"})
     return label_rates(frame, STUDY, labels, "base")

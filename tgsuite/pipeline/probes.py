@@ -20,10 +20,9 @@ simulated: every number comes from these runs.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from evalsuite.study_tables import hint_probes_result, probe_frame
+from evalsuite.study_tables import ArmEpisodes, hint_probes_result, probe_frame
 from harness.probes import PROBES, Probe
 from tgsuite.pipeline.stage_runner import StageRunner
 from tgsuite.pipeline.study_context import StudyContext, StudyModel, StudySizes, eval_models, study_arms
@@ -44,14 +43,15 @@ def probe_info(p: Probe) -> ProbeInfo:
 
 
 def run_hint_probes(runner: StageRunner, ctx: StudyContext, sizes: StudySizes, models: dict[str, StudyModel],
-                    dirs: dict[str, Path]) -> list[HintProbeResult]:
-    """Evaluate every probe on the can-do models (resumable stages) and analyse them against ``dirs["plain"]``;
-    adds each probe's run directory to ``dirs`` as ``probe_<name>`` (recorded in studies.json)."""
+                    episodes: dict[str, dict[str, ArmEpisodes]]) -> list[HintProbeResult]:
+    """Evaluate every probe on the can-do models (resumable stages) and analyse them against ``episodes["plain"]``
+    (where each model's plain episodes are); adds where each probe's episodes are to ``episodes`` as ``probe_<name>``
+    (recorded in studies.json)."""
     chosen = {k: m for k, m in models.items() if m.label in sizes.can_do_labels}
     arms = study_arms(chosen)
-    plain = probe_frame(dirs["plain"], arms)
+    plain = probe_frame(episodes["plain"], arms)
     probed = {}
     for name, p in sorted(PROBES.items()):
-        dirs[f"probe_{name}"] = eval_models(runner, ctx, f"study_eval_probe_{name}_v{p.version}", chosen, f"probe:{name}")
-        probed[name] = probe_frame(dirs[f"probe_{name}"], arms)
+        episodes[f"probe_{name}"] = eval_models(runner, ctx, f"study_eval_probe_{name}_v{p.version}", chosen, f"probe:{name}")
+        probed[name] = probe_frame(episodes[f"probe_{name}"], arms)
     return hint_probes_result(plain, probed, {n: probe_info(p) for n, p in PROBES.items()})

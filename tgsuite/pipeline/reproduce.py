@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from evalsuite.schema import Exploratory
+from evalsuite.study_tables import ArmEpisodes
 from repro.pretrain.ship import init_fingerprint
 from tgsuite.pipeline.generalization import evaluate_generalization
 from tgsuite.pipeline.presets import Preset
@@ -165,9 +166,11 @@ def reproduce(preset: Preset, out_dir: str | Path, *, force: frozenset[str] = fr
                                       prep.frozen.sha256)
     exploratory = Exploratory(label_rates=general) if general else None
     if studies:
+        main_episodes = {path: ArmEpisodes(base_dir if key == "base" else arms_dir, key)
+                         for key, path in trained.ckpts.items()}  # eval_base and eval_arms name arms by ckpts' keys
         ctx = StudyContext(preset=preset, paths=paths, protocol_sha256=prep.frozen.sha256,
                            heldout_sha256=prep.held_ts.sha256, sft_report=prep.sft.report, ckpts=trained.ckpts,
-                           excluded=excluded)
+                           excluded=excluded, main_episodes=main_episodes)
         ex = run_studies(runner, ctx, set(studies))
         exploratory = ex.model_copy(update={"label_rates": [*general, *ex.label_rates]})
     ex_hash = canonical_hash(exploratory.model_dump(mode="json")) if exploratory is not None else None

@@ -222,8 +222,9 @@ def equal_compute_evals(frame: pd.DataFrame, models: dict[str, StudyModel], tria
 def run_studies(runner: StageRunner, ctx: StudyContext, studies: set[str]) -> Exploratory:
     """Train, evaluate and analyse the selected ``studies``; returns the ``evalsuite.schema.Exploratory`` that
     ``evalsuite.analyze.analyze(..., exploratory=...)`` takes. Call after the main eval stage; every train and eval
-    step is a resumable stage of ``runner``. Also writes ``<out>/studies/studies.json`` (models, run directories,
-    ablation rates, the reason a study's analysis could not run)."""
+    step is a resumable stage of ``runner``; a model is evaluated only when no earlier evaluation under the same
+    settings has its episodes (``study_context.eval_models``). Also writes ``<out>/studies/studies.json`` (models,
+    where each model's episodes are, ablation rates, the reason a study's analysis could not run)."""
     from evalsuite.rates import StatsInputError
     from evalsuite.schema import Exploratory
     from harness.rundir import RunDirError
@@ -237,22 +238,22 @@ def run_studies(runner: StageRunner, ctx: StudyContext, studies: set[str]) -> Ex
     models = _main_models(ctx, sizes, studies)
     trained, eqc_steps = _train_studies(runner, ctx, sizes, studies)
     models.update(trained)
-    dirs = {"plain": eval_models(runner, ctx, "study_eval_plain", models, None)} if models else {}  # none: tiers only
-    frame = study_frame(dirs["plain"], study_arms(models)) if models else pd.DataFrame(columns=["label", *ENDPOINTS])
+    episodes = {"plain": eval_models(runner, ctx, "study_eval_plain", models, None)} if models else {}  # none: tiers only
+    frame = study_frame(episodes["plain"], study_arms(models)) if models else pd.DataFrame(columns=["label", *ENDPOINTS])
     out: dict[str, Any] = {"noisy_feedback": None, "equal_compute": None, "can_do_vs_does_do": []}
     errors: dict[str, str] = {}
     if "can_do" in studies:
         cd = {k: m for k, m in models.items() if m.label in sizes.can_do_labels}
-        dirs["corrective"] = eval_models(runner, ctx, "study_eval_corrective", cd, sizes.corrective)
+        episodes["corrective"] = eval_models(runner, ctx, "study_eval_corrective", cd, sizes.corrective)
     analyses = {
         "noisy_feedback": lambda: noisy_result(frame, sizes.noisy_mixes),
         "equal_compute": lambda: equal_compute_result(equal_compute_evals(frame, models, sizes.tuning_trials),
                                                       eqc_steps or 0, sizes.tuning_trials),
         "can_do": lambda: can_do_result(frame[frame["label"].isin(sizes.can_do_labels)],
-                                        study_frame(dirs["corrective"], study_arms(models)), sizes.corrective),
+                                        study_frame(episodes["corrective"], study_arms(models)), sizes.corrective),
         "ablations": lambda: label_rates(frame, "ablations", sizes.ablations, "tg"),
         "production_loop": lambda: label_rates(frame, "production_loop", ["loop"], sizes.loop_arm),
-        "hint_probes": lambda: run_hint_probes(runner, ctx, sizes, models, dirs),
+        "hint_probes": lambda: run_hint_probes(runner, ctx, sizes, models, episodes),
         "behaviour_tiers": lambda: run_behaviour_tiers(runner, ctx),
     }
     out["label_rates"] = []
@@ -270,7 +271,8 @@ def run_studies(runner: StageRunner, ctx: StudyContext, studies: set[str]) -> Ex
     ablations = rates_by_label(frame, ["tg", *sizes.ablations]) if "ablations" in studies else {}
     record = {"studies": sorted(studies), "sizes": sizes.model_dump(mode="json"), "equal_compute_steps": eqc_steps,
               "models": {k: vars(m) for k, m in sorted(models.items())},
-              "run_dirs": {k: str(v) for k, v in dirs.items()},
+              "episodes": {k: {arm: {"run_dir": str(e.run_dir), "arm": e.arm} for arm, e in sorted(v.items())}
+                           for k, v in episodes.items()},
               "ablations": ablations, "errors": errors, "exploratory": ex.model_dump(mode="json")}
     atomic_write_json(ctx.paths.eval.parent / "studies" / "studies.json", record)
     return ex

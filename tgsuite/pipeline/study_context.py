@@ -9,15 +9,17 @@ way the orchestrator hands the real ``tgsuite.pipeline.stages`` functions.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from evalsuite.study_tables import ArmEpisodes, whole_run
 from tgsuite.pipeline import stages
 from tgsuite.pipeline.presets import Preset
 from tgsuite.pipeline.records import EvalOutputs, Paths, SftOutputs, SftReport, TrainOutputs
 from tgsuite.pipeline.sizes import StudySizes
-from tgsuite.pipeline.stage_runner import StageRunner, canonical_hash
+from tgsuite.pipeline.stage_runner import StageRunner, atomic_write_json, canonical_hash
 
 SftStage = Callable[[Paths, Preset], SftOutputs]
 TrainStage = Callable[..., TrainOutputs]  # (run_dir, paths, preset, arm, seed, protocol_hash) -> outputs
@@ -50,6 +52,9 @@ class StudyContext:
     sft_report: SftReport  # the SFT stage's report
     ckpts: dict[str, str]  # "base" and "<arm>@s<seed>" -> checkpoint directory
     excluded: dict[str, list[str]]  # tgsuite.pipeline.stages.excluded_tests(heldout)
+    # checkpoint directory -> its unhinted episodes in the main evaluation (the same task set, plan and evaluation
+    # settings as a study's plain evaluation), which the studies read instead of evaluating the model again
+    main_episodes: Mapping[str, ArmEpisodes] = field(default_factory=dict)
     sizes: StudySizes | None = None  # default: the preset's (Preset.study_sizes)
     stages: StudyStages = field(default_factory=default_stages)
 
@@ -86,18 +91,55 @@ def model_key(path: str) -> str:
         return path
 
 
-def eval_models(runner: StageRunner, ctx: StudyContext, name: str, models: dict[str, StudyModel],
-          feedback: str | None) -> Path:
-    """Evaluate ``models`` on the held-out set as stage ``name``; returns the run directory.
+INDEX = "study_models.json"  # in a finished study eval's run directory: per-model key -> the model's arm there
 
-    The directory is ``<out>/eval/studies/<name>-<input hash>``: an interrupted eval resumes in place, while new
-    inputs (a retrained checkpoint at the same path, another model set) start a fresh run instead of mixing in
-    episodes of the old weights (the runner identifies a policy by its path only)."""
-    arms = {m.runner_arm: m.path for m in models.values()}
+
+def _model_keys(ctx: StudyContext, models: dict[str, StudyModel], feedback: str | None) -> dict[str, str]:
+    """runner arm -> a hash of everything one model's episodes depend on: its weights, the task set, the plan, the
+    evaluation settings and the hint."""
+    common = {"tasks": ctx.heldout_sha256, "protocol": ctx.protocol_sha256, "eval": ctx.preset.eval.stage_inputs(),
+              "feedback": feedback}
+    return {k: canonical_hash({**common, "model": model_key(m.path)}) for k, m in models.items()}
+
+
+def evaluated(ctx: StudyContext, name: str, models: dict[str, StudyModel], feedback: str | None
+              ) -> dict[str, ArmEpisodes]:
+    """The ``models`` whose episodes already exist: unhinted, the main evaluation's
+    (``StudyContext.main_episodes``); else those of a finished earlier run of stage ``name`` (its ``INDEX``), the
+    first by directory name when several have them, so the choice never depends on the order of runs."""
+    found: dict[str, ArmEpisodes] = {}
+    if feedback is None:
+        found = {k: ctx.main_episodes[m.path] for k, m in models.items() if m.path in ctx.main_episodes}
+    keys = _model_keys(ctx, models, feedback)
+    index: dict[str, ArmEpisodes] = {}
+    for path in sorted((ctx.paths.eval / "studies").glob(f"{name}-*/{INDEX}"), reverse=True):
+        for key, arm in json.loads(path.read_text())["models"].items():
+            index[key] = ArmEpisodes(path.parent, arm)
+    found.update({k: index[key] for k, key in keys.items() if k not in found and key in index})
+    return found
+
+
+def eval_models(runner: StageRunner, ctx: StudyContext, name: str, models: dict[str, StudyModel],
+                feedback: str | None) -> dict[str, ArmEpisodes]:
+    """Evaluate on the held-out set (as stage ``name``) the ``models`` whose episodes do not exist yet
+    (``evaluated``); returns where every model's episodes are (runner arm -> ``ArmEpisodes``).
+
+    A new evaluation runs in ``<out>/eval/studies/<name>-<input hash>``: an interrupted eval resumes in place, while
+    new inputs (a retrained checkpoint at the same path, another model set) start a fresh run instead of mixing in
+    episodes of the old weights (the runner identifies a policy by its path only). When it finishes, its ``INDEX``
+    records each model's key, so a later study that needs the same model under the same settings reads these
+    episodes instead of evaluating it again."""
+    found = evaluated(ctx, name, models, feedback)
+    todo = {k: m for k, m in models.items() if k not in found}
+    if not todo:
+        return found
+    arms = {m.runner_arm: m.path for m in todo.values()}
     inputs = {"models": {k: model_key(v) for k, v in sorted(arms.items())}, "tasks": ctx.heldout_sha256,
               "protocol": ctx.protocol_sha256, "eval": ctx.preset.eval.stage_inputs(),
               "feedback": feedback}
     run_dir = ctx.paths.eval / "studies" / f"{name}-{canonical_hash(inputs)[:12]}"
     runner.run(name, inputs, lambda: ctx.stages.evaluate(run_dir, ctx.paths.heldout_tasks, arms, ctx.preset,
                                                          ctx.protocol_sha256, ctx.excluded, feedback), EvalOutputs)
-    return run_dir
+    keys = _model_keys(ctx, todo, feedback)
+    atomic_write_json(run_dir / INDEX, {"models": {keys[k]: m.runner_arm for k, m in sorted(todo.items())}})
+    return {**found, **whole_run(run_dir, todo)}
