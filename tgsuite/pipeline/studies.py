@@ -28,9 +28,11 @@ Studies (select any subset with :func:`parse_studies`; every one is labelled exp
 - ``behaviour_tiers``: format / style / tension tiers (``tool_args@v1``, ``markdown@v1``, ``ask_first@v1``): GRPO
   and TG per tier from a base taught all three, on the UNSEEN held-out repositories (``tgsuite.pipeline.tiers``).
 
-Every study checkpoint is evaluated in one resumable run directory, ``<out>/eval/studies/study_eval_plain-<hash>`` (no
-hints), and the can-do corrective answers in ``<out>/eval/studies/study_eval_corrective-<hash>``. Runner arm names are ``<label>_s<seed>`` (``base``
-for the SFT base). The tables and study results are built from those run directories by ``evalsuite.study_tables``
+Study checkpoints are evaluated without hints in resumable run directories ``<out>/eval/studies/study_eval_plain-<hash>``
+and the can-do corrective answers in ``<out>/eval/studies/study_eval_corrective-<hash>``; a model is evaluated once
+per setting (``study_context.eval_models``: the main evaluation's episodes of the SFT base and the arms' checkpoints
+are read, not run again, and a later study reads an earlier study's). Runner arm names are ``<label>_s<seed>``
+(``base`` for the SFT base). The tables and study results are built from those run directories by ``evalsuite.study_tables``
 (this module trains, evaluates and reads the checkpoints' compute ledgers). Nothing here is simulated: every number
 comes from these runs. Entry point: :func:`run_studies`.
 """
