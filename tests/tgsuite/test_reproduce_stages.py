@@ -5,6 +5,7 @@ exactly what consumes it."""
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -136,8 +137,6 @@ def test_studies_read_the_main_evaluation_instead_of_evaluating_its_checkpoints_
         tmp_path: Path, fakes: tuple[list[str], dict[str, str]], monkeypatch: pytest.MonkeyPatch) -> None:
     """The studies' unhinted evaluation of the SFT start and the arms' checkpoints is the main evaluation (same task
     set, plan and settings): reproduce hands its episodes to the studies, so only hinted evaluations run."""
-    import json
-
     from tgsuite.pipeline import stages
 
     calls, _ = fakes

@@ -94,23 +94,21 @@ def model_key(path: str) -> str:
 INDEX = "study_models.json"  # in a finished study eval's run directory: per-model key -> the model's arm there
 
 
-def _model_keys(ctx: StudyContext, models: dict[str, StudyModel], feedback: str | None) -> dict[str, str]:
-    """runner arm -> a hash of everything one model's episodes depend on: its weights, the task set, the plan, the
-    evaluation settings and the hint."""
-    common = {"tasks": ctx.heldout_sha256, "protocol": ctx.protocol_sha256, "eval": ctx.preset.eval.stage_inputs(),
-              "feedback": feedback}
-    return {k: canonical_hash({**common, "model": model_key(m.path)}) for k, m in models.items()}
+def _settings(ctx: StudyContext, feedback: str | None) -> dict[str, object]:
+    """What a study evaluation's episodes depend on besides the weights: task set, plan, evaluation settings, hint."""
+    return {"tasks": ctx.heldout_sha256, "protocol": ctx.protocol_sha256, "eval": ctx.preset.eval.stage_inputs(),
+            "feedback": feedback}
 
 
-def evaluated(ctx: StudyContext, name: str, models: dict[str, StudyModel], feedback: str | None
-              ) -> dict[str, ArmEpisodes]:
+def evaluated(ctx: StudyContext, name: str, models: dict[str, StudyModel], keys: dict[str, str],
+              feedback: str | None) -> dict[str, ArmEpisodes]:
     """The ``models`` whose episodes already exist: unhinted, the main evaluation's
-    (``StudyContext.main_episodes``); else those of a finished earlier run of stage ``name`` (its ``INDEX``), the
-    first by directory name when several have them, so the choice never depends on the order of runs."""
+    (``StudyContext.main_episodes``); else those of a finished earlier run of stage ``name`` whose ``INDEX`` holds
+    the model's key (``keys``: runner arm -> hash of weights and ``_settings``), the first by directory name when
+    several have them, so the choice never depends on the order of runs."""
     found: dict[str, ArmEpisodes] = {}
     if feedback is None:
         found = {k: ctx.main_episodes[m.path] for k, m in models.items() if m.path in ctx.main_episodes}
-    keys = _model_keys(ctx, models, feedback)
     index: dict[str, ArmEpisodes] = {}
     for path in sorted((ctx.paths.eval / "studies").glob(f"{name}-*/{INDEX}"), reverse=True):
         for key, arm in json.loads(path.read_text())["models"].items():
@@ -129,17 +127,17 @@ def eval_models(runner: StageRunner, ctx: StudyContext, name: str, models: dict[
     episodes of the old weights (the runner identifies a policy by its path only). When it finishes, its ``INDEX``
     records each model's key, so a later study that needs the same model under the same settings reads these
     episodes instead of evaluating it again."""
-    found = evaluated(ctx, name, models, feedback)
+    settings = _settings(ctx, feedback)
+    weights = {k: model_key(m.path) for k, m in models.items()}
+    keys = {k: canonical_hash({**settings, "model": w}) for k, w in weights.items()}
+    found = evaluated(ctx, name, models, keys, feedback)
     todo = {k: m for k, m in models.items() if k not in found}
     if not todo:
         return found
     arms = {m.runner_arm: m.path for m in todo.values()}
-    inputs = {"models": {k: model_key(v) for k, v in sorted(arms.items())}, "tasks": ctx.heldout_sha256,
-              "protocol": ctx.protocol_sha256, "eval": ctx.preset.eval.stage_inputs(),
-              "feedback": feedback}
+    inputs = {"models": {k: weights[k] for k in sorted(todo)}, **settings}
     run_dir = ctx.paths.eval / "studies" / f"{name}-{canonical_hash(inputs)[:12]}"
     runner.run(name, inputs, lambda: ctx.stages.evaluate(run_dir, ctx.paths.heldout_tasks, arms, ctx.preset,
                                                          ctx.protocol_sha256, ctx.excluded, feedback), EvalOutputs)
-    keys = _model_keys(ctx, todo, feedback)
     atomic_write_json(run_dir / INDEX, {"models": {keys[k]: m.runner_arm for k, m in sorted(todo.items())}})
     return {**found, **whole_run(run_dir, todo)}
