@@ -261,6 +261,18 @@ def test_adding_a_study_only_runs_what_it_needs(tmp_path: Path, fakes: dict[str,
                for k in ("plain", "corrective"))
 
 
+def test_a_damaged_index_names_the_file_and_the_fix(tmp_path: Path, fakes: dict[str, list[Any]]) -> None:
+    ctx = _ctx(tmp_path)
+    ps.run_studies(StageRunner(tmp_path, echo=lambda s: None), ctx, {"can_do"})
+    (index,) = (tmp_path / "eval" / "studies").glob("study_eval_plain-*/study_models.json")
+    index.write_text("{}")
+    with pytest.raises(ValueError, match=r"study_models.json: not a study evaluation index.*fix: delete this file"):
+        ps.run_studies(StageRunner(tmp_path, echo=lambda s: None), ctx, {"can_do"})
+    index.unlink()  # the fix: the finished stage writes the index again
+    ps.run_studies(StageRunner(tmp_path, echo=lambda s: None), ctx, {"can_do"})
+    assert index.is_file() and fakes["eval"] == [["base", "tg_s0"]]
+
+
 def test_plain_evaluations_read_the_main_evaluation(tmp_path: Path, fakes: dict[str, list[Any]]) -> None:
     """The main evaluation already holds the unhinted episodes of the SFT start and the arms' checkpoints (under
     the names ``base`` and ``tg@s0``): the studies' plain evaluation reads them and evaluates only new models;

@@ -111,8 +111,12 @@ def evaluated(ctx: StudyContext, name: str, models: dict[str, StudyModel], keys:
         found = {k: ctx.main_episodes[m.path] for k, m in models.items() if m.path in ctx.main_episodes}
     index: dict[str, ArmEpisodes] = {}
     for path in sorted((ctx.paths.eval / "studies").glob(f"{name}-*/{INDEX}"), reverse=True):
-        for key, arm in json.loads(path.read_text())["models"].items():
-            index[key] = ArmEpisodes(path.parent, arm)
+        try:
+            entries = json.loads(path.read_text())["models"].items()
+        except (ValueError, KeyError, AttributeError) as exc:
+            raise ValueError(f"{path}: not a study evaluation index (field 'models': {{model key: arm}}; {exc}); fix: "
+                             "delete this file; the next run writes it again (evaluating its models again if needed)") from None
+        index.update({key: ArmEpisodes(path.parent, arm) for key, arm in entries})
     found.update({k: index[key] for k, key in keys.items() if k not in found and key in index})
     return found
 
