@@ -87,7 +87,7 @@ class HFEngine:
         lps: list[list[float]] = [[] for _ in range(b)]
         for _ in range(max(limits)):
             logp = sampling_logprobs(logits.float(), temperature=temperature, top_p=top_p)
-            tok = draw(logp.cpu(), generator).to(dev)
+            tok = draw(logp, generator)  # drawn on the generator's device, returned on dev
             chosen = logp.gather(1, tok[:, None]).squeeze(1)
             for i in range(b):
                 if done[i]:

@@ -134,7 +134,8 @@ def one_line(name: str, r: dict[str, Any]) -> str:
     """The part's printed line: its status and its main numbers."""
     st = r.get("status")
     if st != "ok":
-        return f"[gpu_check] {name}: {st}: {r.get('error') or r.get('reason')}"
+        msg = str(r.get("error") or r.get("reason"))
+        return f"[gpu_check] {name}: " + (msg if msg.startswith(f"{st}:") else f"{st}: {msg}")
 
     def g(key: str, fmt: str = ".3g") -> str:
         v = r.get(key)

@@ -21,8 +21,14 @@ Documents longer than ``max_doc_len`` are cut into pieces, each starting at posi
 earlier context); ``Packed.n_split`` counts them so callers can report it.
 
 The RL trainer packs its micro-batches the same way (``repro.trainer_step.collate`` with ``padding_free``; the
-student's sequences and the teacher's hint-spliced views each in one row) and runs them under
-:func:`packed_attention`.
+student's sequences and the teacher's hint-spliced views each in one row) and runs them through
+:func:`packed_forward`.
+
+The document boundaries travel with the forward call, as its keyword ``tg_cu_seqlens`` (transformers hands a model's
+extra keywords down to every attention call), never in thread-local state: with activation checkpointing the
+backward recomputes each layer's forward, and on a GPU the autograd engine runs that backward on its own device
+thread, not the thread that called the forward (tests/repro/test_activation_checkpointing.py runs a backward in
+another thread). transformers' checkpointed layers keep the keywords of the original call for the recompute.
 
 Not covered: batched generation (the sampler keeps ``sdpa`` with its padding masks; the packed implementation is
 switched on only for the duration of a packed forward).
@@ -31,7 +37,6 @@ switched on only for the duration of a packed forward).
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -44,6 +49,7 @@ from repro.models import lm_head_weight
 
 IGNORE = -100
 ATTN_IMPL = "tg_packed"
+CU_KWARG = "tg_cu_seqlens"  # the forward keyword that carries the document boundaries
 
 Document = tuple[Sequence[int], Sequence[int]]
 
@@ -100,17 +106,16 @@ def pack(docs: Sequence[Document], *, max_doc_len: int = 1 << 20) -> Packed:
                   n_split=n_split)
 
 
-_local = threading.local()
-
-
 def packed_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                              attention_mask: torch.Tensor | None, dropout: float = 0.0,
                              scaling: float | None = None, **kwargs: object) -> tuple[torch.Tensor, None]:
-    """Causal sdpa inside each document of ``_local.cu_seqlens`` (query/key/value [1, H, N, D]); GQA by repeating
-    the key/value heads. Returns [1, N, H, D] like transformers' sdpa implementation."""
-    cu = getattr(_local, "cu_seqlens", None)
+    """Causal sdpa inside each document of the call's ``tg_cu_seqlens`` (query/key/value [1, H, N, D]); GQA by
+    repeating the key/value heads. Returns [1, N, H, D] like transformers' sdpa implementation."""
+    cu = kwargs.get(CU_KWARG)
     if cu is None:
-        raise RuntimeError("the tg_packed attention runs only inside repro.packing.packed_hidden().")
+        raise RuntimeError(f"the tg_packed attention needs the documents' boundaries as the forward's `{CU_KWARG}` "
+                           "keyword: run packed batches through repro.packing.packed_forward().")
+    assert isinstance(cu, tuple)
     groups = query.shape[1] // key.shape[1]
     if groups > 1:
         key = key.repeat_interleave(groups, dim=1)
@@ -125,28 +130,33 @@ AttentionInterface.register(ATTN_IMPL, packed_attention_forward)
 
 
 @contextlib.contextmanager
-def packed_attention(model: torch.nn.Module, cu_seqlens: tuple[int, ...]) -> Iterator[None]:
-    """Run ``model``'s forwards inside this block with attention inside each document of ``cu_seqlens`` only
-    (the ``tg_packed`` implementation); the state before (the model's own implementation, or an enclosing block's
-    documents) is restored on exit, so blocks nest. With activation checkpointing the backward recomputes the layers'
+def packed_attention(model: torch.nn.Module) -> Iterator[None]:
+    """Switch ``model``'s attention to the ``tg_packed`` implementation inside this block (the implementation
+    before is restored on exit, so blocks nest). The block switches the implementation only; each forward passes its
+    documents itself (:func:`packed_forward`). With activation checkpointing the backward recomputes the layers'
     forwards: run it inside the same block (``repro.train.optimizer_step`` does)."""
     cfg = model.config
-    before, before_cu = cfg._attn_implementation, getattr(_local, "cu_seqlens", None)
-    _local.cu_seqlens = cu_seqlens
+    before = cfg._attn_implementation
     cfg._attn_implementation = ATTN_IMPL
     try:
         yield
     finally:
         cfg._attn_implementation = before
-        _local.cu_seqlens = before_cu
+
+
+def packed_forward(model: torch.nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor,
+                   cu_seqlens: tuple[int, ...]) -> torch.Tensor:
+    """Final-norm hidden states [1, N, d] of one packed row (attention inside each document of ``cu_seqlens``
+    only; ``position_ids`` restart at 0 in every document)."""
+    with packed_attention(model):
+        out = model.model(input_ids=input_ids, position_ids=position_ids, attention_mask=None, use_cache=False,
+                          **{CU_KWARG: tuple(cu_seqlens)})
+    return out.last_hidden_state
 
 
 def packed_hidden(model: torch.nn.Module, batch: Packed) -> torch.Tensor:
     """Final-norm hidden states [1, N, d] of a packed batch (attention inside each document only)."""
-    with packed_attention(model, batch.cu_seqlens):
-        out = model.model(input_ids=batch.input_ids, position_ids=batch.position_ids, attention_mask=None,
-                          use_cache=False)
-    return out.last_hidden_state
+    return packed_forward(model, batch.input_ids, batch.position_ids, batch.cu_seqlens)
 
 
 def packed_token_logprobs(model: torch.nn.Module, batch: Packed) -> tuple[torch.Tensor, torch.Tensor]:

@@ -32,7 +32,7 @@ from repro.losses import (
     kl_from_logits,
     sampled_token_kl_advantage,
 )
-from repro.packing import packed_attention
+from repro.packing import packed_attention, packed_forward
 from repro.rollout import RolloutSample
 from repro.teacher import build_teacher, teacher_context, update_teacher_
 
@@ -167,7 +167,7 @@ class Seqs:
 
     Packed (``padding_free``, the default): all sequences in one row ``ids [1, N]`` with ``positions [1, N]``
     restarting at 0 per sequence and the boundaries ``cu_seqlens``; the forward runs with attention inside each
-    sequence only (``repro.packing.packed_attention``). Padded: ``ids [B, T]`` right-padded with ``mask [B, T]``.
+    sequence only (``repro.packing.packed_forward``). Padded: ``ids [B, T]`` right-padded with ``mask [B, T]``.
     Either way the hidden states are read flat (``[B·T or N, d]``): token ``t`` of sequence ``b`` is row
     ``starts[b] + t`` (:meth:`row`)."""
 
@@ -328,10 +328,8 @@ class LossRoot(nn.Module):
         if not seqs.packed:
             h = lm.model(input_ids=seqs.ids, attention_mask=seqs.mask, use_cache=False).last_hidden_state
             return h.reshape(-1, h.shape[-1])
-        with packed_attention(lm, seqs.cu_seqlens):
-            h = lm.model(input_ids=seqs.ids, position_ids=seqs.positions, attention_mask=None,
-                         use_cache=False).last_hidden_state
-        return h[0]
+        assert seqs.positions is not None and seqs.cu_seqlens is not None
+        return packed_forward(lm, seqs.ids, seqs.positions, seqs.cu_seqlens)[0]
 
     def student_attention(self, mb: MicroBatch) -> contextlib.AbstractContextManager[None]:
         """The attention layout of ``mb``'s student sequences, for the forward AND the backward: with activation
@@ -339,8 +337,7 @@ class LossRoot(nn.Module):
         see the same packed documents (``repro.train.optimizer_step`` runs both inside it)."""
         if not mb.student.packed:
             return contextlib.nullcontext()
-        assert mb.student.cu_seqlens is not None
-        return packed_attention(self.lm, mb.student.cu_seqlens)
+        return packed_attention(self.lm)
 
     def _teacher_hidden(self, seqs: Seqs) -> torch.Tensor:
         if self.teacher_lm is None:  # the student's own weights; a LoRA model's fixed teacher: its adapters off

@@ -25,7 +25,7 @@ from typing import Literal
 import torch
 
 from harness.policies.engine_protocol import FinishReason, TokenRequest, TokenResult
-from harness.policies.sampling import sampling_logprobs
+from harness.policies.sampling import draw, sampling_logprobs
 
 LogprobsMode = Literal["sampling", "raw"]
 
@@ -46,7 +46,7 @@ def sample_token(
         tok = int(torch.argmax(logits))
         return tok, float(raw[tok])
     logp = sampling_logprobs(logits, temperature=temperature, top_p=top_p, top_k=top_k)
-    tok = int(torch.multinomial(logp.exp(), 1, generator=generator))
+    tok = int(draw(logp[None], generator)[0])  # on the generator's device (harness.policies.sampling.draw)
     return tok, float(logp[tok] if logprobs_mode == "sampling" else raw[tok])
 
 

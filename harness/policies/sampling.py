@@ -47,10 +47,15 @@ def sampling_logprobs(logits: torch.Tensor, *, temperature: float | torch.Tensor
 
 def draw(logp: torch.Tensor, generator: torch.Generator | list[torch.Generator]) -> torch.Tensor:
     """One token id per row of ``logp`` ``[B, V]``; ``generator`` is one for the batch or one per row (row i then
-    draws from ``generator[i]`` alone). The draw happens on the generator's device: pass a CPU generator with CPU
-    probabilities."""
+    draws from ``generator[i]`` alone). The draw happens on the generator's device: with a CPU generator (every
+    caller's: seeded from the episode's ``random.Random``) and log-probs on a GPU, the probabilities are copied to
+    the CPU for the draw (``torch.multinomial`` refuses a generator of another device), so the same seed draws from
+    the same stream on any device. The ids are returned on ``logp``'s device."""
     probs = logp.exp()
+
+    def one(p: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+        return torch.multinomial(p.to(g.device), 1, generator=g).to(logp.device)
+
     if isinstance(generator, list):
-        return torch.cat([torch.multinomial(probs[i:i + 1], 1, generator=g)
-                          for i, g in enumerate(generator)]).squeeze(1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+        return torch.cat([one(probs[i:i + 1], g) for i, g in enumerate(generator)]).squeeze(1)
+    return one(probs, generator).squeeze(1)

@@ -41,3 +41,45 @@ def test_checkpointed_layers_run_again_in_the_backward() -> None:
     assert len(calls) == 2  # the forward, then the recompute inside the backward
     with pytest.raises(ConfigError, match="activation_checkpointing"):
         activation_checkpointing(torch.nn.Linear(2, 2), True)
+
+
+def test_packed_recompute_runs_in_another_thread() -> None:
+    """On a GPU the autograd engine runs CUDA nodes' backward, and so the checkpointed layers' recompute, on its own
+    device thread, not the thread that entered ``packed_attention``. The packed documents must travel with the call
+    (not in thread-local state): here the backward runs in another thread, as it would on CUDA, and gives the same
+    gradients as in the calling thread."""
+    import threading
+
+    from repro.packing import pack, packed_attention, packed_nll
+
+    model = F.setup(seed=0).model.train()
+    activation_checkpointing(model, True)
+    gen = torch.Generator().manual_seed(0)
+    batch = pack([(torch.randint(3, 50, (n,), generator=gen).tolist(), [1] * n) for n in (5, 9, 4)])
+
+    def grads(in_thread: bool) -> list[torch.Tensor]:
+        model.zero_grad(set_to_none=True)
+        errors: list[BaseException] = []
+
+        def backward() -> None:
+            try:
+                nll.backward()
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
+                errors.append(exc)
+
+        with packed_attention(model):  # forward and backward inside, as optimizer_step runs them
+            nll, _ = packed_nll(model, batch)
+            if in_thread:
+                t = threading.Thread(target=backward)
+                t.start()
+                t.join()
+            else:
+                backward()
+        if errors:
+            raise errors[0]
+        return [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    same, other = grads(False), grads(True)
+    assert len(same) == len(other) > 0
+    for a, b in zip(same, other, strict=True):
+        torch.testing.assert_close(a, b)

@@ -165,7 +165,8 @@ def test_vllm_is_skipped_not_failed_without_vllm(tmp_path: Path, monkeypatch: py
     monkeypatch.setitem(sys.modules, "vllm", None)
     assert run_vllm(tiny_args(tmp_path), tmp_path, device="cpu") == {"status": "skipped",
                                                                      "reason": "skipped: no vLLM"}
-    assert "skipped: no vLLM" in gpu_check.one_line("vllm", {"status": "skipped", "reason": "skipped: no vLLM"})
+    line = gpu_check.one_line("vllm", {"status": "skipped", "reason": "skipped: no vLLM"})
+    assert line == "[gpu_check] vllm: skipped: no vLLM"  # said once
 
 
 def script_env(tmp_path: Path, tools: tuple[str, ...]) -> dict[str, str]:
