@@ -40,6 +40,7 @@ from repro.config import ConfigError, TrainConfig, to_toml
 from repro.precision import autocast, device_type_of
 from repro.rl_setup import RLSetup, default_setup
 from repro.rollout import RolloutSettings, run_groups
+from repro.runtime import train_device
 from repro.schema import DistillExample
 from repro.tokenizer import ChatEncoder
 from repro.track import MetricsWriter, progress
@@ -130,6 +131,7 @@ def _fit(model: torch.nn.Module, teacher: torch.nn.Module, examples: list[Distil
     order: list[int] = []
     writer = MetricsWriter(out / "metrics.jsonl", tensorboard=cfg.run.tracker == "tensorboard")
     flop_params = count_params(model)["flop_params"]
+    dev = next(model.parameters()).device
     bar = progress(d.steps, 0, cfg.run.progress, desc="distill")
     for step in range(d.steps):
         batch = []
@@ -143,7 +145,8 @@ def _fit(model: torch.nn.Module, teacher: torch.nn.Module, examples: list[Distil
         with ledger.phase("trainer"):
             for ex in batch:
                 with autocast(cfg.model.precision, device_type_of(model)):
-                    loss, st = distill_loss(model, teacher, torch.tensor(ex.ids), torch.tensor(ex.act),
+                    loss, st = distill_loss(model, teacher, torch.tensor(ex.ids, device=dev),
+                                            torch.tensor(ex.act, device=dev),
                                             tau=d.target_temperature, hard_weight=d.hard_weight,
                                             chunk=cfg.guidance.chunk_size)
                 (loss / len(batch)).backward()
@@ -180,6 +183,7 @@ def train_distill(cfg: TrainConfig, out_dir: str | Path, *, setup: RLSetup | Non
         from repro.dataset_io import model_setup
 
         setup = model_setup(cfg) if examples is None and cfg.distill.dataset else default_setup(cfg)
+    setup.model.to(train_device(cfg.model.device))  # model.device: the pool's rollouts and the fit run there
     ledger = ComputeLedger()
     if examples is None and cfg.distill.dataset:  # an imported, filtered dataset (repro.dataset_io)
         from repro.dataset_io import distill_examples

@@ -51,3 +51,16 @@ def test_a_packed_checkpointed_backward_on_the_gpu_equals_one_without_checkpoint
         grads.append([p.grad for p in model.parameters()])
     for a, b in zip(*grads, strict=True):  # the recompute is exact; the tolerance covers atomic-add ordering
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_the_distill_stage_runs_on_model_device(tmp_path) -> None:
+    import _rl_fixtures as F
+
+    from repro.distill import train_distill
+
+    cfg = F.config("tg", "model.device=cuda", "rollout.max_new_tokens=8", "distill.pool_rollouts=3",
+                   "distill.pool_tasks=2", "distill.steps=2", "distill.batch=2", "distill.min_reward=-1.0")
+    setup = F.setup()
+    info = train_distill(cfg, tmp_path / "d", setup=setup)
+    assert info.step == 2 and next(setup.model.parameters()).is_cuda
+    assert F.metrics(tmp_path / "d")[0]["loss/distill_kl"] > 0
