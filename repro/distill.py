@@ -37,7 +37,7 @@ from protocols.provenance import git_state, package_versions, utc_now
 from repro import checkpoint as ck
 from repro.compute import ComputeLedger, count_params, train_flops
 from repro.config import ConfigError, TrainConfig, to_toml
-from repro.precision import autocast, device_type_of
+from repro.precision import autocast
 from repro.rl_setup import RLSetup, default_setup
 from repro.rollout import RolloutSettings, run_groups
 from repro.runtime import train_device
@@ -144,7 +144,7 @@ def _fit(model: torch.nn.Module, teacher: torch.nn.Module, examples: list[Distil
         stats = {"kl": 0.0, "ce": 0.0, "n": 0}
         with ledger.phase("trainer"):
             for ex in batch:
-                with autocast(cfg.model.precision, device_type_of(model)):
+                with autocast(cfg.model.precision, dev.type):
                     loss, st = distill_loss(model, teacher, torch.tensor(ex.ids, device=dev),
                                             torch.tensor(ex.act, device=dev),
                                             tau=d.target_temperature, hard_weight=d.hard_weight,

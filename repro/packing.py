@@ -150,7 +150,7 @@ def packed_forward(model: torch.nn.Module, input_ids: torch.Tensor, position_ids
     only; ``position_ids`` restart at 0 in every document)."""
     with packed_attention(model):
         out = model.model(input_ids=input_ids, position_ids=position_ids, attention_mask=None, use_cache=False,
-                          **{CU_KWARG: tuple(cu_seqlens)})
+                          **{CU_KWARG: cu_seqlens})
     return out.last_hidden_state
 
 
