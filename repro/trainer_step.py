@@ -185,6 +185,12 @@ class Seqs:
     def row(self, seq: int, pos: int) -> int:
         return self.starts[seq] + pos
 
+    def first_token(self) -> Seqs:
+        """A padded one-token :class:`Seqs` of the first token, on this side's device (built by slicing, never
+        from Python lists: the collective teacher's placeholder forward must run where the model is)."""
+        ids = self.ids[:1, :1]
+        return Seqs(ids, torch.ones_like(ids), None, None, [0], 1)
+
     def to(self, device: torch.device | str) -> Seqs:
         move = lambda t: None if t is None else t.to(device)  # noqa: E731
         return Seqs(self.ids.to(device), move(self.mask), move(self.positions), self.cu_seqlens, self.starts,
@@ -366,7 +372,7 @@ class LossRoot(nn.Module):
             # under FSDP every rank must run the same module calls: a rank without KL rows still runs a
             # (one-token) teacher forward so the layers' all-gathers line up across ranks
             with torch.no_grad():
-                self._teacher_hidden(make_seqs([mb.student.ids[0, :1].tolist()], 0, packed=False))
+                self._teacher_hidden(mb.student.first_token())
         teacher_s = device_clock(mb.student.ids.device) - t0
         h = self._hidden(mb.student)
         hr = h[mb.act_rows]

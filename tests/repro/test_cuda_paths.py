@@ -1,6 +1,7 @@
 """What only a GPU shows (issue 40; ``gpu`` tests, skipped without CUDA): every sampler draws with the CPU generator
-the rollouts seed (``torch.multinomial`` refuses a generator of another device), and a packed, checkpointed backward
-runs on the autograd engine's CUDA thread. ``scripts/gpu_check.sh`` runs the same paths inside ``train_rl``."""
+the rollouts seed (``torch.multinomial`` refuses a generator of another device); a packed, checkpointed backward
+runs on the autograd engine's CUDA thread; the collective teacher's placeholder forward (FSDP) takes its one token
+from the student's ids on the GPU. ``scripts/gpu_check.sh`` runs the same paths inside ``train_rl``."""
 
 from __future__ import annotations
 
@@ -64,3 +65,22 @@ def test_the_distill_stage_runs_on_model_device(tmp_path) -> None:
     info = train_distill(cfg, tmp_path / "d", setup=setup)
     assert info.step == 2 and next(setup.model.parameters()).is_cuda
     assert F.metrics(tmp_path / "d")[0]["loss/distill_kl"] > 0
+
+
+def test_a_micro_batch_without_kl_rows_runs_the_collective_teachers_placeholder_on_the_gpu() -> None:
+    import _rl_fixtures as F
+    from test_train_step import _groups, _hint
+
+    from repro.tokenizer import ChatEncoder
+    from repro.trainer_step import LossRoot, build_batch, collate
+
+    s = F.setup()
+    enc = ChatEncoder(s.tokenizer)
+    cfg = F.config("tg")
+    plan = build_batch(_groups(enc), cfg, _hint(enc))
+    root = LossRoot(s.model.cuda(), cfg)
+    root.collective_teacher = True  # as under FSDP: every micro-batch runs a teacher forward
+    mb = collate([t for t in plan.trajs if not t.views][:2], 0).to("cuda")
+    loss, terms = root(mb, plan.n_pg, plan.n_kl)
+    loss.backward()
+    assert terms.kl is None and torch.isfinite(loss)

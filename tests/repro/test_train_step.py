@@ -238,3 +238,41 @@ def test_gate_diagnostics_at_the_behaviours_first_token() -> None:
     # GRPO (λ = 0) runs no teacher: no diagnostics, logged as None
     assert reduce_stats([LossRoot(s.model, F.config("grpo"))(collate(plan.trajs, 0), plan.n_pg, plan.n_kl)[1].stats]
                         )["guidance/anchor_kl"] is None
+
+
+def test_the_collective_teachers_placeholder_forward_runs_on_the_students_device() -> None:
+    """Under FSDP a micro-batch without KL rows still runs a one-token teacher forward (the layers' all-gathers must
+    line up across ranks). Its input is sliced from the student's ids, so it is wherever they are; one built from a
+    Python list stayed on the CPU, which a model on a GPU refuses. The meta device stands in for the GPU here."""
+    s = F.setup()
+    enc = ChatEncoder(s.tokenizer)
+    cfg = F.config("tg")
+    plan = build_batch(_groups(enc), cfg, _hint(enc))
+    no_kl = [t for t in plan.trajs if not t.views]
+    assert plan.n_kl > 0 and no_kl
+    mb = collate(no_kl[:2], 0).to("meta")
+    assert mb.kl_idx.numel() == 0 and mb.teacher is None
+    seen = []
+
+    class Placeholder(Exception):
+        pass
+
+    class Spy(LossRoot):
+        def _teacher_hidden(self, seqs):  # noqa: ANN001, ANN202
+            seen.append(seqs)
+            raise Placeholder
+
+    root = Spy(s.model, cfg)
+    root.collective_teacher = True
+    with pytest.raises(Placeholder):
+        root(mb, plan.n_pg, plan.n_kl)
+    (seqs,) = seen
+    assert seqs.ids.device.type == "meta" and seqs.mask is not None and seqs.mask.device.type == "meta"
+    assert tuple(seqs.ids.shape) == (1, 1) and not seqs.packed and seqs.n_tokens == 1
+    root.collective_teacher = False  # one process: no placeholder forward
+    seen.clear()
+    cpu_mb = collate(no_kl[:2], 0)
+    root(cpu_mb, plan.n_pg, plan.n_kl)
+    assert seen == []
+    first = cpu_mb.student.first_token()
+    assert first.ids.tolist() == [[no_kl[0].ids[0]]] and first.mask.tolist() == [[1]]
