@@ -9,9 +9,10 @@ the code under test should use throughout):
 - a call that receives a meta tensor and a CPU tensor with dimensions, or a CPU ``torch.Generator``, raises
   :class:`DeviceMix` (CUDA's rule above, and ``torch.multinomial``'s refusal of a generator of another device; the
   embedding's indices included, which meta alone would accept);
-- reading a meta tensor's value (``item``, ``float``, ``int``, ``bool``, ``tolist``) gives zeros of its shape, and a
-  copy from meta to the CPU gives ones of its shape (a probability row a sampler can draw from), so the code runs on:
-  its shapes and devices are real, its values are not;
+- reading a meta tensor's value (``item``, ``float``, ``int``, ``bool``, ``tolist``, ``torch.equal``) gives zeros
+  of its shape, and a copy from meta to the CPU gives ones of its shape (a probability row a sampler can draw from),
+  so the code runs on: its shapes and devices are real, its values are not (``nonzero``, whose result's shape
+  depends on the values, counts every element as nonzero);
 - ``torch.autocast`` on ``"meta"`` does nothing (autocast has no meta backend).
 
 Only devices are checked here; the numbers computed inside mean nothing. Torch's function modes hold for the thread
@@ -55,23 +56,31 @@ class _StandIn(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
+        if name not in MIXING_ALLOWED:
+            _refuse_a_mix(name or str(func), tree_leaves((args, kwargs)))
         first = args[0] if args else None
         if isinstance(first, torch.Tensor) and first.device.type == DEVICE:
             if name in VALUE_READS:
                 return getattr(torch.zeros(first.shape, dtype=first.dtype), name)()
+            if name == "equal":  # both read as zeros (and are on one device: checked above)
+                return True
+            if name == "nonzero":  # data-dependent shape: every element counts as nonzero
+                found = torch.ones(first.shape, dtype=torch.bool).nonzero(as_tuple=bool(kwargs.get("as_tuple")))
+                return tuple(i.to(DEVICE) for i in found) if isinstance(found, tuple) else found.to(DEVICE)
             if _is_cpu_copy(name, first, args, kwargs):
                 dtype = kwargs.get("dtype") or next((a for a in args[1:] if isinstance(a, torch.dtype)), first.dtype)
                 return torch.ones(first.shape, dtype=dtype)
-        if name not in MIXING_ALLOWED:
-            leaves = tree_leaves((args, kwargs))
-            tensors = [a for a in leaves if isinstance(a, torch.Tensor)]
-            gens = [a for a in leaves if isinstance(a, torch.Generator)]
-            kinds = {a.device.type for a in tensors if a.dim() > 0} | {g.device.type for g in gens}
-            if DEVICE in kinds and "cpu" in kinds:
-                raise DeviceMix(f"{name or func}: " + ", ".join([f"{a.device.type}{tuple(a.shape)}" for a in tensors]
-                                                                + [f"generator on {g.device.type}" for g in gens])
-                                + " (a GPU refuses a CPU tensor with dimensions, or a CPU generator, here)")
         return func(*args, **kwargs)
+
+
+def _refuse_a_mix(name: str, leaves: list[Any]) -> None:
+    tensors = [a for a in leaves if isinstance(a, torch.Tensor)]
+    gens = [a for a in leaves if isinstance(a, torch.Generator)]
+    kinds = {a.device.type for a in tensors if a.dim() > 0} | {g.device.type for g in gens}
+    if DEVICE in kinds and "cpu" in kinds:
+        raise DeviceMix(f"{name}: " + ", ".join([f"{a.device.type}{tuple(a.shape)}" for a in tensors]
+                                               + [f"generator on {g.device.type}" for g in gens])
+                        + " (a GPU refuses a CPU tensor with dimensions, or a CPU generator, here)")
 
 
 class _Autocast(torch.autocast):

@@ -1,7 +1,7 @@
 """The training and sampling paths keep to the model's device, checked on the CPU with the meta device standing in
 for a GPU (``tests/_stand_in_gpu.py``; issue 40). Two faults that a GPU would have shown first — a sampler drawing
 with the CPU generator from a GPU's probabilities, and the FSDP teacher placeholder built on the CPU — fail these
-tests on the code before their fixes (checked: 16 of the 20 fail at 77731f1~1, 10 at 83b2957)."""
+tests on the code before their fixes (checked: 16 of the 22 fail at 77731f1~1, 10 at 83b2957)."""
 
 from __future__ import annotations
 
@@ -30,6 +30,9 @@ def test_the_stand_in_refuses_what_a_gpu_refuses_and_allows_the_rest() -> None:
             torch.nn.functional.embedding(torch.tensor([[1, 2]]), torch.ones(5, 3, device=dev))
         with pytest.raises(DeviceMix, match="generator on cpu"):
             torch.multinomial(torch.ones(2, 5, device=dev), 1, generator=torch.Generator().manual_seed(0))
+        with pytest.raises(DeviceMix, match="equal"):
+            torch.equal(x, cpu)
+        assert torch.equal(x, x.clone()) and x.nonzero().shape == (4, 1)  # value-dependent: all count as nonzero
         assert (x * torch.tensor(2.0)).device.type == dev  # a 0-dim CPU tensor is a scalar: allowed
         assert x[torch.tensor([0, 2])].shape == (2,)  # a CPU index: allowed
         assert x.to(dev).device.type == dev and x.to("cpu").tolist() == [1.0] * 4  # copies: allowed
@@ -137,3 +140,19 @@ def test_the_gpu_checks_rl_part_keeps_to_the_models_device(tmp_path: Path, monke
         result = run_rl(args, tmp_path, device="cpu")  # model.device's value; train_device resolves it to meta
     # a device mix would have raised; the log-prob bound compares values, which mean nothing on the stand-in
     assert result["steps"] == 2 and result["tokens"] > 0 and result["logprob_tokens_compared"] > 0
+
+
+@pytest.mark.parametrize("part", ["run_throughput", "run_lora"])
+def test_the_gpu_checks_throughput_and_lora_parts_keep_to_their_device(part: str, tmp_path: Path) -> None:
+    """The Qwen3-shaped model of the ``throughput`` and ``lora`` parts, built on the device the check names (one
+    layer, a small vocabulary here), trained on packed batches under bf16 autocast. (The ``kl`` part seeds a generator
+    on its device, which meta has not; its tensors are all made there.)"""
+    import repro.gpu_check_parts as parts
+    from repro.gpu_check import parser
+
+    args = parser().parse_args(["--tokens", "256", "--doc-tokens", "96", "--train-steps", "1", "--layers", "1",
+                                "--vocab", "1000"])
+    with stand_in_gpu() as dev:
+        result = getattr(parts, part)(args, tmp_path, device=dev)
+    # a device mix would have raised; whether the adapters moved is a question of values, which the stand-in has not
+    assert result.get("tokens_per_step", result.get("tokens", 0)) > 0
