@@ -11,8 +11,8 @@ the code under test should use throughout):
   embedding's indices included, which meta alone would accept);
 - reading a meta tensor's value (``item``, ``float``, ``int``, ``bool``, ``tolist``, ``torch.equal``) gives zeros
   of its shape, and a copy from meta to the CPU gives ones of its shape (a probability row a sampler can draw from),
-  so the code runs on: its shapes and devices are real, its values are not (``nonzero``, whose result's shape
-  depends on the values, counts every element as nonzero);
+  so the code runs on: its shapes and devices are real, its values are not (``nonzero`` and a boolean mask, whose
+  results' shapes depend on the values, count every element as nonzero);
 - ``torch.autocast`` on ``"meta"`` does nothing (autocast has no meta backend).
 
 Only devices are checked here; the numbers computed inside mean nothing. Torch's function modes hold for the thread
@@ -64,9 +64,6 @@ class _StandIn(TorchFunctionMode):
                 return getattr(torch.zeros(first.shape, dtype=first.dtype), name)()
             if name == "equal":  # both read as zeros (and are on one device: checked above)
                 return True
-            if name == "nonzero":  # data-dependent shape: every element counts as nonzero
-                found = torch.ones(first.shape, dtype=torch.bool).nonzero(as_tuple=bool(kwargs.get("as_tuple")))
-                return tuple(i.to(DEVICE) for i in found) if isinstance(found, tuple) else found.to(DEVICE)
             if _is_cpu_copy(name, first, args, kwargs):
                 dtype = kwargs.get("dtype") or next((a for a in args[1:] if isinstance(a, torch.dtype)), first.dtype)
                 return torch.ones(first.shape, dtype=dtype)
@@ -119,10 +116,14 @@ def thread_checks() -> TorchFunctionMode:
 @contextmanager
 def stand_in_gpu() -> Iterator[str]:
     """The checks of the module docstring, for the block; yields the device name to move things to."""
-    real = torch.autocast
+    from torch.fx.experimental import _config as fx_config
+
+    real, nonzero = torch.autocast, fx_config.meta_nonzero_assume_all_nonzero
     torch.autocast = _Autocast  # type: ignore[misc]
+    fx_config.meta_nonzero_assume_all_nonzero = True  # torch's own switch for meta's nonzero (and boolean masks)
     try:
         with _StandIn():
             yield DEVICE
     finally:
         torch.autocast = real  # type: ignore[misc]
+        fx_config.meta_nonzero_assume_all_nonzero = nonzero

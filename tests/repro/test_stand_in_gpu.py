@@ -1,7 +1,8 @@
 """The training and sampling paths keep to the model's device, checked on the CPU with the meta device standing in
-for a GPU (``tests/_stand_in_gpu.py``; issue 40). Two faults that a GPU would have shown first — a sampler drawing
-with the CPU generator from a GPU's probabilities, and the FSDP teacher placeholder built on the CPU — fail these
-tests on the code before their fixes (checked: 16 of the 22 fail at 77731f1~1, 10 at 83b2957)."""
+for a GPU (``tests/_stand_in_gpu.py``; issue 40). Three faults that a GPU would have shown first — a sampler drawing
+with the CPU generator from a GPU's probabilities, the FSDP teacher placeholder built on the CPU, and the distill
+stage's CPU inputs — fail these tests on the code before their fixes (checked: 16 of the first 22 fail at
+77731f1~1, 10 at 83b2957; the distill test fails with 21c218f~1's distill.py)."""
 
 from __future__ import annotations
 
@@ -156,3 +157,18 @@ def test_the_gpu_checks_throughput_and_lora_parts_keep_to_their_device(part: str
         result = getattr(parts, part)(args, tmp_path, device=dev)
     # a device mix would have raised; whether the adapters moved is a question of values, which the stand-in has not
     assert result.get("tokens_per_step", result.get("tokens", 0)) > 0
+
+
+def test_the_distill_stage_keeps_to_the_models_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``tgsuite train distill``'s stage (pool rollouts, then the fit against the frozen teacher copy) with
+    ``model.device`` resolved to the stand-in device."""
+    import repro.distill as distill
+
+    monkeypatch.setattr(distill, "train_device", lambda want: torch.device("meta"))
+    cfg = F.config("tg", "rollout.max_new_tokens=8", "distill.pool_rollouts=3", "distill.pool_tasks=2",
+                   "distill.steps=2", "distill.batch=2", "distill.min_reward=-1.0")
+    setup = F.setup()
+    to_stand_in(setup.model)
+    with stand_in_gpu():
+        info = distill.train_distill(cfg, tmp_path / "d", setup=setup)
+    assert info.step == 2 and next(setup.model.parameters()).device.type == "meta"
