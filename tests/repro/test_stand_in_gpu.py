@@ -172,3 +172,21 @@ def test_the_distill_stage_keeps_to_the_models_device(tmp_path: Path, monkeypatc
     with stand_in_gpu():
         info = distill.train_distill(cfg, tmp_path / "d", setup=setup)
     assert info.step == 2 and next(setup.model.parameters()).device.type == "meta"
+
+
+@pytest.mark.parametrize("settings", [{}, {"top_k": 5}, {"logprobs_mode": "raw"}, {"temperature": 0.0}],
+                         ids=["sampling", "top-k", "raw-logprobs", "greedy"])
+def test_the_evaluation_policy_keeps_to_the_models_device(settings: dict) -> None:
+    """``HFPolicy`` (what ``tgsuite eval`` runs a checkpoint with; it loads onto CUDA when one is visible): one
+    turn, with the CPU generator each turn seeds."""
+    import random
+
+    from harness.policies.hf import HFPolicy
+    from harness.schema import Message
+
+    s = F.setup()
+    to_stand_in(s.model)
+    msgs = [Message(role="system", content="You fix bugs."), Message(role="user", content="Fix bug 1.")]
+    with stand_in_gpu():
+        out = HFPolicy(s.model, s.tokenizer, max_new_tokens=5, **settings).act(msgs, tools=[], rng=random.Random(0))
+    assert 1 <= len(out.token_ids) == len(out.logprobs) <= 5
