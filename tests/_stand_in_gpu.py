@@ -39,7 +39,7 @@ class DeviceMix(RuntimeError):
     """A call that a CUDA device would refuse: a device tensor and a CPU tensor with dimensions together."""
 
 
-def _is_cpu_copy(name: str, t: torch.Tensor, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+def _is_cpu_copy(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     if name == "cpu":
         return True
     if name != "to":
@@ -64,7 +64,7 @@ class _StandIn(TorchFunctionMode):
                 return getattr(torch.zeros(first.shape, dtype=first.dtype), name)()
             if name == "equal":  # both read as zeros (and are on one device: checked above)
                 return True
-            if _is_cpu_copy(name, first, args, kwargs):
+            if _is_cpu_copy(name, args, kwargs):
                 dtype = kwargs.get("dtype") or next((a for a in args[1:] if isinstance(a, torch.dtype)), first.dtype)
                 return torch.ones(first.shape, dtype=dtype)
         return func(*args, **kwargs)

@@ -21,6 +21,15 @@ from repro.tokenizer import ChatEncoder
 from repro.trainer_step import LossRoot, build_batch, collate
 
 
+@pytest.fixture()
+def stand_in_model_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``model.device`` resolves to the stand-in device wherever the training code resolves it."""
+    import repro.distill as distill
+
+    for module in (distributed, distill):
+        monkeypatch.setattr(module, "train_device", lambda want: torch.device("meta"))
+
+
 def test_the_stand_in_refuses_what_a_gpu_refuses_and_allows_the_rest() -> None:
     cpu = torch.arange(4.0)
     with stand_in_gpu() as dev:
@@ -82,13 +91,13 @@ def test_both_samplers_keep_to_the_models_device_with_a_cpu_generator() -> None:
     pytest.param(("--arm", "tg_ema_teacher", "async.enabled=true", "async.max_staleness=1"), id="ema-async"),
     pytest.param(("--arm", "tg_fixed_teacher", "model.lora.enabled=true"), id="lora-fixed-teacher"),
 ])
+@pytest.mark.usefixtures("stand_in_model_device")
 def test_train_rl_keeps_to_the_models_device(sets: tuple[str, ...], monkeypatch: pytest.MonkeyPatch) -> None:
     """Whole RL steps (rollouts with the sampler, the trainer step, the optimizer, weight publication, the
     checkpoint) with ``model.device`` resolved to the stand-in device."""
     from repro.async_producer import AsyncProducer
     from repro.train import train_rl
 
-    monkeypatch.setattr(distributed, "train_device", lambda want: torch.device("meta"))
     produce = AsyncProducer._run
 
     def checked(self: AsyncProducer) -> None:
@@ -106,8 +115,8 @@ def test_train_rl_keeps_to_the_models_device(sets: tuple[str, ...], monkeypatch:
     assert setup.model.lm_head.weight is setup.model.model.embed_tokens.weight
 
 
-def test_train_rl_with_vllm_http_servers_keeps_to_the_models_device(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.usefixtures("stand_in_model_device")
+def test_train_rl_with_vllm_http_servers_keeps_to_the_models_device(tmp_path: Path) -> None:
     """``rollout.engine = "vllm_http"``: the trainer on the stand-in device pushes its weights to a fake server on
     loopback (which runs on the CPU in a thread of its own) and trains on what the server sampled."""
     from test_vllm_http import http_config
@@ -118,7 +127,6 @@ def test_train_rl_with_vllm_http_servers_keeps_to_the_models_device(tmp_path: Pa
 
     served = tmp_path / "policy"
     F.setup(seed=0).model.save_pretrained(served, safe_serialization=True)
-    monkeypatch.setattr(distributed, "train_device", lambda want: torch.device("meta"))
     with FakeServer(served) as srv:
         cfg = http_config(served, srv.url)
         setup = F.setup(seed=0)
@@ -129,13 +137,13 @@ def test_train_rl_with_vllm_http_servers_keeps_to_the_models_device(tmp_path: Pa
         assert info.step == 2 and srv.reloads == 2
 
 
-def test_the_gpu_checks_rl_part_keeps_to_the_models_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.usefixtures("stand_in_model_device")
+def test_the_gpu_checks_rl_part_keeps_to_the_models_device(tmp_path: Path) -> None:
     """``scripts/gpu_check.sh``'s first part (``repro.gpu_check_rl.run_rl``: train_rl with the measured sampler and
     the trainer's log-probs of every sampled token) at toy sizes, its model on the stand-in device."""
     from repro.gpu_check import parser
     from repro.gpu_check_rl import run_rl
 
-    monkeypatch.setattr(distributed, "train_device", lambda want: torch.device("meta"))
     args = parser().parse_args(["--preset", "nano", "--groups", "2", "--group-size", "2", "--max-new-tokens", "6"])
     with stand_in_gpu():
         result = run_rl(args, tmp_path, device="cpu")  # model.device's value; train_device resolves it to meta
@@ -159,12 +167,12 @@ def test_the_gpu_checks_throughput_and_lora_parts_keep_to_their_device(part: str
     assert result.get("tokens_per_step", result.get("tokens", 0)) > 0
 
 
-def test_the_distill_stage_keeps_to_the_models_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.usefixtures("stand_in_model_device")
+def test_the_distill_stage_keeps_to_the_models_device(tmp_path: Path) -> None:
     """``tgsuite train distill``'s stage (pool rollouts, then the fit against the frozen teacher copy) with
     ``model.device`` resolved to the stand-in device."""
     import repro.distill as distill
 
-    monkeypatch.setattr(distill, "train_device", lambda want: torch.device("meta"))
     cfg = F.config("tg", "rollout.max_new_tokens=8", "distill.pool_rollouts=3", "distill.pool_tasks=2",
                    "distill.steps=2", "distill.batch=2", "distill.min_reward=-1.0")
     setup = F.setup()
