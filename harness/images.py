@@ -34,7 +34,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.sandbox import SandboxUnavailable
+from harness.sandbox import AGENT_HOME, SandboxUnavailable
 
 if TYPE_CHECKING:  # the Docker SDK is imported where it is used; these names are for the annotations only
     from docker import DockerClient
@@ -285,7 +285,7 @@ def _build(
             LABEL_MANIFEST: ",".join(f"{k}={v}" for k, v in sorted(manifest.items())),
         }
         changes = [f'LABEL {k}="{v}"' for k, v in labels.items()]
-        changes += ["ENV LANG=C.UTF-8", "ENV HOME=/home/agent", f"USER {AGENT_UID}:{AGENT_UID}", "WORKDIR /work"]
+        changes += ["ENV LANG=C.UTF-8", f"ENV HOME={AGENT_HOME}", f"USER {AGENT_UID}:{AGENT_UID}", "WORKDIR /work"]
         repo, _, ttag = temp_tag.partition(":")
         client.api.import_image(src=str(tarball), repository=repo, tag=ttag, changes=changes)
         log.info("4/4 verify in a throw-away container")

@@ -61,6 +61,9 @@ class SandboxUnavailable(RuntimeError):
         self.kind = kind
 
 
+AGENT_HOME = "/home/agent"  # HOME inside the Docker image (harness.images) and as the local sandbox shows its own
+
+
 @dataclass(frozen=True)
 class SandboxSpec:
     """What to create. Limits are per sandbox; labels identify it for cleanup."""

@@ -14,7 +14,13 @@ It is NOT isolated (``isolated = False``; runs using it record that in their man
   they scrubbed their environment); ``close()`` does the same and deletes the directories;
 - harness-side paths (``read_file``, ``write_file``, ``copy_in``, ``copy_out``, ``cwd``) are relative to the work
   dir; an absolute path is accepted only inside ``SandboxSpec.workdir`` (mapped onto the temp dir), and anything
-  that leaves the root (``..``, another absolute path, a symlink pointing out) raises ``SandboxPathError``.
+  that leaves the root (``..``, another absolute path, a symlink pointing out) raises ``SandboxPathError``;
+- a command's output shows the sandbox's own paths as the Docker sandbox has them: the work dir as
+  ``SandboxSpec.workdir`` (``/work/repo``), ``HOME`` as ``/home/agent``, ``TMPDIR`` as ``/tmp`` and the shim dir as
+  ``/usr/local/bin``. The temp dirs' names are random, so without this a traceback that names a file (a
+  ``SyntaxError`` at collection, say) differed from run to run and from what the same command prints in Docker;
+  RL rollouts, which use this sandbox, then diverged between two runs of the same seed. The commands themselves
+  run in the real temp dirs: ``cd /work/repo`` inside a command does not reach the work dir.
 
 What it does NOT do: network isolation (commands can reach the network the host can), filesystem isolation
 (commands can read and write anything the user can, e.g. ``/tmp`` or, as root, everything), memory accounting
@@ -47,6 +53,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from harness.sandbox import (
+    AGENT_HOME,
     DEFAULT_OUTPUT_CAP,
     ExecResult,
     OutputCapper,
@@ -115,6 +122,9 @@ class LocalSandbox(Sandbox):
         for sub in ("bin", "home", "tmp"):
             (self._aux / sub).mkdir()
         self._write_shims(python)
+        # host path -> what output shows (module docstring); the work dir last, the aux dirs are not inside it
+        self._shown = ((str(self._aux / "home"), AGENT_HOME), (str(self._aux / "tmp"), "/tmp"),
+                       (str(self._aux / "bin"), "/usr/local/bin"), (str(self.root), self.workdir.rstrip("/")))
         self._cgroup: Path | None = None
         if os.geteuid() == 0:
             self._cgroup = make_pids_cgroup(f"tgsuite-local-{self.id[:12]}", self.spec.pids)
@@ -223,7 +233,14 @@ class LocalSandbox(Sandbox):
         duration = time.monotonic() - start
         s_out, t1 = out.result()
         s_err, t2 = err.result()
-        return ExecResult(-9 if not finished else rc, s_out, s_err, not finished, t1 or t2, duration)
+        return ExecResult(-9 if not finished else rc, self.as_shown(s_out), self.as_shown(s_err), not finished,
+                          t1 or t2, duration)
+
+    def as_shown(self, text: str) -> str:
+        """``text`` with this sandbox's host paths written as the Docker sandbox has them (module docstring)."""
+        for host, shown in self._shown:
+            text = text.replace(host, shown)
+        return text
 
     @staticmethod
     def _pump(

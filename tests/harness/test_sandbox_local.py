@@ -41,12 +41,34 @@ def test_exec_basics_and_scrubbed_env(local_sandbox: LocalSandbox, monkeypatch: 
     assert "TGSUITE_HOST_SECRET" not in env and "EXTRA=1" in env and "LANG=C.UTF-8" in env
     assert f"HOME={os.environ.get('HOME')}\n" not in env
     assert local_sandbox.exec(["cat"], timeout=10, input=b"abc" * 100_000).stdout == "abc" * 100_000
-    assert local_sandbox.exec("pwd", timeout=10).stdout.strip() == str(local_sandbox.root)
+    assert local_sandbox.exec("pwd", timeout=10).stdout.strip() == "/work/repo"  # as Docker shows it
     assert local_sandbox.isolated is False
     with pytest.raises(ValueError, match="timeout"):
         local_sandbox.exec("true", timeout=0)
     missing = local_sandbox.exec("pwd", timeout=5, cwd="no/such/dir")
     assert missing.returncode == 126 and "not a directory" in missing.stderr
+
+
+def test_output_shows_the_sandbox_paths_as_docker_has_them_so_two_sandboxes_print_the_same() -> None:
+    # a SyntaxError at collection names the file by its absolute path; with the temp dir's random name in it, two
+    # RL runs of one seed saw different observations and diverged (docs/RESULTS.md)
+    cmd = "pwd; echo $HOME $TMPDIR; (mkdir -p $TMPDIR/x && cd $TMPDIR/x && pwd); python3 -m pytest -q 2>&1 | grep File"
+    outs = []
+    for _ in range(2):
+        box = LocalSandbox()
+        try:
+            box.write_file("pkg/broken.py", b"def f(:\n")
+            box.write_file("tests/test_b.py", b"import pkg.broken\n")
+            res = box.exec(cmd, timeout=60)
+            assert str(box.root) not in res.stdout + res.stderr and "tgsuite-local" not in res.stdout
+            outs.append(res.stdout)
+        finally:
+            box.close()
+    assert outs[0] == outs[1]
+    assert outs[0].splitlines()[:3] == ["/work/repo", "/home/agent /tmp", "/tmp/x"]
+    assert 'File "/work/repo/pkg/broken.py", line 1' in outs[0]
+    with LocalSandbox(SandboxSpec(workdir="/opt/testbed/repo")) as box:
+        assert box.exec("pwd", timeout=10).stdout == "/opt/testbed/repo\n"
 
 
 def test_python_m_pytest_runs_with_the_harness_interpreter(local_sandbox: LocalSandbox) -> None:
