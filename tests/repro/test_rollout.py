@@ -197,6 +197,37 @@ def test_the_finish_notice_of_the_rollout_config_reaches_the_agent_loop(tmp_path
     assert [m.role for m in outs[1].observations] == ["tool", "user"] and is_finish_notice(outs[1].observations[1].content)
 
 
+def test_two_rollout_environments_of_one_task_show_the_same_observations(tmp_path: Path) -> None:
+    """The same actions give the same observation text in two HarnessEnvs (local sandbox), also where pytest names
+    a file by its absolute path: it reads /work/repo, not the sandbox's random temp dir. Two RL runs of one seed
+    diverged from their second step when it did (docs/RESULTS.md, "Replication at bfc3df9")."""
+    import re
+
+    from harness.interfaces import EpisodeLimits
+    from harness.minirepos import make_mini
+    from harness.runner_sandbox import TaskSandboxFactory
+    from harness.tasks import load_task_set
+    from harness.tools import format_tool_call
+    from repro.rl_setup import HarnessEnv
+
+    make_mini(tmp_path / "tasks", split="train", repos=1, tasks_per_repo=1, seed=0)
+    ts = load_task_set(tmp_path / "tasks")
+    inst = ts.instances[0]
+    path = re.search(r"^\+\+\+ b/(\S+)$", inst.patch, re.M).group(1)  # type: ignore[union-attr]
+    removed = next(ln[1:] for ln in inst.patch.splitlines() if ln.startswith("-") and not ln.startswith("---"))
+    actions = [format_tool_call("edit_file", {"path": path, "old": removed, "new": "def broken(:"}),
+               format_tool_call("run_tests", {})]
+    seen = []
+    with TaskSandboxFactory(ts, kind="local", run_id="pytest-same-obs") as factory:
+        for _ in range(2):
+            env = HarnessEnv(factory, inst, EpisodeLimits(max_turns=4), seed=0)
+            env.reset()
+            seen.append([m.content for a in actions for m in env.step(a).observations])
+            env.close()
+    assert seen[0] == seen[1]
+    assert f'"/work/repo/{path}"' in seen[0][1] and "tgsuite-local" not in seen[0][1]
+
+
 class _SlowEnv(F.ToyEnv):
     """ToyEnv whose tool calls and grading take a seed-dependent time, so concurrent episodes finish out of order;
     its observation echoes the episode's own last text, so a mixed-up answer would change the trajectory."""
