@@ -77,9 +77,13 @@ def s2_gee(ep: pd.DataFrame, endpoint: str, c: CriterionSpec, primary: Criterion
             warnings.simplefilter("ignore")
             fit = smf.gee("y ~ treat", groups="repo", data=df, family=sm.families.Gaussian(),
                           cov_struct=sm.cov_struct.Independence()).fit(cov_type="bias_reduced")  # fmt: skip
-        est, se = float(fit.params["treat"]), float(fit.bse["treat"])
+        # The treatment's own variance, not ``fit.bse``: that takes the square root of the intercept's too, which is
+        # -0 up to rounding when the baseline never (or always) succeeds, and prints a RuntimeWarning for a number
+        # nobody reads.
+        est, var = float(fit.params["treat"]), float(fit.cov_params().loc["treat", "treat"])
     except Exception as exc:  # noqa: BLE001 - statsmodels raises many types; reported, not hidden
         return SensitivityResult(name="gee", method="GEE", status="failed", note=f"{type(exc).__name__}: {exc}")
+    se = math.sqrt(var) if var > 0 and math.isfinite(var) else 0.0
     if not (se > 0 and math.isfinite(se)):
         return SensitivityResult(name="gee", method="GEE", status="failed", note="zero or undefined sandwich SE")
     q = stats.t.ppf(0.975, g - 1)

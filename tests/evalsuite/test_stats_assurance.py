@@ -4,10 +4,12 @@ and claims under INCONCLUSIVE — each case on SYNTHETIC run directories through
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from evalsuite.analyze import analyze
 from evalsuite.multiplicity import holm_adjust
@@ -184,6 +186,36 @@ def test_three_seeds_cannot_ship_a_method_claim(tmp_path):
     assert any("needs at least 5" in r and "0.050" in r for r in res.decision.reasons)
     boot = [s for s in res.criterion("code_ok").sensitivity if s.name == "hierarchical_bootstrap"]
     assert all(not s.informative and "not counted" in s.note for s in boot)
+
+
+def test_gee_is_quiet_and_exact_when_the_baseline_never_succeeds(tmp_path):
+    """GRPO's Markdown replies can be 0/200: the GEE intercept's variance is then -0 up to rounding. statsmodels'
+    ``bse`` took its square root and printed a RuntimeWarning into the main job's log; the treatment's SE is read
+    on its own now, and equals ``bse``'s."""
+    import pandas as pd
+    import statsmodels.api as sm
+    import statsmodels.formula.api as smf
+
+    from evalsuite.outcomes import build_outcome_table
+
+    rec = freeze_plan(plan(criteria=[{"endpoint": "behaviour_ok", "kind": "superiority"}], sensitivity=["gee"]))
+    rd = runs(tmp_path, rec, (SyntheticArm("tg", 0.5, 0.5, S5), SyntheticArm("grpo", NEVER, 0.5, S5)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        gee = analyze(rec, rd).criterion("behaviour_ok").sensitivity[0]
+    assert gee.name == "gee" and gee.status == "ok", gee.note
+    ep = build_outcome_table(rec.protocol, rd).episodes
+    df = pd.DataFrame({"y": ep["behaviour_ok"].astype(float), "treat": (ep["role"] == "treatment").astype(float),
+                       "repo": ep["repo"].astype(str)})  # fmt: skip
+    fit = smf.gee("y ~ treat", groups="repo", data=df, family=sm.families.Gaussian(),
+                  cov_struct=sm.cov_struct.Independence()).fit(cov_type="bias_reduced")  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        bse = fit.bse
+    assert np.isnan(bse["Intercept"]) or bse["Intercept"] == 0  # the case this test is about
+    assert gee.estimate == pytest.approx(fit.params["treat"])
+    q = stats.t.ppf(0.975, df["repo"].nunique() - 1)
+    assert (gee.ci_high - gee.ci_low) / (2 * q) == pytest.approx(bse["treat"], rel=1e-12)
 
 
 def test_uninformative_sensitivities_do_not_count_as_disagreement():
