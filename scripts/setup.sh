@@ -65,7 +65,8 @@ install_torch() {
     "$VENV/bin/python" -m pip install -q "torch==2.13.0"
   fi
   local got
-  got=$("$VENV/bin/python" -c 'import torch; print("cuda" if torch.version.cuda else "cpu")')
+  # -W ignore: numpy is not installed yet, and torch warns about that on import (harmless here)
+  got=$("$VENV/bin/python" -W ignore -c 'import torch; print("cuda" if torch.version.cuda else "cpu")')
   [ "$got" = "$TORCH_BUILD" ] || { log "pip installed the $got build of torch, not $TORCH_BUILD; fix: point pip at an \
 index with the $TORCH_BUILD wheel (TGSUITE_TORCH_INDEX for cpu) or choose TGSUITE_TORCH=$got"; exit 1; }
 }
