@@ -83,9 +83,9 @@ def s2_gee(ep: pd.DataFrame, endpoint: str, c: CriterionSpec, primary: Criterion
         est, var = float(fit.params["treat"]), float(fit.cov_params().loc["treat", "treat"])
     except Exception as exc:  # noqa: BLE001 - statsmodels raises many types; reported, not hidden
         return SensitivityResult(name="gee", method="GEE", status="failed", note=f"{type(exc).__name__}: {exc}")
-    se = math.sqrt(var) if var > 0 and math.isfinite(var) else 0.0
-    if not (se > 0 and math.isfinite(se)):
+    if not (var > 0 and math.isfinite(var)):
         return SensitivityResult(name="gee", method="GEE", status="failed", note="zero or undefined sandwich SE")
+    se = math.sqrt(var)
     q = stats.t.ppf(0.975, g - 1)
     low1 = est - stats.t.ppf(1 - c.alpha_one_sided, g - 1) * se
     return _result("gee", "GEE identity link, independence, clustered by repository, bias-reduced sandwich, t(G-1); "
