@@ -40,6 +40,19 @@ class ExportError(ValueError):
     """A run directory that cannot be exported; the message names the file and the fix."""
 
 
+def enable_zstd_zip() -> bool:
+    """Let ``zipfile`` read zstd-compressed zip members, as Inspect writes ``.eval`` logs (Python < 3.14 cannot
+    without a patch): importing Inspect's zip helpers installs its reader. False when inspect_ai is not installed."""
+    try:
+        import inspect_ai._util.zipfile  # noqa: F401  (Inspect's zstd reader, multi-frame members included)
+    except ImportError:
+        try:
+            import inspect_ai.log  # noqa: F401  (installs the same reader, should the private module move)
+        except ImportError:
+            return False
+    return True
+
+
 def _cf(ok: bool) -> str:
     return "C" if ok else "I"
 
@@ -185,4 +198,5 @@ def export_inspect(run_dir: str | Path, out_dir: str | Path) -> list[Path]:
     return paths
 
 
-__all__ = ["ExportError", "SCORES", "chat_messages", "eval_log", "eval_sample", "export_inspect", "scores_of"]
+__all__ = ["ExportError", "SCORES", "chat_messages", "enable_zstd_zip", "eval_log", "eval_sample", "export_inspect",
+           "scores_of"]

@@ -42,6 +42,7 @@ from harness.trajdata.schema import Provenance, RecordOutcome, SourceFormat, Tra
 
 _ATTACH = re.compile(r"attachment://([0-9A-Za-z_-]+)")
 _SAMPLE_MEMBER = re.compile(r"^samples/.+\.json$")
+ZIP_ZSTANDARD = 93  # the zip compression method of zstd (Inspect's .eval logs)
 
 
 def _resolve(value: object, attachments: dict[str, str], err: ErrorAt) -> object:
@@ -151,16 +152,23 @@ def _zip_samples(path: Path) -> tuple[str | None, list[tuple[str, Any]]]:
                           "inspect_ai, or convert it with `inspect log convert --to json`") from exc
     with zf:
         names = zf.namelist()
-        model = None
-        for head in ("header.json", "_journal/start.json", "start.json"):
-            if head in names:
-                model = (json.loads(zf.read(head)).get("eval") or {}).get("model")
-                break
+        zstd = any(i.compress_type == ZIP_ZSTANDARD for i in zf.infolist())
+        if zstd:  # Inspect writes .eval members zstd-compressed; Python < 3.14's zipfile reads them once patched
+            from harness.trajdata.inspect_export import enable_zstd_zip
+
+            enable_zstd_zip()
         try:
+            model = None
+            for head in ("header.json", "_journal/start.json", "start.json"):
+                if head in names:
+                    model = (json.loads(zf.read(head)).get("eval") or {}).get("model")
+                    break
             return model, [(n, json.loads(zf.read(n))) for n in sorted(names) if _SAMPLE_MEMBER.match(n)]
-        except NotImplementedError as exc:  # e.g. deflate64 members, which Python's zipfile cannot read
-            raise RecordError(path, "file", "(compression)", str(exc), "convert the log with "
-                              "`inspect log convert --to json` and import the .json log") from exc
+        except NotImplementedError as exc:  # zstd without inspect_ai, deflate64, ...: zipfile cannot read them
+            fix = ("install inspect_ai (pip install 'tgsuite[inspect]'), whose zstd reader this importer uses, or "
+                   if zstd else "") + "convert the log with `inspect log convert --to json` and import the .json log"
+            raise RecordError(path, "file", "(compression)", f"{exc} ({'zstd' if zstd else 'a member'} "
+                              "compression)", fix) from exc
 
 
 def iter_inspect_log(path: str | Path, *, score_name: str | None = None) -> Iterator[TrajectoryRecord | RecordError]:

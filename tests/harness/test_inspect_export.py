@@ -134,3 +134,28 @@ def test_not_a_run_dir_names_the_fix(tmp_path: Path, capsys: pytest.CaptureFixtu
 
     assert main(["export", "inspect", str(tmp_path)]) == 2
     assert "manifest.json: not found; fix: pass the --out directory" in capsys.readouterr().err
+
+
+def test_data_import_reads_the_zstd_export_in_a_process_without_inspect_loaded(run: tuple[Path, Path],
+                                                                                tmp_path: Path) -> None:
+    """Inspect writes .eval members zstd-compressed; `tgsuite data import` (a fresh process: inspect_ai not yet
+    imported, so zipfile not patched) must read them, and without inspect_ai say what to install."""
+    import subprocess
+    import sys
+    import zipfile
+
+    root = Path(__file__).resolve().parents[2]
+    log = run[1] / "calc_fix.eval"
+    assert {i.compress_type for i in zipfile.ZipFile(log).infolist()} == {93}  # zstd
+    got = subprocess.run([sys.executable, "-m", "tgsuite.cli", "data", "import", str(log), "--out",
+                          str(tmp_path / "ds"), "--score", "resolved"], cwd=root, capture_output=True, text=True)
+    assert got.returncode == 0, got.stderr
+    assert "imported 2 records" in got.stdout
+    code = ("import sys; sys.modules['inspect_ai'] = None\n"
+            "from harness.trajdata.common import RecordError\n"
+            "from harness.trajdata.importer import import_source\n"
+            f"try:\n    import_source({str(log)!r}, score_name='resolved')\n"
+            "except RecordError as exc:\n    print(exc)\n")
+    got = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
+    assert got.returncode == 0, got.stderr
+    assert "calc_fix.eval" in got.stdout and "zstd" in got.stdout and "pip install 'tgsuite[inspect]'" in got.stdout
