@@ -10,7 +10,8 @@ One ``.eval`` log per arm (Inspect logs hold one model on one task), written wit
   ``status`` ``success`` when every planned episode of the arm has a result, else ``cancelled`` (resume the run);
 - sample per episode (the attempt that counts, ``harness.rundir``): ``id`` = instance id, ``epoch`` = position of the
   seed in the run's seeds + 1, ``input`` = the problem statement, ``messages`` = the trajectory (assistant text
-  without ``<think>`` / ``<tool_call>`` blocks, which are in ``metadata.raw``; each call an Inspect ``ToolCall``
+  without ``<think>`` / ``<tool_call>`` blocks: the thinking is a ``ContentReasoning`` part, the turn as written is in
+  ``metadata.raw``; each call an Inspect ``ToolCall``
   with id ``t<turn>.<k>``, answered by the ``tool`` message with that ``tool_call_id``; a tool observation starting
   ``ERROR: `` carries ``error``), ``output`` = the ``finish`` message, ``metadata`` = the episode's
   ``EpisodeResult`` fields (status, failure class, metrics, ...);
@@ -23,6 +24,7 @@ One ``.eval`` log per arm (Inspect logs hold one model on one task), written wit
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -33,7 +35,9 @@ from harness.tools import ERROR_PREFIX, visible_text
 
 SCORES = ("resolved", "behaviour", "joint")
 _LIMIT_TYPE = {"limit_turns": "message", "limit_tokens": "token", "limit_time": "time", "limit_context": "context"}
+_THINK = re.compile(r"<think>(.*?)(?:</think>|\Z)", re.DOTALL)
 NO_CONVERSATION = "(no conversation was recorded: this episode graded a patch made elsewhere)"
+NO_TRAJECTORY = "(no conversation was recorded: the attempt was not scored; the sample's error says why)"
 
 
 class ExportError(ValueError):
@@ -57,9 +61,27 @@ def _cf(ok: bool) -> str:
     return "C" if ok else "I"
 
 
+def reasoning_text(text: str) -> str:
+    """The thinking of an assistant turn: what ``harness.tools.strip_think`` removes (``<think>`` blocks, and the
+    text before a lone ``</think>``), tags dropped, blocks joined by blank lines."""
+    parts = []
+    if "</think>" in text and "<think>" not in text.split("</think>", 1)[0]:
+        head, text = text.split("</think>", 1)
+        parts.append(head)
+    parts += [m.group(1) for m in _THINK.finditer(text)]
+    return "\n\n".join(p.strip() for p in parts if p.strip())
+
+
 def chat_messages(traj: Trajectory) -> list[Any]:
     """The trajectory's messages as Inspect ``ChatMessage`` objects (module docstring)."""
-    from inspect_ai.model import ChatMessageAssistant, ChatMessageSystem, ChatMessageTool, ChatMessageUser
+    from inspect_ai.model import (
+        ChatMessageAssistant,
+        ChatMessageSystem,
+        ChatMessageTool,
+        ChatMessageUser,
+        ContentReasoning,
+        ContentText,
+    )
     from inspect_ai.tool import ToolCall, ToolCallError
 
     out: list[Any] = []
@@ -74,7 +96,10 @@ def chat_messages(traj: Trajectory) -> list[Any]:
             calls = [ToolCall(id=f"t{m.turn}.{k}", function=c.name or "(unparsed)", arguments=dict(c.arguments),
                               parse_error=c.error if not c.valid else None) for k, c in enumerate(m.tool_calls)]
             pending = [(c.id, c.function) for c in calls]
-            out.append(ChatMessageAssistant(content=visible_text(m.content), tool_calls=calls or None,
+            text, reasoning = visible_text(m.content), reasoning_text(m.content)
+            content: Any = text if not reasoning else [
+                ContentReasoning(reasoning=reasoning), *([ContentText(text=text)] if text else [])]
+            out.append(ChatMessageAssistant(content=content, tool_calls=calls or None,
                                             model=traj.policy, metadata={**meta, "raw": m.content}))
         else:
             cid, fn = pending.pop(0) if pending else (None, m.tool_name)
@@ -116,7 +141,8 @@ def eval_sample(res: EpisodeResult, traj: Trajectory | None, epoch: int) -> Any:
         traj is not None and traj.limit_hit is not None and res.status in _LIMIT_TYPE) else None
     final = (traj.final_message if traj else None) or ""
     return EvalSample(
-        id=res.instance_id, epoch=epoch, input=statement or NO_CONVERSATION, target="",
+        id=res.instance_id, epoch=epoch, input=statement or (NO_CONVERSATION if res.scored else NO_TRAJECTORY),
+        target="",
         messages=chat_messages(traj) if traj else [], output=ModelOutput.from_content(model=res.arm, content=final),
         scores=scores_of(res, judged=traj is not None), error=error, limit=limit,
         metadata={**res.model_dump(mode="json", exclude={"behaviour", "grade", "metrics"}),

@@ -10,7 +10,8 @@ Schema read (``inspect_ai.log.EvalLog`` / ``EvalSample``, read as plain JSON, in
   ``tool_calls`` = ``[{"id", "function", "arguments": {...}, "parse_error"}]``; tool ``function`` and ``error``
   ``{"type", "message"}``), ``scores`` (name → ``{"value", ...}``), ``metadata``, ``error`` (``EvalError``: the
   sample was halted by an error → an infrastructure error here), ``limit`` (``{"type", "limit"}``: the sample
-  hit a message/token/time/... limit → truncated), ``attachments`` (``attachment://<hash>`` references are resolved).
+  hit a message/token/time/... limit → truncated; an empty ``messages`` list, as an errored sample that never reached
+  the model has, is counted as a skip like a run directory's episode without a trajectory), ``attachments`` (``attachment://<hash>`` references are resolved).
 
 Outcome: the score named ``score_name`` (or the only score); value ``"C"``/``"I"`` (correct / incorrect), a bool, or
 a number (reward = the number; resolved when it is 1, not resolved when 0, unknown otherwise). The instance id is
@@ -32,6 +33,7 @@ from harness.tools import ERROR_PREFIX
 from harness.trajdata.common import (
     LOG_POLICY,
     ErrorAt,
+    NoTrajectory,
     RecordError,
     make_record,
     normalise_call,
@@ -42,6 +44,7 @@ from harness.trajdata.schema import Provenance, RecordOutcome, SourceFormat, Tra
 
 _ATTACH = re.compile(r"attachment://([0-9A-Za-z_-]+)")
 _SAMPLE_MEMBER = re.compile(r"^samples/.+\.json$")
+NO_MESSAGES = "no messages (the sample errored before the model ran, or has no conversation)"
 ZIP_ZSTANDARD = 93  # the zip compression method of zstd (Inspect's .eval logs)
 
 
@@ -125,8 +128,10 @@ def _sample(s: object, fmt: SourceFormat, path: Path, sha: str, model: str | Non
     def err(field: str, problem: str, fix: str) -> RecordError:
         return RecordError(path, loc, field, problem, fix)
 
-    if not isinstance(s, dict) or not isinstance(s.get("messages"), list) or not s["messages"]:
-        raise err("messages", "missing or empty", "log the samples' messages (the default in inspect_ai)")
+    if isinstance(s, dict) and s.get("messages") == []:  # errored before the model ran, or a patch graded alone
+        raise NoTrajectory(path, loc, "messages", NO_MESSAGES, "nothing to fix: it is counted")
+    if not isinstance(s, dict) or not isinstance(s.get("messages"), list):
+        raise err("messages", "missing", "log the samples' messages (the default in inspect_ai)")
     attachments = s.get("attachments") or {}
     sample: dict[str, Any] = {k: _resolve(v, attachments, err) for k, v in s.items()}  # parsed JSON
     msgs = [_message(m, i, err) for i, m in enumerate(sample["messages"])]

@@ -159,3 +159,54 @@ def test_data_import_reads_the_zstd_export_in_a_process_without_inspect_loaded(r
     got = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
     assert got.returncode == 0, got.stderr
     assert "calc_fix.eval" in got.stdout and "zstd" in got.stdout and "pip install 'tgsuite[inspect]'" in got.stdout
+
+
+def test_thinking_is_reasoning_content_and_survives_the_round_trip(tmp_path: Path) -> None:
+    """A turn's <think> block is an Inspect ContentReasoning part (not only buried in metadata.raw), so Inspect
+    shows it and `tgsuite data import` of the .eval gets it back."""
+    from inspect_ai.log import EvalLog, EvalSpec, write_eval_log
+    from inspect_ai.model import ContentReasoning
+
+    from harness.schema import Message, Trajectory
+    from harness.tools import format_tool_call, parse_tool_calls
+    from harness.trajdata.inspect_export import chat_messages
+    from harness.trajdata.inspect_log import iter_inspect_log
+
+    text = "<think>\nThe bug is in add().\n</think>\n\nLooking.\n" + format_tool_call("read_file", {"path": "calc.py"})
+    traj = Trajectory(instance_id="calc-1", policy="p", seed=0, messages=[
+        Message(role="system", content="sys"), Message(role="user", content="add() subtracts"),
+        Message(role="assistant", content=text, tool_calls=parse_tool_calls(text)),
+        Message(role="tool", content="def add(a, b): return a - b", tool_name="read_file")])
+    msgs = chat_messages(traj)
+    parts = msgs[2].content
+    assert isinstance(parts, list) and isinstance(parts[0], ContentReasoning)
+    assert parts[0].reasoning == "The bug is in add()." and msgs[2].text == "Looking."
+    from inspect_ai.log import EvalSample
+
+    log = EvalLog(eval=EvalSpec(created="2026-01-01T00:00:00Z", task="t", model="tgsuite/p", dataset={}, config={}),
+                  samples=[EvalSample(id="calc-1", epoch=1, input="add() subtracts", target="", messages=msgs)])
+    write_eval_log(log, str(tmp_path / "t.eval"))
+    (rec,) = iter_inspect_log(tmp_path / "t.eval")
+    got = rec.trajectory.messages[2].content
+    assert got.startswith("<think>\nThe bug is in add().\n</think>\nLooking.\n<tool_call>"), got
+
+
+def test_an_episode_without_trajectory_is_a_counted_skip_after_the_round_trip(tmp_path: Path) -> None:
+    """An infra episode that failed before the agent ran: the export does not claim it graded a patch made
+    elsewhere, and importing the .eval counts it as a skip, as importing the run directory does."""
+    from harness.trajdata.importer import import_source
+    from harness.trajdata.inspect_export import export_inspect
+
+    inst, repo = make_calc_task(tmp_path / "repos", "calc-1")
+    ts = TaskSet(name="calc", path=str(tmp_path), sha256="e" * 64, instances=[inst])
+    out = tmp_path / "run"
+    run_eval(ts, {"broken": NullFinishPolicy()}, [0], out, limits=EpisodeLimits(max_turns=4),
+             retry=RetryPolicy(max_attempts=1), sandbox_factory=FakeFactory({"calc-1": repo}, fail_agent_attempts={0}))
+    (out / "episodes/calc-1/broken/s0/a0/trajectory.jsonl").unlink(missing_ok=True)  # failed at sandbox start
+    (path,) = export_inspect(out, tmp_path / "logs")
+    s = read_eval_log(str(path)).samples[0]
+    assert s.error is not None and s.scores is None and s.messages == []
+    assert "graded a patch made elsewhere" not in s.input
+    from_run = import_source(out)[1]
+    recs, summary = import_source(path)
+    assert recs == [] and [k.count for k in summary.skipped] == [1] == [k.count for k in from_run.skipped]
