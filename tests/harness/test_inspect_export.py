@@ -210,3 +210,26 @@ def test_an_episode_without_trajectory_is_a_counted_skip_after_the_round_trip(tm
     from_run = import_source(out)[1]
     recs, summary = import_source(path)
     assert recs == [] and [k.count for k in summary.skipped] == [1] == [k.count for k in from_run.skipped]
+
+
+def test_hint_messages_stay_hints_after_the_round_trip(tmp_path: Path) -> None:
+    """A hint (``is_hint``, what the tokenizer's hint mask and SFT read) is exported as metadata.hint and imported
+    back as a hint, not as an ordinary user message."""
+    from inspect_ai.log import EvalLog, EvalSample, EvalSpec, write_eval_log
+
+    from harness.schema import Message, Trajectory
+    from harness.tools import format_tool_call, parse_tool_calls
+    from harness.trajdata.inspect_export import chat_messages
+    from harness.trajdata.inspect_log import iter_inspect_log
+
+    fin = format_tool_call("finish", {"message": "## Done"})
+    traj = Trajectory(instance_id="calc-1", policy="p", seed=0, messages=[
+        Message(role="system", content="sys"), Message(role="user", content="add() subtracts"),
+        Message(role="user", content="Reply in Markdown.", is_hint=True),
+        Message(role="assistant", content=fin, tool_calls=parse_tool_calls(fin)),
+        Message(role="tool", content="finished", tool_name="finish")])
+    log = EvalLog(eval=EvalSpec(created="2026-01-01T00:00:00Z", task="t", model="tgsuite/p", dataset={}, config={}),
+                  samples=[EvalSample(id="calc-1", epoch=1, input="x", target="", messages=chat_messages(traj))])
+    write_eval_log(log, str(tmp_path / "t.eval"))
+    (rec,) = iter_inspect_log(tmp_path / "t.eval")
+    assert [m.is_hint for m in rec.trajectory.messages] == [False, False, True, False, False]
