@@ -194,7 +194,11 @@ def iter_inspect_log(path: str | Path, *, score_name: str | None = None) -> Iter
             log = json.loads(p.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise RecordError(p, "file", "(file)", f"not valid JSON ({exc.msg})", "pass an Inspect .json log") from exc
-        if not isinstance(log, dict) or not isinstance(log.get("samples"), list):
+        if not isinstance(log, dict) or "eval" not in log:
+            raise RecordError(p, "file", "eval", f"not an Inspect log (a JSON {type(log).__name__} without the "
+                              "`eval` spec every Inspect log has)", "pass an Inspect .json / .eval log; chat "
+                              "transcripts go in JSONL, one {\"messages\": [...]} object per line (--format openai)")
+        if not isinstance(log.get("samples"), list):
             raise RecordError(p, "file", "samples", "the log holds no samples", "re-run the eval with samples "
                               "logged (log_samples=True, the default), or pass the .eval log")
         model, items = (log.get("eval") or {}).get("model"), log["samples"]

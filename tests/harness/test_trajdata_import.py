@@ -120,6 +120,9 @@ def test_inspect_score_choice_and_missing_samples(tmp_path: Path) -> None:
     (tmp_path / "empty.json").write_text(json.dumps({"eval": {}, "status": "success"}))
     with pytest.raises(RecordError, match="holds no samples.*log_samples"):
         import_source(tmp_path / "empty.json")
+    (tmp_path / "chat.json").write_text(json.dumps([{"role": "user", "content": "hi"}]))  # not an Inspect log
+    with pytest.raises(RecordError, match=r"chat.json.*not an Inspect log.*--format openai"):
+        import_source(tmp_path / "chat.json")
     (tmp_path / "notzip.eval").write_text("x")
     with pytest.raises(RecordError, match="not a zip archive"):
         import_source(tmp_path / "notzip.eval")
