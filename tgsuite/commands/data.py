@@ -20,8 +20,9 @@ Worked example (a tgsuite eval run; OpenAI chat JSONL and Inspect .json/.eval lo
 
 Formats (--format, default auto): a directory = a tgsuite run (`tgsuite eval --out`); .jsonl = OpenAI-style chat
 completions, one conversation per line ({"messages": [...], "metadata": {"instance_id", "resolved", "reward",
-"user_feedback"}}); .json / .eval = an Inspect eval log. A bad record stops the import with the file, the place,
-the field and the fix; --skip-invalid counts it in the card instead.
+"user_feedback"}}); .json / .eval = an Inspect eval log (.eval logs need pip install 'tgsuite[inspect]' for
+Inspect's zstd compression). A bad record stops the import with the file, the place, the field and the fix;
+--skip-invalid counts it in the card instead.
 
 Filters (in order, each counted in card.json / card.md): infrastructure errors, malformed tool calls, truncated
 episodes, leaks of hidden tests or gold patches (needs --tasks), exact duplicates, near duplicates (MinHash
