@@ -1,7 +1,8 @@
 """Grade predictions made by any agent or harness (``tgsuite grade``), in SWE-bench's predictions format.
 
-A predictions file is JSON Lines (or one JSON list, as SWE-bench also accepts) of
-``{"instance_id", "model_name_or_path", "model_patch"}``. Each patch is graded by the same procedure as
+A predictions file is JSON Lines of ``{"instance_id", "model_name_or_path", "model_patch"}``, or the other forms
+SWE-bench's ``get_predictions_from_file`` accepts: one JSON list of them, or one JSON object mapping instance ids to
+them (SWE-agent's ``preds.json``). Each patch is graded by the same procedure as
 ``tgsuite eval`` grades an agent's patch (``harness.runner_episode.run_patch_attempt``: a fresh grading sandbox,
 ``harness.grading.grade_patch``, the gold control run for invalid grades, infrastructure errors retried and never
 scored). The run directory has eval's layout (``manifest.json``, ``episodes/<id>/<arm>/s0/a<k>/``,
@@ -52,6 +53,9 @@ def _parse_records(path: Path) -> list[tuple[str, object]]:
         except ValueError as exc:
             raise ValueError(f"{path}: not a JSON list ({exc}); fix: write one prediction per line") from None
         return [(f"{path}[{i}]", obj) for i, obj in enumerate(items)]
+    whole = _one_json_object(text)
+    if whole is not None:
+        return _object_records(f"{path}:{text[:text.index('{')].count(chr(10)) + 1}", path, whole)
     out: list[tuple[str, object]] = []
     for n, line in enumerate(text.splitlines(), 1):
         if line.strip():
@@ -60,6 +64,25 @@ def _parse_records(path: Path) -> list[tuple[str, object]]:
             except ValueError as exc:
                 raise ValueError(f"{path}:{n}: not JSON ({exc}); fix: one JSON object per line") from None
     return out
+
+
+def _one_json_object(text: str) -> dict | None:
+    """The file's content when it is one JSON object (possibly over several lines), else None (JSON Lines)."""
+    if not text.lstrip().startswith("{"):
+        return None
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _object_records(where: str, path: Path, obj: dict) -> list[tuple[str, object]]:
+    """One JSON object (starting at ``where``): a single prediction, or SWE-agent's ``{instance_id: prediction}``
+    (``preds.json``), which SWE-bench's ``get_predictions_from_file`` reads as its values."""
+    if "instance_id" in obj or not obj or not all(isinstance(v, dict) for v in obj.values()):
+        return [(where, obj)]
+    return [(f"{path}[{key!r}]", value) for key, value in obj.items()]
 
 
 def load_predictions(path: str | Path) -> list[Prediction]:

@@ -195,3 +195,17 @@ def test_cli_grade_writes_swebench_report(mini: TaskSet, tmp_path: Path) -> None
     _write(preds, [{**rows[0], "instance_id": "nope"}])
     bad = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "not in task set" in bad.stderr and "fix:" in bad.stderr
+
+
+def test_load_reads_swe_agent_s_dict_form_as_swebench_does(tmp_path: Path) -> None:
+    """SWE-bench's get_predictions_from_file reads a JSON object {instance_id: prediction} (SWE-agent's preds.json)
+    as its values; pretty-printed, it was refused as 'not JSON' on line 1, on one line as a missing instance_id."""
+    rows = {i: {"instance_id": i, "model_name_or_path": "org/m", "model_patch": "diff"} for i in ("a", "b")}
+    for indent in (2, None):
+        (tmp_path / "preds.json").write_text(json.dumps(rows, indent=indent))
+        assert [p.instance_id for p in load_predictions(tmp_path / "preds.json")] == ["a", "b"]
+    (tmp_path / "one.json").write_text(json.dumps(rows["a"], indent=2))  # one prediction, pretty-printed
+    assert [p.instance_id for p in load_predictions(tmp_path / "one.json")] == ["a"]
+    (tmp_path / "bad.json").write_text(json.dumps({"a": {"model_name_or_path": "m"}}, indent=2))
+    with pytest.raises(ValueError, match=r"bad\.json\['a'\]: field 'instance_id'"):
+        load_predictions(tmp_path / "bad.json")

@@ -23,7 +23,7 @@ worked example (grade the gold patches of a mini task set, as a predictions file
   tgsuite grade --tasks tasks/mini-heldout --predictions preds.jsonl --out runs/grade-gold
   tgsuite analyze ... / tgsuite report runs/grade-gold     # the run directory reads like an eval run
 
-Input: SWE-bench's predictions format, JSON Lines (or a JSON list) of
+Input: SWE-bench's predictions format, JSON Lines (or a JSON list, or SWE-agent's {instance_id: prediction}) of
   {"instance_id": "...", "model_name_or_path": "my-agent", "model_patch": "diff --git ..."}
 one model per file; other fields are kept. Every predicted instance must be in --tasks.
 
@@ -57,7 +57,7 @@ def register(subparsers: Any) -> None:
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--tasks", required=True, metavar="DIR", help="task set folder (with tasks.jsonl)")
-    p.add_argument("--predictions", required=True, metavar="FILE", help="predictions, JSON Lines or a JSON list")
+    p.add_argument("--predictions", required=True, metavar="FILE", help="predictions: JSON Lines, a JSON list or {instance_id: prediction}")
     p.add_argument("--out", required=True, metavar="RUN_DIR", help="run directory (created, or resumed)")
     p.add_argument("--arm", default=None, metavar="NAME", type=_arm,
                    help="arm name of the results (default: the model name, '/' as '__'); for `tgsuite analyze` "
