@@ -9,7 +9,8 @@ scored). The run directory has eval's layout (``manifest.json``, ``episodes/<id>
 ``results.jsonl``) so ``tgsuite analyze`` and ``tgsuite report`` read it, plus SWE-bench's run report
 (``<model>.<run id>.json``, ``harness.schema.SwebenchReport``).
 
-Covered: one model per file (the arm is a slug of ``model_name_or_path``), resume (finished predictions are kept),
+Covered: one model per file (the arm is a slug of ``model_name_or_path``), resume (finished predictions are kept;
+a run folder that graded another patch for a predicted instance is refused, never reported with the old grade),
 SWE-bench's report semantics (a patch that does not apply is an *error* there, as in SWE-bench; in
 ``results.jsonl`` it stays the model's failure ``patch_apply_failed``). Not covered: behaviour requirements (no
 conversation exists, so ``behaviour_ok`` is False and ``behaviour`` is empty: only the coding endpoint of
@@ -21,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -29,6 +30,7 @@ from pydantic import ValidationError
 from harness.infra import ControlCache, ErrorRateGuard, RetryPolicy, atomic_write_text
 from harness.interfaces import EpisodeLimits
 from harness.run_control import RunInterrupted, check_out_dir, run_id_for
+from harness.rundir import RESULT_FILE, attempt_indices, episode_dir
 from harness.runner import ARM_NAME, execute_jobs, plan_work, rebuild_results, run_lock
 from harness.runner_episode import EpisodeContext, SandboxFactory, run_patch_attempt
 from harness.runner_manifest import build_manifest, check_resume_compatible, write_manifest
@@ -132,6 +134,22 @@ def check_against_tasks(preds: Sequence[Prediction], task_set: TaskSet, source: 
                          f"(first: {unknown[0]!r}); fix: grade against the task set the predictions were made for")
 
 
+def regraded_with_other_patches(out_dir: str | Path, arm: str, patches: Mapping[str, str]) -> list[str]:
+    """Instances of ``patches`` with a finished attempt in ``out_dir`` (arm ``arm``) that graded another patch:
+    a resume would report that grade for this prediction."""
+    changed = []
+    for iid, patch in sorted(patches.items()):
+        ep = episode_dir(Path(out_dir), iid, arm, 0)
+        for k in attempt_indices(ep):
+            stored = ep / f"a{k}" / "patch.diff"
+            if (ep / f"a{k}" / RESULT_FILE).is_file() and stored.is_file():
+                with open(stored, encoding="utf-8", errors="replace", newline="") as fh:
+                    if fh.read() != patch:
+                        changed.append(iid)
+                        break
+    return changed
+
+
 def grade_predictions(task_set: TaskSet, preds: Sequence[Prediction], out_dir: str | Path, *,
                       sandbox_factory: SandboxFactory, workers: int = 1, retry: RetryPolicy | None = None,
                       excluded_tests: dict[str, list[str]] | None = None, grade_timeout_s: float = 900.0,
@@ -151,6 +169,11 @@ def grade_predictions(task_set: TaskSet, preds: Sequence[Prediction], out_dir: s
     with run_lock(out):
         run_id = run_id_for(out)  # unique, kept on resume (as eval's): two --out folders of one name never mix
         check_resume_compatible(out, task_set, specs)
+        changed = regraded_with_other_patches(out, arm, patches)
+        if changed:
+            raise ValueError(f"--out {out}: {len(changed)} instance(s) were graded here with another patch than this "
+                             f"predictions file's (first: {changed[0]!r}); a resume would report the old grades. "
+                             "fix: grade these predictions into a new --out")
         write_manifest(out, build_manifest(run_id=run_id, task_set=task_set, arm_specs=specs, seeds=[0],
                                            factory=sandbox_factory, limits=EpisodeLimits(), protocol_hash=None,
                                            argv=list(argv), policies={}))

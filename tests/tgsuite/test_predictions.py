@@ -209,3 +209,19 @@ def test_load_reads_swe_agent_s_dict_form_as_swebench_does(tmp_path: Path) -> No
     (tmp_path / "bad.json").write_text(json.dumps({"a": {"model_name_or_path": "m"}}, indent=2))
     with pytest.raises(ValueError, match=r"bad\.json\['a'\]: field 'instance_id'"):
         load_predictions(tmp_path / "bad.json")
+
+
+def test_resume_with_another_patch_is_refused_not_reported_with_the_old_grade(tmp_path: Path) -> None:
+    """Grading an edited predictions file into the folder of an earlier grade kept the old grade: a patch that does
+    not apply was reported resolved (the gold patch graded before)."""
+    ts, repos = _calc(tmp_path, 2)
+    gold = [Prediction(instance_id=i.instance_id, model_name_or_path="m", model_patch=i.patch) for i in ts.instances]
+    out = tmp_path / "run"
+    factory = FakeFactory(repos)
+    assert all(r.resolved for r in grade_predictions(ts, gold, out, sandbox_factory=factory))
+    edited = [gold[0].model_copy(update={"model_patch": BROKEN}), gold[1]]
+    with pytest.raises(ValueError, match=r"1 instance\(s\) were graded here with another patch.*'calc-0'.*new --out"):
+        grade_predictions(ts, edited, out, sandbox_factory=factory)
+    n_open = len(factory.opened)
+    assert len(grade_predictions(ts, gold, out, sandbox_factory=factory)) == 2  # the same file resumes
+    assert len(factory.opened) == n_open

@@ -34,7 +34,8 @@ result.json}, results.jsonl, aggregate.json (arm = --arm, default the model name
 is judged: there is no conversation, so only the coding endpoint means something in `analyze`).
 Each patch is graded exactly as `tgsuite eval` grades an agent's patch: a fresh sandbox, the hidden tests, the gold
 control run for an invalid grade, infrastructure errors retried and never scored. Instances rejected by
-validation.json are not graded (they count as errors). Resume: run the same command again.
+validation.json are not graded (they count as errors). Resume: run the same command again (a folder that
+graded another patch for a predicted instance is refused: grade an edited predictions file into a new --out).
 --out must be a new or empty folder, or a `tgsuite grade` run folder (resumed); never the task set's folder.
 SIGINT / SIGTERM stop the run at once: graded patches are kept, this run's containers are removed (exit 130 / 143).
 """
