@@ -7,7 +7,7 @@ them (SWE-agent's ``preds.json``). Each patch is graded by the same procedure as
 ``harness.grading.grade_patch``, the gold control run for invalid grades, infrastructure errors retried and never
 scored). The run directory has eval's layout (``manifest.json``, ``episodes/<id>/<arm>/s0/a<k>/``,
 ``results.jsonl``) so ``tgsuite analyze`` and ``tgsuite report`` read it, plus SWE-bench's run report
-(``<model>.<run id>.json``, ``harness.schema.SwebenchReport``).
+(``<model>.<run folder name>.json``, ``harness.schema.SwebenchReport``).
 
 Covered: one model per file (the arm is a slug of ``model_name_or_path``), resume (finished predictions are kept;
 a run folder that graded another patch for a predicted instance is refused, never reported with the old grade),
@@ -202,25 +202,43 @@ def swebench_report(task_set: TaskSet, preds: Sequence[Prediction], results: Seq
         if iid in empty:
             continue
         r = by_id.get(iid)
-        if r is None or not r.scored or r.status == "patch_apply_failed":
+        # a whitespace-only patch is not SWE-bench's empty patch: its `git apply` / `patch` fail, an error there
+        if r is None or not r.scored or r.status in ("patch_apply_failed", "empty_patch"):
             error.append(iid)
         elif r.resolved:
             resolved.append(iid)
         else:
             unresolved.append(iid)
+    reasons = {iid: reason for iid in error if (reason := _failure_reason(by_id.get(iid)))}
+    ambiguous = sorted(iid for iid in reasons if reasons[iid] == "ambiguous")
+    infra = sorted(set(reasons) - set(ambiguous))
     incomplete = sorted({i.instance_id for i in task_set.instances} - set(submitted))
     completed = sorted(resolved + unresolved)
     return SwebenchReport(
         total_instances=len(task_set.instances), submitted_instances=len(submitted),
         completed_instances=len(completed), resolved_instances=len(resolved),
-        unresolved_instances=len(unresolved), empty_patch_instances=len(empty), error_instances=len(error),
+        unresolved_instances=len(unresolved), infra_failure_instances=len(infra),
+        ambiguous_failure_instances=len(ambiguous), empty_patch_instances=len(empty), error_instances=len(error),
         completed_ids=completed, incomplete_ids=incomplete, empty_patch_ids=empty, submitted_ids=submitted,
-        resolved_ids=resolved, unresolved_ids=unresolved, error_ids=error,
+        resolved_ids=resolved, unresolved_ids=unresolved, infra_failure_ids=infra, ambiguous_failure_ids=ambiguous,
+        failure_reasons=dict(sorted(reasons.items())), error_ids=error,
     )
 
 
+def _failure_reason(r: EpisodeResult | None) -> str | None:
+    """Why an error is not the patch's (SWE-bench's ``failure_reasons``), None when it is (it did not apply)."""
+    if r is None:
+        return "not_graded"  # rejected by validation.json: the instance itself is broken
+    if r.failure_class == "infra":
+        return f"infra_error: {r.infra_kind}" if r.infra_kind else "infra_error"
+    if r.failure_class in ("invalid_instance", "ambiguous"):
+        return r.failure_class
+    return None
+
+
 def write_swebench_report(out_dir: str | Path, model_name_or_path: str, report: SwebenchReport) -> Path:
-    """Write ``<model with / as __>.<run id>.json`` (SWE-bench's file name) into ``out_dir``; returns its path."""
+    """Write ``<model with / as __>.<out_dir's name>.json`` (SWE-bench's ``<model>.<run_id>.json``, the folder's
+    name as the run id) into ``out_dir``; returns its path."""
     out = Path(out_dir)
     path = out / f"{model_name_or_path.replace('/', '__')}.{out.resolve().name}.json"
     atomic_write_text(path, json.dumps(report.model_dump(mode="json"), indent=4) + "\n")

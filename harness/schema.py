@@ -316,8 +316,12 @@ class SwebenchReport(_Frozen):
     """SWE-bench's run report (``swebench.harness.reporting.make_run_report``, schema_version 2), same field names.
 
     Semantics as SWE-bench's: ``completed`` = graded to a decision (resolved or unresolved); ``error`` = no
-    decision (the patch did not apply, the instance's environment is broken, or infrastructure failed after
-    retries); ``incomplete`` = in the task set but not predicted; ``empty_patch`` = predicted an empty patch.
+    decision (the patch did not apply, a whitespace-only patch included, the instance's environment is broken, or
+    infrastructure failed after retries); ``incomplete`` = in the task set but not predicted; ``empty_patch`` =
+    predicted an empty (``""`` or null) patch. ``infra_failure`` / ``ambiguous_failure`` (SWE-bench's advisory
+    classification, a subset of the errors here, ``failure_reasons`` saying why): errors not caused by the patch
+    (infrastructure after retries, an instance whose gold patch fails too, an instance not graded) / left
+    undecided between the two.
     """
 
     total_instances: int
@@ -325,6 +329,8 @@ class SwebenchReport(_Frozen):
     completed_instances: int
     resolved_instances: int
     unresolved_instances: int
+    infra_failure_instances: int = 0
+    ambiguous_failure_instances: int = 0
     empty_patch_instances: int
     error_instances: int
     completed_ids: list[str]
@@ -333,5 +339,8 @@ class SwebenchReport(_Frozen):
     submitted_ids: list[str]
     resolved_ids: list[str]
     unresolved_ids: list[str]
+    infra_failure_ids: list[str] = Field(default_factory=list)
+    ambiguous_failure_ids: list[str] = Field(default_factory=list)
+    failure_reasons: dict[str, str] = Field(default_factory=dict)
     error_ids: list[str]
     schema_version: int = 2

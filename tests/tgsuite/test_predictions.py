@@ -225,3 +225,35 @@ def test_resume_with_another_patch_is_refused_not_reported_with_the_old_grade(tm
     n_open = len(factory.opened)
     assert len(grade_predictions(ts, gold, out, sandbox_factory=factory)) == 2  # the same file resumes
     assert len(factory.opened) == n_open
+
+
+def _swebench_report_keys() -> list[str]:
+    """The keys of the report swebench's ``make_run_report`` writes (without a docker client), read from its source
+    (importing it needs docker and unidiff)."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec("swebench")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("swebench is not installed")
+    src = Path(list(spec.submodule_search_locations)[0], "harness", "reporting.py").read_text()
+    (node,) = [n.value for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Dict)
+               and any(isinstance(t, ast.Name) and t.id == "report" for t in n.targets)]
+    return [k.value for k in node.keys if isinstance(k, ast.Constant)]
+
+
+def test_swebench_report_has_swebench_s_keys_and_errors(tmp_path: Path) -> None:
+    """Same keys, in the same order, as swebench 5.0.2's report (infra/ambiguous failures and failure_reasons were
+    missing); a whitespace-only patch does not apply in SWE-bench (an error), it was reported unresolved/completed."""
+    ts, _ = _calc(tmp_path, 1)
+    ts = ts.model_copy(update={"instances": [ts.instances[0].model_copy(update={"instance_id": i}) for i in "abcdef"]})
+    preds = [Prediction(instance_id=i, model_name_or_path="m", model_patch="\n" if i == "a" else "diff") for i in "abcde"]
+    results = [_res("a", "empty_patch", "agent"), _res("b", "tests_failed", "agent"),
+               _res("c", "infra_error", "infra").model_copy(update={"infra_kind": "DISK_FULL"}),
+               _res("d", "invalid_instance", "invalid_instance")]  # e: not graded (rejected by validation)
+    rep = swebench_report(ts, preds, results).model_dump(mode="json")
+    assert list(rep) == _swebench_report_keys()
+    assert rep["error_ids"] == ["a", "c", "d", "e"] and rep["unresolved_ids"] == ["b"] and rep["completed_ids"] == ["b"]
+    assert rep["infra_failure_ids"] == ["c", "d", "e"] and rep["ambiguous_failure_ids"] == []
+    assert rep["failure_reasons"] == {"c": "infra_error: DISK_FULL", "d": "invalid_instance", "e": "not_graded"}
+    assert (rep["infra_failure_instances"], rep["error_instances"]) == (3, 4)

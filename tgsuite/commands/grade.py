@@ -27,9 +27,10 @@ Input: SWE-bench's predictions format, JSON Lines (or a JSON list, or SWE-agent'
   {"instance_id": "...", "model_name_or_path": "my-agent", "model_patch": "diff --git ..."}
 one model per file; other fields are kept. Every predicted instance must be in --tasks.
 
-Output (RUN_DIR): SWE-bench's run report <model>.<run id>.json (resolved_ids, unresolved_ids, error_ids,
-empty_patch_ids, completed_ids, incomplete_ids, submitted_ids and their counts; a patch that does not apply is an
-error there, as in SWE-bench), and eval's layout: manifest.json, episodes/<id>/<arm>/s0/a<k>/{patch.diff, grade/,
+Output (RUN_DIR): SWE-bench's run report <model>.<RUN_DIR's folder name>.json, with swebench 5.0.2's keys
+(resolved_ids, unresolved_ids, error_ids, empty_patch_ids, completed_ids, incomplete_ids, submitted_ids,
+infra_failure_ids, ambiguous_failure_ids, their counts, failure_reasons; a patch that does not apply, a
+whitespace-only one included, is an error there, as in SWE-bench), and eval's layout: manifest.json, episodes/<id>/<arm>/s0/a<k>/{patch.diff, grade/,
 result.json}, results.jsonl, aggregate.json (arm = --arm, default the model name with '/' as '__'; no behaviour
 is judged: there is no conversation, so only the coding endpoint means something in `analyze`).
 Each patch is graded exactly as `tgsuite eval` grades an agent's patch: a fresh sandbox, the hidden tests, the gold
