@@ -67,20 +67,34 @@ class ImportSummary:
 def read_records(path: str | Path) -> list[tuple[str, dict[str, Any]]]:
     """(where, record) pairs from JSON Lines or one JSON list; raises TaskSetError naming the line."""
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
+    data = path.read_bytes()
     try:
-        if text.lstrip().startswith("["):
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise TaskSetError(f"{path}:{line}: not UTF-8 (byte {data[exc.start]:#04x} at offset {exc.start}); fix: save "
+                           "the records as UTF-8 (JSON text is UTF-8)") from None
+    if text.lstrip().startswith("["):
+        try:
             items = json.loads(text)
-            pairs = [(f"{path}[{i}]", obj) for i, obj in enumerate(items)]
-        else:
-            pairs = [(f"{path}:{n}", json.loads(line)) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
-    except json.JSONDecodeError as exc:
-        raise TaskSetError(f"{path}: not JSON Lines or a JSON list ({exc}); fix: one SWE-bench record per line") from None
+        except json.JSONDecodeError as exc:
+            raise TaskSetError(f"{path}: not a JSON list ({exc}); fix: one SWE-bench record per line") from None
+        pairs = [(f"{path}[{i}]", obj) for i, obj in enumerate(items)]
+    else:
+        pairs = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    pairs.append((f"{path}:{n}", json.loads(line)))
+                except json.JSONDecodeError as exc:
+                    raise TaskSetError(f"{path}:{n}: not JSON ({exc.msg} at column {exc.colno}); fix: one SWE-bench "
+                                       "record (a JSON object) per line") from None
     for where, obj in pairs:
         if not isinstance(obj, dict):
-            raise TaskSetError(f"{where}: a record must be a JSON object, got {type(obj).__name__}")
+            raise TaskSetError(f"{where}: a record must be a JSON object, got {type(obj).__name__}; fix: one SWE-bench "
+                               "record (a JSON object) per line, or a JSON list of them")
     if not pairs:
-        raise TaskSetError(f"{path}: no records")
+        raise TaskSetError(f"{path}: no records; fix: one SWE-bench record (a JSON object) per line")
     return pairs
 
 

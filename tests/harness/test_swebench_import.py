@@ -100,6 +100,22 @@ def test_import_errors_name_the_record_and_the_fix(tmp_path: Path) -> None:
             import_swebench(tmp_path / "r.jsonl", tmp_path / "clones", tmp_path / "ts", overwrite=True)
 
 
+
+def test_unreadable_records_are_named_by_file_and_line_with_the_fix(tmp_path: Path) -> None:
+    """A bad third line was reported as 'line 1 column 21' (json's line within that line), and a non-UTF-8 file as
+    the bare codec error, naming neither the file nor the fix."""
+    from harness.swebench_import import read_records
+
+    cases = [(b'{"instance_id": "a"}\n\n{"instance_id": "c",}\n', r"r\.jsonl:3: not JSON .*fix: one SWE-bench record"),
+             (b'{"instance_id": "a"}\n\xff\n', r"r\.jsonl:2: not UTF-8 \(byte 0xff.*fix: save the records as UTF-8"),
+             (b'["x"]', r"r\.jsonl\[0\]: a record must be a JSON object, got str; fix:"),
+             (b"\n", r"r\.jsonl: no records; fix:")]
+    for data, msg in cases:
+        (tmp_path / "r.jsonl").write_bytes(data)
+        with pytest.raises(TaskSetError, match=msg):
+            read_records(tmp_path / "r.jsonl")
+
+
 # ---------------------------------------------------------------- real packages from PyPI sdists, graded in Docker
 
 ENSURE_STR_OK = "    elif PY3 and isinstance(s, binary_type):\n        return s.decode(encoding, errors)\n    elif not"
