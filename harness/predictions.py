@@ -153,19 +153,25 @@ def regraded_with_other_patches(out_dir: str | Path, arm: str, patches: Mapping[
 def grade_predictions(task_set: TaskSet, preds: Sequence[Prediction], out_dir: str | Path, *,
                       sandbox_factory: SandboxFactory, workers: int = 1, retry: RetryPolicy | None = None,
                       excluded_tests: dict[str, list[str]] | None = None, grade_timeout_s: float = 900.0,
-                      argv: Sequence[str] = (), arm: str | None = None) -> list[EpisodeResult]:
+                      argv: Sequence[str] = (), arm: str | None = None,
+                      model_name_or_path: str | None = None) -> list[EpisodeResult]:
     """Grade (or resume grading) every prediction into ``out_dir``; returns the results of the predicted
     instances (the latest attempt of each). ``task_set`` may hold more instances than were predicted. ``arm``
-    names the results' arm (default: ``arm_name`` of the model); ``analyze`` reads ``<plan arm>@s<seed>``."""
+    names the results' arm (default: ``arm_name`` of the model); ``analyze`` reads ``<plan arm>@s<seed>``.
+    ``model_name_or_path`` (default: the predictions') is needed when ``preds`` is empty (every predicted instance
+    rejected by validation): the run directory is still made, so the same command resumes it."""
     out, retry = Path(out_dir), retry or RetryPolicy()
     check_against_tasks(preds, task_set, "predictions")
-    arm = arm or arm_name(preds[0].model_name_or_path)
+    model = model_name_or_path or (preds[0].model_name_or_path if preds else None)
+    if model is None:
+        raise ValueError("grade_predictions: no predictions and no model_name_or_path")
+    arm = arm or arm_name(model)
     if not ARM_NAME.match(arm):
         raise ValueError(f"arm name {arm!r} must match {ARM_NAME.pattern}; fix: e.g. --arm tg@s0")
     check_out_dir(out, "grade", task_set.path)
     patches = {p.instance_id: p.model_patch or "" for p in preds}
     instances = [i for i in task_set.instances if i.instance_id in patches]
-    specs = {arm: f"predictions:{preds[0].model_name_or_path}"}
+    specs = {arm: f"predictions:{model}"}
     with run_lock(out):
         run_id = run_id_for(out)  # unique, kept on resume (as eval's): two --out folders of one name never mix
         check_resume_compatible(out, task_set, specs)

@@ -257,3 +257,28 @@ def test_swebench_report_has_swebench_s_keys_and_errors(tmp_path: Path) -> None:
     assert rep["infra_failure_ids"] == ["c", "d", "e"] and rep["ambiguous_failure_ids"] == []
     assert rep["failure_reasons"] == {"c": "infra_error: DISK_FULL", "d": "invalid_instance", "e": "not_graded"}
     assert (rep["infra_failure_instances"], rep["error_instances"]) == (3, 4)
+
+
+def test_cli_grade_of_only_rejected_instances_makes_a_run_that_resumes(mini: TaskSet, tmp_path: Path) -> None:
+    """Every predicted instance rejected by validation.json: the report was written into a folder without a
+    manifest, so the documented resume (the same command again) was refused as 'not a tgsuite run'."""
+    import shutil
+
+    from harness.validate import InstanceValidation, ValidationReport
+
+    tasks = tmp_path / "tasks"
+    shutil.copytree(mini.path, tasks)
+    (tasks / "validation.json").write_text(ValidationReport(
+        task_set_name=mini.name, task_set_sha256=mini.sha256, created_at="t", runs=3, sandbox="local",
+        isolated=False, instances=[InstanceValidation(instance_id=i.instance_id, valid=False, reason="gold fails")
+                                   for i in mini.instances]).model_dump_json())
+    preds = _write(tmp_path / "preds.jsonl", [{"instance_id": i.instance_id, "model_name_or_path": "m",
+                                               "model_patch": i.patch} for i in mini.instances])
+    cmd = [sys.executable, "-m", "tgsuite.cli", "grade", "--tasks", str(tasks), "--predictions", str(preds), "--out",
+           str(tmp_path / "g"), "--sandbox", "local"]
+    for _ in range(2):
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    rep = json.loads((tmp_path / "g" / "m.g.json").read_text())
+    assert rep["error_ids"] == rep["infra_failure_ids"] == sorted(i.instance_id for i in mini.instances)
+    assert (tmp_path / "g" / "manifest.json").is_file() and (tmp_path / "g" / "results.jsonl").read_text() == ""

@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
         results = grade_predictions(ts, preds, out, sandbox_factory=factory, workers=args.workers,
                                     retry=RetryPolicy(max_attempts=args.max_attempts), excluded_tests=excluded,
                                     grade_timeout_s=args.grade_timeout, argv=["tgsuite", *sys.argv[1:]],
-                                    arm=args.arm) if preds else []
+                                    arm=args.arm, model_name_or_path=all_preds[0].model_name_or_path)
     except SandboxUnavailable as exc:
         raise CLIError(f"sandbox preflight failed ({exc.kind}): {exc}") from None
     except ValueError as exc:
