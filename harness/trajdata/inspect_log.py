@@ -11,8 +11,9 @@ Schema read (``inspect_ai.log.EvalLog`` / ``EvalSample``, read as plain JSON, in
   ``{"type", "message"}``), ``scores`` (name → ``{"value", ...}``), ``metadata``, ``error`` (``EvalError``: the
   sample was halted by an error → an infrastructure error here), ``limit`` (``{"type", "limit"}``: the sample
   hit a message/token/time/... limit → truncated; an empty ``messages`` list, as an errored sample that never reached
-  the model has, is counted as a skip like a run directory's episode without a trajectory), ``attachments`` (``attachment://<hash>`` references are resolved); a user message with ``metadata.hint``
-  true (a hint, as ``tgsuite export inspect`` marks it) is read as a hint (``Message.is_hint``).
+  the model has, is counted as a skip like a run directory's episode without a trajectory), ``attachments``
+  (``attachment://<hash>`` references are resolved); a user message with ``metadata.hint`` true (a hint, as
+  ``tgsuite export inspect`` marks it) is read as a hint (``Message.is_hint``).
 
 Outcome: the score named ``score_name`` (or the only score); value ``"C"``/``"I"`` (correct / incorrect), a bool, or
 a number (reward = the number; resolved when it is 1, not resolved when 0, unknown otherwise). The instance id is

@@ -30,9 +30,10 @@ one model per file; other fields are kept. Every predicted instance must be in -
 Output (RUN_DIR): SWE-bench's run report <model>.<RUN_DIR's folder name>.json, with swebench 5.0.2's keys
 (resolved_ids, unresolved_ids, error_ids, empty_patch_ids, completed_ids, incomplete_ids, submitted_ids,
 infra_failure_ids, ambiguous_failure_ids, their counts, failure_reasons; a patch that does not apply, a
-whitespace-only one included, is an error there, as in SWE-bench), and eval's layout: manifest.json, episodes/<id>/<arm>/s0/a<k>/{patch.diff, grade/,
-result.json}, results.jsonl, aggregate.json (arm = --arm, default the model name with '/' as '__'; no behaviour
-is judged: there is no conversation, so only the coding endpoint means something in `analyze`).
+whitespace-only one included, is an error there, as in SWE-bench), and eval's layout: manifest.json,
+episodes/<id>/<arm>/s0/a<k>/{patch.diff, grade/, result.json}, results.jsonl, aggregate.json (arm = --arm,
+default the model name with '/' as '__'; no behaviour is judged: there is no conversation, so only the coding
+endpoint means something in `analyze`).
 Each patch is graded exactly as `tgsuite eval` grades an agent's patch: a fresh sandbox, the hidden tests, the gold
 control run for an invalid grade, infrastructure errors retried and never scored. Instances rejected by
 validation.json are not graded (they count as errors). Resume: run the same command again (a folder that
@@ -59,7 +60,8 @@ def register(subparsers: Any) -> None:
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--tasks", required=True, metavar="DIR", help="task set folder (with tasks.jsonl)")
-    p.add_argument("--predictions", required=True, metavar="FILE", help="predictions: JSON Lines, a JSON list or {instance_id: prediction}")
+    p.add_argument("--predictions", required=True, metavar="FILE",
+                   help="predictions: JSON Lines, a JSON list or {instance_id: prediction}")
     p.add_argument("--out", required=True, metavar="RUN_DIR", help="run directory (created, or resumed)")
     p.add_argument("--arm", default=None, metavar="NAME", type=_arm,
                    help="arm name of the results (default: the model name, '/' as '__'); for `tgsuite analyze` "
