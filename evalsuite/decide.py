@@ -91,7 +91,10 @@ def decide(
     holm = tuple(holm_adjust([o.p_value for o in outs]))
     if claims == "holm":
         alpha = min(c.alpha_one_sided for c in criteria)
-        flags = holm_claims([o.p_value for o in outs], alpha)
+        # Holm on the p-values, and the criterion itself must pass: a dual criterion's p tests Δ = 0 only, so
+        # without this an endpoint whose estimate is below X (its criterion failed) would be claimed
+        holm_ok = holm_claims([o.p_value for o in outs], alpha)
+        flags = [ok and o.verdict == "pass" for ok, o in zip(holm_ok, outs, strict=True)]
     else:
         flags = fixed_sequence_claims([o.verdict == "pass" for o in outs])
     claimed = tuple(o.endpoint for o, f in zip(outs, flags, strict=True) if f)
