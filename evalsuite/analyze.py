@@ -18,6 +18,7 @@ from datetime import datetime
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from evalsuite import assurance, describe, integrity, sensitivity
 from evalsuite.checks import seed_claim_block
@@ -94,6 +95,16 @@ def check_provenance(frozen: FrozenProtocol, runs: list[LoadedRun], devs: list[D
                      f"{frozen.protocol.task_set.sha256[:12]}…", frozen_path)  # fmt: skip
 
 
+def _estimand_episodes(table: OutcomeTable, proto: Protocol) -> pd.DataFrame:
+    """The episodes the estimand is about: for the artifact estimand only the two artifact checkpoints' (a plan may
+    train more seeds per arm; pooling them would give GEE another estimand than the primary's), else all."""
+    ep = table.episodes
+    if proto.estimand != "artifact":
+        return ep
+    st, sc = proto.arm("treatment").artifact_seed, proto.arm("baseline").artifact_seed
+    return ep[((ep["role"] == "treatment") & (ep["train_seed"] == st)) | ((ep["role"] == "baseline") & (ep["train_seed"] == sc))]
+
+
 def _sensitivities(table: OutcomeTable, c: CriterionSpec, proto: Protocol, frozen: FrozenProtocol,
                    primary: CriterionOutcome, idx: int, run_objs: list[LoadedRun]) -> list[SensitivityResult]:  # fmt: skip
     names = list(proto.sensitivity)
@@ -112,10 +123,11 @@ def _sensitivities(table: OutcomeTable, c: CriterionSpec, proto: Protocol, froze
         rng = np.random.default_rng([proto.analysis_seed, idx])
         out.append(sensitivity.s1_bootstrap(yt, yc, repo, c, pv, n_resamples=proto.bootstrap_resamples, rng=rng,
                                             weighting=proto.weighting))  # fmt: skip
+    ep = _estimand_episodes(table, proto)
     if "gee" in names:
-        out.append(sensitivity.s2_gee(table.episodes, e_id, c, pv))
+        out.append(sensitivity.s2_gee(ep, e_id, c, pv))
     if "bayes_mixed" in names:
-        out.append(sensitivity.s3_bayes(table.episodes, e_id, c, pv))
+        out.append(sensitivity.s3_bayes(ep, e_id, c, pv))
     if method_level and "per_seed_pairs" in names:
         out.append(sensitivity.s4_seed_pairs(yt, yc, repo, c))
     if method_level:
