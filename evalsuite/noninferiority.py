@@ -51,6 +51,13 @@ def _check_margin(margin: float) -> None:
         raise StatsInputError(f"margin must be in [0, 1) (e.g. 0.03 for 3 points), got {margin!r}")
 
 
+def _check_one_sided_alpha(alpha: float) -> None:
+    """A one-sided level in (0, 0.5): its bound is a two-sided (1 − 2·alpha) limit (the plan schema's range too)."""
+    check_alpha(alpha)
+    if not float(alpha) < 0.5:
+        raise StatsInputError(f"one-sided alpha must be in (0, 0.5) (e.g. 0.025), got {alpha!r}")
+
+
 def ni_test(
     x1: int, n1: int, x2: int, n2: int, *, margin: float, method: NIMethod = "mn", alpha: float = 0.025
 ) -> NITestResult:
@@ -62,7 +69,7 @@ def ni_test(
     check_counts(x1, n1, "arm 1")
     check_counts(x2, n2, "arm 2")
     _check_margin(margin)
-    check_alpha(alpha)
+    _check_one_sided_alpha(alpha)
     est = x1 / n1 - x2 / n2
     if method in ("mn", "fm"):
         z = score_z(int(x1), int(n1), int(x2), int(n2), -margin, correction=(method == "mn"))
@@ -179,7 +186,7 @@ def ni_test_paired(
     """Paired NI test by Tango's score at θ = −δ: H0: Δ <= −δ vs H1: Δ > −δ (one-sided level ``alpha``)."""
     n = check_table(a, b, c, d)
     _check_margin(margin)
-    check_alpha(alpha)
+    _check_one_sided_alpha(alpha)
     z = tango_z(int(b), int(c), n, -margin)
     p = float(stats.norm.sf(z))
     lower = _tango_ci(int(b), int(c), n, 2 * alpha)[0]
@@ -211,5 +218,7 @@ def mcnemar_test(a: int, b: int, c: int, d: int, *, exact: bool = True, midp: bo
     if midp:
         k = min(b, c)
         return float(min(1.0, 2 * (stats.binom.cdf(k, b + c, 0.5) - 0.5 * stats.binom.pmf(k, b + c, 0.5))))
-    res = mcnemar(np.array([[a, b], [c, d]]), exact=exact, correction=True)
+    if not exact:  # Edwards' correction, max(|b − c| − 1, 0)²/(b + c): statsmodels gives 1/(b + c) at b = c, not 0
+        return float(stats.chi2.sf(max(abs(b - c) - 1, 0) ** 2 / (b + c), 1))
+    res = mcnemar(np.array([[a, b], [c, d]]), exact=True)
     return float(res.pvalue)

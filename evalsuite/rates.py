@@ -46,6 +46,7 @@ def check_counts(x: float, n: float, name: str) -> None:
 def wilson_ci(k: int, n: int, *, alpha: float = 0.05) -> tuple[float, float]:
     """Two-sided Wilson score CI for one binomial proportion (statsmodels ``proportion_confint``)."""
     check_counts(k, n, "wilson_ci")
+    check_alpha(alpha)
     lo, hi = proportion_confint(int(k), int(n), alpha=alpha, method="wilson")
     return float(lo), float(hi)
 
