@@ -34,7 +34,7 @@ from harness.schema import EpisodeResult, RunManifest, Trajectory
 from harness.tools import ERROR_PREFIX, visible_text
 
 SCORES = ("resolved", "behaviour", "joint")
-_LIMIT_TYPE = {"limit_turns": "message", "limit_tokens": "token", "limit_time": "time", "limit_context": "context"}
+_LIMIT_TYPE = {"limit_turns": "turn", "limit_tokens": "token", "limit_time": "time", "limit_context": "context"}
 _THINK = re.compile(r"<think>(.*?)(?:</think>|\Z)", re.DOTALL)
 NO_CONVERSATION = "(no conversation was recorded: this episode graded a patch made elsewhere)"
 NO_TRAJECTORY = "(no conversation was recorded: the attempt was not scored; the sample's error says why)"

@@ -233,3 +233,34 @@ def test_hint_messages_stay_hints_after_the_round_trip(tmp_path: Path) -> None:
     write_eval_log(log, str(tmp_path / "t.eval"))
     (rec,) = iter_inspect_log(tmp_path / "t.eval")
     assert [m.is_hint for m in rec.trajectory.messages] == [False, False, True, False, False]
+
+
+class LooperPolicy:
+    """Reads a file every turn and never finishes: the episode ends at the turn limit."""
+
+    name = "looper"
+
+    def act(self, messages: list[Any], *, tools: list[Any], rng: Any) -> PolicyOutput:
+        from harness.tools import format_tool_call
+
+        return PolicyOutput(text=format_tool_call("read_file", {"path": "calc.py"}))
+
+
+def test_a_turn_limit_is_inspect_s_turn_limit_and_truncates_on_import(tmp_path: Path) -> None:
+    """An episode stopped by --max-turns is an Inspect ``turn`` limit of that many turns (it was a ``message``
+    limit, which Inspect counts in messages: "message limit 3" on a sample of 8 messages), and imports truncated."""
+    from harness.trajdata.inspect_export import export_inspect
+    from harness.trajdata.inspect_log import iter_inspect_log
+
+    inst, repo = make_calc_task(tmp_path / "repos", "calc-1")
+    ts = TaskSet(name="calc", path=str(tmp_path), sha256="e" * 64, instances=[inst])
+    out = tmp_path / "run"
+    run_eval(ts, {"looper": LooperPolicy()}, [0], out, limits=EpisodeLimits(max_turns=3),
+             sandbox_factory=FakeFactory({"calc-1": repo}))
+    (path,) = export_inspect(out, tmp_path / "logs")
+    s = read_eval_log(str(path)).samples[0]
+    assert s.metadata["status"] == "limit_turns"
+    assert (s.limit.type, s.limit.limit) == ("turn", 3)
+    assert sum(m.role == "assistant" for m in s.messages) == 3
+    (rec,) = iter_inspect_log(path, score_name="resolved")
+    assert rec.outcome.truncated == "turn limit 3.0"
