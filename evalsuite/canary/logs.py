@@ -3,7 +3,9 @@
 Every problem is an error that names the file, the line, the field and the fix; no row is dropped or repaired:
 malformed JSON, a missing or unknown field, a wrong type (strict: ``true``, not ``1``), a naive timestamp, a
 duplicate ``episode_id``, a unit logged in both arms (assignment must be sticky), an episode of a unit that the
-assignments log does not know, or an episode before its unit's assignment.
+assignments log does not know, an episode before its unit's assignment, or (given the plan's model names) a
+``served_model`` that is neither the plan's control nor its canary model: the crossover gate could not tell what such
+an episode was served, and counting it as crossover would roll back a canary for a logging mismatch.
 """
 
 from __future__ import annotations
@@ -89,8 +91,11 @@ def _check_pre_period(rows: list[CanaryAssignment], lines: list[int], p: Path) -
 
 
 def read_episodes(path: str | Path, *, assignments: tuple[CanaryAssignment, ...] | None = None,
-                  assignments_path: str | Path | None = None) -> tuple[CanaryEpisode, ...]:  # fmt: skip
-    """The episodes log, checked row by row and against the assignments (if given)."""
+                  assignments_path: str | Path | None = None,
+                  models: dict[str, str] | None = None) -> tuple[CanaryEpisode, ...]:  # fmt: skip
+    """The episodes log, checked row by row and against the assignments (if given). ``models``: the plan's model
+    names by arm (``{"control": plan.control_model, "canary": plan.canary_model}``); when given, a non-null
+    ``served_model`` must be one of them."""
     p = Path(path)
     by_unit = {a.unit_id: a for a in assignments or ()}
     ids: dict[str, int] = {}
@@ -107,6 +112,10 @@ def read_episodes(path: str | Path, *, assignments: tuple[CanaryAssignment, ...]
             raise CanaryDataError(f"{where}: field arm: unit {row.unit_id!r} is {row.arm!r} here but {first[0]!r} at "
                                   f"line {first[1]}; assignment must be sticky per unit — fix the assignment "
                                   "logging (log the ASSIGNED arm, not the served model)")  # fmt: skip
+        if models is not None and row.served_model is not None and row.served_model not in models.values():
+            raise CanaryDataError(f"{where}: field served_model: {row.served_model!r} is neither the plan's control_model "
+                                  f"{models['control']!r} nor its canary_model {models['canary']!r}; log the model "
+                                  "under the plan's names (the crossover gate compares them), or null when unknown")  # fmt: skip
         if assignments is not None:
             _check_against(row, by_unit, where, assignments_path)
         out.append(row)

@@ -117,7 +117,8 @@ def run_canary(record: FrozenCanaryPlan, episodes_path: str | Path, assignments_
     """Read the logs, check them against the frozen plan, replay every look; the decision is the last look's."""
     plan = record.plan
     assignments = read_assignments(assignments_path) if assignments_path else None
-    eps = read_episodes(episodes_path, assignments=assignments, assignments_path=assignments_path)
+    eps = read_episodes(episodes_path, assignments=assignments, assignments_path=assignments_path,
+                        models={"control": plan.control_model, "canary": plan.canary_model})  # fmt: skip
     table = aggregate.build_table(eps, plan, assignments)
     check_before(record, table.start, source=str(assignments_path or episodes_path))
     looks = monitor(plan, table)

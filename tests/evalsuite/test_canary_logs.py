@@ -126,3 +126,15 @@ def test_plan_errors_name_the_field(tmp_path, change, expect):
     p.write_text(PLAN_TOML.read_text().replace("margin = 0.02                      # same", "margin_type = 'relative'\nmargin = 0.02  # same"))
     with pytest.raises(ProtocolError, match="relative margin needs margin in .0, 1. and baseline"):
         load_canary_plan(p)
+
+
+def test_served_model_must_be_one_of_the_plans_models_when_given(tmp_path):
+    p = write(tmp_path, [{**ROW, "served_model": "tg-candidate"}, {**ROW, "episode_id": "e2", "served_model": None},
+                         {**ROW, "episode_id": "e3", "served_model": "prod-current"}])  # fmt: skip
+    models = {"control": "prod-current", "canary": "tg-candidate"}
+    assert len(read_episodes(p, models=models)) == 3  # the other arm's model is crossover, not an input error
+    q = write(tmp_path, [{**ROW, "served_model": "tg-candidate"}, {**ROW, "episode_id": "e2", "served_model": "v2"}],
+              "q.jsonl")  # fmt: skip
+    with pytest.raises(CanaryDataError, match=r":2: field served_model: 'v2' is neither the plan's control_model"):
+        read_episodes(q, models=models)
+    assert len(read_episodes(q)) == 2  # without the plan's names nothing to check

@@ -73,3 +73,22 @@ def test_page_escapes_text():
                                    "note": "<b>"}]}]}  # fmt: skip
     html = render_canary_page(res)
     assert "<script>alert" not in html and "&lt;script&gt;" in html and "&lt;x&gt;.jsonl" in html
+
+
+def test_a_served_model_outside_the_plan_is_exit_2_not_a_crossover_rollback(flow, capsys, tmp_path):
+    """A log whose control rows name the production model differently from the plan (here with a version suffix)
+    served neither arm's model *as the plan names them*; before, every such unit counted as crossover, the gate
+    blocked and an A/B canary was rolled back at look 1 with "served the other arm's model"."""
+    root, rec = flow
+    text = (root / "log" / "episodes.jsonl").read_text()
+    assert '"served_model":"prod-current"' in text
+    p = tmp_path / "renamed.jsonl"
+    p.write_text(text.replace('"served_model":"prod-current"', '"served_model":"prod-current@2026-11"'))
+    line = next(i for i, x in enumerate(p.read_text().splitlines(), 1) if "prod-current@2026-11" in x)
+    capsys.readouterr()
+    code = main(["canary", "--plan", str(rec), "--episodes", str(p), "--assignments",
+                 str(root / "log" / "assignments.jsonl"), "--out", str(tmp_path / "r")])  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 2, captured.out
+    assert f"{p}:{line}: field served_model: 'prod-current@2026-11' is neither" in captured.err
+    assert not (tmp_path / "r").exists()
