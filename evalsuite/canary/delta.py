@@ -19,7 +19,7 @@ ideas. KDD 2018. Kohavi R, Tang D, Xu Y. Trustworthy Online Controlled Experimen
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
@@ -102,3 +102,27 @@ def effect(treatment: RatioEstimate, control: RatioEstimate, *, scale: Scale = "
         var = treatment.var / treatment.ratio**2 + control.var / control.ratio**2
         return Estimate(math.log(treatment.ratio / control.ratio), var, scale, treatment, control)
     raise StatsInputError(f"scale = {scale!r}: 'diff' or 'logratio'")
+
+
+def with_pooled_variance_floor(est: Estimate) -> tuple[Estimate, bool]:
+    """Raise V to the pooled-unit-variance V, ``s²_pooled (1/n_T + 1/n_C)``, if larger; returns it and whether used.
+
+    ``s²_a = n_a Var_a`` is arm a's per-unit (linearised) variance (relative, ``/R_a²``, on the log-ratio scale),
+    pooled with weights ``n_a − 1``. Why: a small canary arm of a rare, clustered metric estimates its own variance
+    badly — with a few events in a few units, or none (then only the episode-level floor above, which ignores
+    clustering), its plug-in variance is far too small exactly when its ratio is low, and the plug-in CS then
+    rolls back an A/A canary of a rare higher-is-better metric, or promotes at the non-inferiority boundary of a
+    rare lower-is-better one, several times more often than its alpha (docs/CANARY.md, "rare metrics"). Under
+    equal arms the pooled variance is consistent and rests mostly on the large control arm; otherwise taking the
+    larger of the two only widens the bounds, so validity is kept either way.
+    """
+    t, c = est.treatment, est.control
+    if est.scale == "logratio":
+        s_t, s_c = t.var * t.n_units / t.ratio**2, c.var * c.n_units / c.ratio**2
+    else:
+        s_t, s_c = t.var * t.n_units, c.var * c.n_units
+    pooled = ((t.n_units - 1) * s_t + (c.n_units - 1) * s_c) / (t.n_units + c.n_units - 2)
+    v = pooled * (1.0 / t.n_units + 1.0 / c.n_units)
+    if not v > est.var:
+        return est, False
+    return replace(est, var=v), True

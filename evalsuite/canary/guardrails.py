@@ -17,7 +17,8 @@ anytime-valid (the hybrid of CANARY §5.6). Each bound's mixing scale tau^2 is f
 (``tau2_for_horizon`` at the anticipated horizon variance).
 
 Covered: difference and log-ratio scales, burn-in and degenerate-variance statuses, a variance floor
-(``delta.with_variance_floor``) when every unit of an arm has the same ratio, and the exact harm fast path
+(``delta.with_variance_floor``) when every unit of an arm has the same ratio, the pooled unit variance when it is
+larger (``delta.with_pooled_variance_floor``: a small canary arm of a rare metric), and the exact harm fast path
 (``fast_path = "exact_union"``, CANARY §1.4 a3 and §5.4–5.6): a PrPl-EB union CS (``exact.union_difference``) on the
 per-unit ratios Y_i/N_i of matured units with N_i > 0 in arrival order, at half the metric's rollback alpha (the
 mixture bound gets the other half, so the metric's harm test stays at its Bonferroni share), from the first matured
@@ -46,7 +47,7 @@ import numpy as np
 
 from evalsuite.canary import exact, gsd, mixture
 from evalsuite.canary.aggregate import UnitAggregates
-from evalsuite.canary.delta import Estimate, effect, ratio_and_var, with_variance_floor
+from evalsuite.canary.delta import Estimate, effect, ratio_and_var, with_pooled_variance_floor, with_variance_floor
 from evalsuite.canary.schema import MetricLook, MetricStatus
 from protocols.canary_schema import CanaryMetric, CanaryPlan
 
@@ -118,7 +119,8 @@ def _estimate(agg: UnitAggregates, metric: CanaryMetric, scale: str) -> tuple[Es
     if scale == "logratio" and (rt.ratio <= 0 or rc.ratio <= 0):
         return None, "a ratio is 0, so the log ratio is undefined yet"
     note = "variance floor used (every unit of an arm had the same ratio)" if ft or fc else ""
-    return effect(rt, rc, scale="logratio" if scale == "logratio" else "diff"), note
+    est, pooled = with_pooled_variance_floor(effect(rt, rc, scale="logratio" if scale == "logratio" else "diff"))
+    return est, note if not pooled else _join(note, "pooled unit variance used (larger than the arms' own)")
 
 
 def _ni_bound(plan: CanaryPlan, d: MetricDesign, theta: float, var: float, st: MetricState

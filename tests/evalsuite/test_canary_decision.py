@@ -227,3 +227,45 @@ def test_variance_floor_only_widens():
     noisy = delta.ratio_and_var([0, 5, 1, 4], [5, 5, 5, 5])
     assert delta.with_variance_floor(noisy, kind="binary") == (noisy, False)
     assert delta.with_variance_floor(delta.ratio_and_var([0, 0], [3, 4]), kind="count")[0].var == pytest.approx(0.5 / 49)
+
+
+def _rare_look(plan, *, n_t: int, n_c: int, events_c: list[int], eps: int = 5):
+    """One look of a rare higher-is-better metric: the canary has no event in n_t units, control has ``events_c``
+    events in as many units (the rest 0), ``eps`` episodes per unit."""
+    from evalsuite.canary.guardrails import MetricState, evaluate_metric
+
+    num = np.zeros(n_t + n_c)
+    num[n_t:n_t + len(events_c)] = events_c
+    agg = aggregate.UnitAggregates(num=num, den=np.full(n_t + n_c, float(eps)),
+                                   canary=np.arange(n_t + n_c) < n_t, start=np.arange(n_t + n_c, dtype=float))  # fmt: skip
+    d = design_metric(plan, plan.metrics[0])
+    return evaluate_metric(plan, d, agg, MetricState())[0]
+
+
+def test_a_small_canary_arm_without_events_of_a_rare_clustered_metric_is_not_harm():
+    """An A/A-like look measured in an independent simulation (p = 0.005 per episode, ICC 0.3, 10 % canary): 0 of
+    202 canary units with an event against 26 of 1,741 control units (36 events). Exactly, P(0 of 202 | the
+    control's unit share 26/1741) = 0.048: one look at alpha 0.05 is not evidence of harm, let alone an
+    anytime-valid bound. Before, the canary's variance was the episode-level floor (clustering ignored) and the
+    upper bound was -0.0011 < 0: ROLLBACK; in that simulation 12.7 % of A/A canaries were rolled back at alpha 0.05.
+    The pooled unit variance (``delta.with_pooled_variance_floor``) keeps the bound above 0."""
+    primary = next(m for m in small_plan().metrics if m.name == "task_completion").model_dump()
+    primary["anticipated_unit_var"] = 0.005 * 0.995 * 2.2 / 5
+    plan = small_plan(metrics=[primary], alpha_rollback=0.05, canary_share=0.1, horizon_units=20_000,
+                      min_units_per_arm=200)  # fmt: skip
+    look = _rare_look(plan, n_t=202, n_c=1741, events_c=[1] * 20 + [2] * 4 + [4] * 2)
+    assert look.effect is not None and look.effect < 0 and look.status not in ("harm", "inferior")
+    assert look.upper is not None and look.upper > 0, look
+    assert "pooled unit variance" in look.note
+
+
+def test_pooled_variance_floor_only_widens():
+    a, b = delta.ratio_and_var([0, 1, 0, 2, 0, 0, 1, 0], [5] * 8), delta.ratio_and_var([0] * 4, [5] * 4)
+    e = delta.effect(b, a)  # a small canary arm b with no events against a larger control a
+    pooled, used = delta.with_pooled_variance_floor(e)
+    s2 = a.var * 8 * 7 / 10  # arm b has 0 per-unit variance: (7 s2_a + 3 * 0) / 10
+    assert used and pooled.var == pytest.approx(s2 * (1 / 4 + 1 / 8)) and pooled.var > e.var
+    same = delta.effect(a, a)
+    assert delta.with_pooled_variance_floor(same) == (same, False)  # equal arms: pooled = unpooled
+    lr = delta.effect(a, delta.ratio_and_var([1, 1, 0, 2, 1], [5, 5, 5, 5, 5]), scale="logratio")
+    assert delta.with_pooled_variance_floor(lr)[0].var >= lr.var
