@@ -123,10 +123,12 @@ def _estimate(agg: UnitAggregates, metric: CanaryMetric, scale: str) -> tuple[Es
     return est, note if not pooled else _join(note, "pooled unit variance used (larger than the arms' own)")
 
 
-def _ni_bound(plan: CanaryPlan, d: MetricDesign, theta: float, var: float, st: MetricState
+def _ni_bound(plan: CanaryPlan, d: MetricDesign, theta: float, var: float, st: MetricState, *, planned: bool = True
               ) -> tuple[float | None, MetricState, str]:  # fmt: skip
     if d.bar is None:
         return None, st, ""
+    if plan.method == "gst" and not planned:
+        return None, st, "not a planned GST look (between scheduled looks): the NI bound is the last planned look's"
     if plan.method == "msprt":
         lo = theta - mixture.one_sided_halfwidth(var, tau2=d.tau2_ni, alpha=plan.alpha_promote)
         llr = float(mixture.msprt_log_lr_one_sided(theta, var, tau2=d.tau2_ni, theta0=d.bar))
@@ -195,9 +197,12 @@ def _with_fast_path(d: MetricDesign, agg: UnitAggregates, st: MetricState) -> tu
     return replace(st, upper=min(st.upper, u), fast_upper=min(st.fast_upper, u)), note
 
 
-def evaluate_metric(plan: CanaryPlan, d: MetricDesign, agg: UnitAggregates, st: MetricState
+def evaluate_metric(plan: CanaryPlan, d: MetricDesign, agg: UnitAggregates, st: MetricState, *, planned: bool = True
                     ) -> tuple[MetricLook, MetricState]:  # fmt: skip
-    """The metric's look result and its new state (unchanged when the metric is not yet ready)."""
+    """The metric's look result and its new state (unchanged when the metric is not yet ready). ``planned``: the
+    look is on the plan's schedule; with ``method = "gst"`` only such looks are GST looks (an extra look at the
+    log's watermark, whose time depends on when `tgsuite canary` is run, would otherwise spend alpha at a look
+    that the next run does not take, and running it every hour would promote more often than alpha_promote)."""
     m = d.metric
     n_t, n_c = int(agg.canary.sum()), int((~agg.canary).sum())
     est, why = _estimate(agg, m, d.scale)
@@ -235,7 +240,7 @@ def evaluate_metric(plan: CanaryPlan, d: MetricDesign, agg: UnitAggregates, st: 
         hi = theta + mixture.one_sided_halfwidth(est.var, tau2=d.tau2_harm, alpha=a_mix)
         llr = float(mixture.msprt_log_lr_one_sided(-theta, est.var, tau2=d.tau2_harm, theta0=0.0))
         st = replace(st, upper=min(st.upper, hi), llr_harm=max(st.llr_harm, llr))
-    _, st, note = _ni_bound(plan, d, theta, est.var, st)
+    _, st, note = _ni_bound(plan, d, theta, est.var, st, planned=planned)
     return _look(base, st, _status(d, st), _join(why, note, fast), est), st
 
 

@@ -83,9 +83,12 @@ def analyze_look(plan: CanaryPlan, table: aggregate.EpisodeTable, designs: Seque
     units = aggregate.assigned_units(table, as_of=as_of)
     history = (*state.srm_history, units)
     results, new_states = [], dict(state.metrics)
+    k = as_of / plan.look_every_hours
+    planned = abs(k - round(k)) < 1e-9  # on the schedule (not the watermark between two scheduled looks)
     for d in designs:
         agg = aggregate.unit_aggregates(table, d.metric, as_of=as_of)
-        res, new_states[d.metric.name] = evaluate_metric(plan, d, agg, state.metrics.get(d.metric.name, MetricState()))
+        res, new_states[d.metric.name] = evaluate_metric(plan, d, agg, state.metrics.get(d.metric.name, MetricState()),
+                                                         planned=planned)  # fmt: skip
         results.append(res)
     s = _srm_gate(plan, history)
     waiting = [m.name for m in waiting_metrics(plan, results)]

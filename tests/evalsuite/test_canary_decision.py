@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -139,6 +140,29 @@ def test_gst_method_uses_planned_looks(runs):
                         max_duration_hours=2000)  # fmt: skip
     tc = [next(m for m in lk.metrics if m.name == "task_completion") for lk in monitor(strict, t, [96.0, 192.0, 288.0])]
     assert "t = 1.00" in tc[1].note and "spent" in tc[2].note
+
+
+def test_gst_watermark_look_between_scheduled_looks_spends_no_alpha(runs):
+    """With method = "gst" only looks on the plan's schedule are GST looks. Before, the extra look at the log's
+    watermark (its time set by when `tgsuite canary` runs) was a GST look too: each run between two scheduled looks
+    spent alpha at a look that the next run does not take. On the product's own boundaries (gsd, the last planned
+    look at t = 1, PROMOTE from 168 h, daily looks, gst_looks = 14, information linear to a 504 h horizon, 20,000
+    Brownian paths), running it every hour and acting on the first PROMOTE promoted at the NI boundary in 3.37 %
+    +- 0.13 % of canaries (schedule only: 2.21 %; alpha_promote 2.5 %)."""
+    plan = small_plan(canary_share=0.5, horizon_units=6000, method="gst", gst_looks=14, min_duration_hours=72,
+                      max_duration_hours=2000, metrics=_wider_margins(0.04))  # fmt: skip
+    t, _ = table(plan, runs["same"], share=0.5, n_units=6000, aa=True, days=20)
+    sched = monitor(plan, t, [24.0 * k for k in range(1, 5)])
+    for h in (100.0, 110.0):  # two runs on day 5, each with the watermark look at h
+        looks = monitor(plan, t, [24.0 * k for k in range(1, 5)] + [h])
+        tc = next(m for m in looks[-1].metrics if m.name == "task_completion")
+        prev = next(m for m in sched[-1].metrics if m.name == "task_completion")
+        assert "not a planned GST look" in tc.note and tc.lower == prev.lower, tc
+    nxt = monitor(plan, t, [24.0 * k for k in range(1, 6)])  # the day-5 scheduled look is still GST look k + 1
+    def gst_no(look) -> int:  # type: ignore[no-untyped-def]
+        return int(re.search(r"GST look (\d+)", next(m for m in look.metrics if m.name == "task_completion").note)[1])
+
+    assert gst_no(nxt[-1]) == gst_no(sched[-1]) + 1
 
 
 def test_srm_rolls_back_or_holds(runs):
