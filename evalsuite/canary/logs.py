@@ -1,7 +1,7 @@
 """Read the episodes log (and the optional assignments log): JSON Lines, one validated row per line.
 
 Every problem is an error that names the file, the line, the field and the fix; no row is dropped or repaired:
-malformed JSON, a missing or unknown field, a wrong type (strict: ``true``, not ``1``), a naive timestamp, a
+malformed JSON, a field given twice on one line, a missing or unknown field, a wrong type (strict: ``true``, not ``1``), a naive timestamp, a
 duplicate ``episode_id``, a unit logged in both arms (assignment must be sticky), an episode of a unit that the
 assignments log does not know, an episode before its unit's assignment, or (given the plan's model names) a
 ``served_model`` that is neither the plan's control nor its canary model: the crossover gate could not tell what such
@@ -44,6 +44,19 @@ def _message(exc: ValidationError, where: str) -> str:
     return f"{where}: field {field}: {e['msg']}; {fix}{more}"
 
 
+class _RepeatedKey(ValueError):
+    pass
+
+
+def _no_repeated_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    seen: dict[str, object] = {}
+    for k, v in pairs:
+        if k in seen:
+            raise _RepeatedKey(k)
+        seen[k] = v
+    return seen
+
+
 def _rows(path: Path, model: type[M]) -> Iterator[tuple[int, M]]:
     if not path.is_file():
         raise CanaryDataError(f"{path}: file not found; pass the JSON Lines log (one object per line)")
@@ -52,10 +65,13 @@ def _rows(path: Path, model: type[M]) -> Iterator[tuple[int, M]]:
             if not line.strip():
                 continue
             try:
-                json.loads(line)
+                json.loads(line, object_pairs_hook=_no_repeated_keys)
             except json.JSONDecodeError as exc:
                 raise CanaryDataError(f"{path}:{i}: not valid JSON ({exc.msg} at column {exc.colno}); one JSON "
                                       "object per line") from None  # fmt: skip
+            except _RepeatedKey as exc:
+                raise CanaryDataError(f"{path}:{i}: field {exc.args[0]}: given twice on this line (a JSON parser "
+                                      "keeps only the last value); keep one") from None  # fmt: skip
             try:
                 yield i, model.model_validate_json(line)
             except ValidationError as exc:

@@ -138,3 +138,14 @@ def test_served_model_must_be_one_of_the_plans_models_when_given(tmp_path):
     with pytest.raises(CanaryDataError, match=r":2: field served_model: 'v2' is neither the plan's control_model"):
         read_episodes(q, models=models)
     assert len(read_episodes(q)) == 2  # without the plan's names nothing to check
+
+
+def test_a_field_given_twice_on_a_line_is_an_error_not_the_last_value(tmp_path):
+    """Before, ``{"task_completed": true, ..., "task_completed": false}`` was read as false without a word (JSON
+    parsers keep the last value), so a botched export could flip outcomes silently."""
+    line = json.dumps(ROW)[:-1] + ', "task_completed": false}'
+    with pytest.raises(CanaryDataError, match=r":2: field task_completed: given twice on this line"):
+        read_episodes(write(tmp_path, [ROW, line.replace('"e1"', '"e2"')]))
+    a = '{"unit_id": "u1", "arm": "canary", "arm": "control", "assign_ts": "2026-03-02T09:00:00Z"}'
+    with pytest.raises(CanaryDataError, match=r":1: field arm: given twice"):
+        read_assignments(write(tmp_path, [a], "a.jsonl"))
