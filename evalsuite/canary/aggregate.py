@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 import numpy as np
 
@@ -63,7 +63,7 @@ def build_table(episodes: Sequence[CanaryEpisode], plan: CanaryPlan,
     unit_ids = tuple(first)
     logged = {a.unit_id for a in assignments or ()}
     index = {u: i for i, u in enumerate(unit_ids)}
-    start = min(t for t, _ in first.values())
+    start = min(t for t, _ in first.values()).astimezone(UTC)  # looks are reported as UTC ("...Z")
     hours = np.array([(first[u][0] - start).total_seconds() / 3600.0 for u in unit_ids])
     model = {"control": plan.control_model, "canary": plan.canary_model}
     vals = np.array([_values(e) for e in episodes], dtype=float).reshape(len(episodes), len(COLUMNS))

@@ -149,3 +149,18 @@ def test_a_field_given_twice_on_a_line_is_an_error_not_the_last_value(tmp_path):
     a = '{"unit_id": "u1", "arm": "canary", "arm": "control", "assign_ts": "2026-03-02T09:00:00Z"}'
     with pytest.raises(CanaryDataError, match=r":1: field arm: given twice"):
         read_assignments(write(tmp_path, [a], "a.jsonl"))
+
+
+def test_look_times_are_utc_whatever_offset_the_log_uses(tmp_path):
+    """The same instants written with +05:00 offsets gave look times 5 hours late, labelled Z (table.start kept the
+    log's offset and looks were formatted with a literal Z)."""
+    from evalsuite.canary import aggregate
+    from evalsuite.canary.monitor import monitor
+
+    rows = [{**ROW, "episode_id": f"e{i}", "unit_id": f"u{i}", "arm": "canary" if i % 2 else "control",
+             "served_model": None, "ts": f"2026-03-02T{1 + i % 10:02d}:00:00Z"} for i in range(20)]  # fmt: skip
+    shifted = [{**r, "ts": f"2026-03-02T{int(r['ts'][11:13]) + 5:02d}:00:00+05:00"} for r in rows]
+    plan = small_plan(canary_share=0.5)
+    a = monitor(plan, aggregate.build_table(read_episodes(write(tmp_path, rows, "z.jsonl")), plan))
+    b = monitor(plan, aggregate.build_table(read_episodes(write(tmp_path, shifted, "p5.jsonl")), plan))
+    assert [lk.as_of for lk in a] == [lk.as_of for lk in b] == ["2026-03-02T10:00:00Z"]
