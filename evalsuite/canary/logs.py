@@ -1,8 +1,8 @@
 """Read the episodes log (and the optional assignments log): JSON Lines, one validated row per line.
 
 Every problem is an error that names the file, the line, the field and the fix; no row is dropped or repaired:
-malformed JSON, a field given twice on one line, a missing or unknown field, a wrong type (strict: ``true``, not ``1``), a naive timestamp, a
-duplicate ``episode_id``, a unit logged in both arms (assignment must be sticky), an episode of a unit that the
+malformed JSON, a field given twice on one line, a missing or unknown field, a wrong type (strict: ``true``, not
+``1``), a naive timestamp, a duplicate ``episode_id``, a unit logged in both arms (assignment must be sticky), an episode of a unit that the
 assignments log does not know, an episode before its unit's assignment, or (given the plan's model names) a
 ``served_model`` that is neither the plan's control nor its canary model: the crossover gate could not tell what such
 an episode was served, and counting it as crossover would roll back a canary for a logging mismatch.
@@ -129,9 +129,10 @@ def read_episodes(path: str | Path, *, assignments: tuple[CanaryAssignment, ...]
                                   f"line {first[1]}; assignment must be sticky per unit — fix the assignment "
                                   "logging (log the ASSIGNED arm, not the served model)")  # fmt: skip
         if models is not None and row.served_model is not None and row.served_model not in models.values():
-            raise CanaryDataError(f"{where}: field served_model: {row.served_model!r} is neither the plan's control_model "
-                                  f"{models['control']!r} nor its canary_model {models['canary']!r}; log the model "
-                                  "under the plan's names (the crossover gate compares them), or null when unknown")  # fmt: skip
+            raise CanaryDataError(f"{where}: field served_model: {row.served_model!r} is neither the plan's "
+                                  f"control_model {models['control']!r} nor its canary_model {models['canary']!r}; "
+                                  "log the model under the plan's names (the crossover gate compares them), or null "
+                                  "when unknown")  # fmt: skip
         if assignments is not None:
             _check_against(row, by_unit, where, assignments_path)
         out.append(row)

@@ -38,7 +38,8 @@ tool_calls, tool_errors, hallucination_reports. served_model is the plan's contr
 null). A bad row is an error naming file:line, the field and the fix.
 Looks are replayed every plan.look_every_hours up to the last episode, plus one at the last episode; the bounds
 are anytime-valid, so running this every hour is as safe as running it once (with method = "gst", only the
-scheduled looks are GST looks: the PROMOTE bound does not move at the extra look). The plan must have been frozen before the first episode.
+scheduled looks are GST looks: the PROMOTE bound does not move at the extra look). The plan must have been frozen
+before the first episode.
 Exit code 0 whatever the decision; 2 on bad input.
 """
 
