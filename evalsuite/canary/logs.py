@@ -28,6 +28,7 @@ _FIX = {
     "bool_type": "write JSON true or false",
     "int_type": "write a JSON integer",
     "timezone_aware": "write the time in UTC with a trailing Z, e.g. 2026-12-01T10:00:00Z",
+    "value_error": "fix the value as it says",
     "literal_error": "use one of the allowed values",
 }
 

@@ -6,14 +6,37 @@ JSON integer, a timestamp ISO 8601 *with* a time zone; nothing is coerced and un
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from datetime import datetime
+from typing import Annotated, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 Arm = Literal["control", "canary"]
 Decision = Literal["CONTINUE", "ROLLBACK", "PROMOTE"]
 GateLevel = Literal["ok", "warn", "block"]
 MetricStatus = Literal["burn_in", "degenerate", "inferior", "harm", "superior", "noninferior", "inconclusive"]
+
+
+_ISO_DATE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]")
+
+
+def _iso_8601_text(value: object) -> object:
+    """A timestamp written as ISO 8601 text, parsed here (pydantic would read a string of digits, "1796000000", as
+    Unix seconds, silently, where the log format promises ISO 8601 with a time zone); other values go on to
+    pydantic's strict check, which refuses them."""
+    if not isinstance(value, str):
+        return value
+    try:
+        if not _ISO_DATE_TIME.match(value):
+            raise ValueError
+        return datetime.fromisoformat(value.upper())  # 3.11+: any ISO 8601 form; upper: a t or z as T or Z
+    except ValueError:
+        raise ValueError(f"{value!r} is not an ISO 8601 date and time (YYYY-MM-DDTHH:MM:SS with a time zone, e.g. "
+                         "2026-12-01T10:00:00Z; a number, in a string or not, is not read as Unix seconds)") from None
+
+
+Timestamp = Annotated[AwareDatetime, BeforeValidator(_iso_8601_text)]
 
 
 class _Frozen(BaseModel):
@@ -28,7 +51,7 @@ class CanaryEpisode(_Frozen):
     episode_id: str = Field(min_length=1)
     unit_id: str = Field(min_length=1)  # the randomisation unit (user, repo or org), sticky
     arm: Arm  # the ASSIGNED arm (intention to treat), not what was served
-    ts: AwareDatetime  # episode start
+    ts: Timestamp  # episode start
     served_model: str | None = None  # diagnostic: what actually answered (crossover gate)
     task_completed: bool
     code_produced: bool
@@ -75,7 +98,7 @@ class CanaryAssignment(_Frozen):
 
     unit_id: str = Field(min_length=1)
     arm: Arm
-    assign_ts: AwareDatetime
+    assign_ts: Timestamp
     pre_period: PrePeriod | None = None
 
 

@@ -37,6 +37,9 @@ def test_round_trip_through_write_jsonl(tmp_path):
     ({"task_completed": 1}, ["field task_completed", "write JSON true or false"]),
     ({"n_edits": "2"}, ["field n_edits", "write a JSON integer"]),
     ({"ts": "2026-03-02T10:00:00"}, ["field ts", "trailing Z"]),
+    ({"ts": "1772445600"}, ["field ts", "not an ISO 8601 date and time", "not read as Unix seconds"]),
+    ({"ts": 1772445600}, ["field ts", "valid datetime"]),
+    ({"ts": "2026-02-30T10:00:00Z"}, ["field ts", "not an ISO 8601 date and time"]),
     ({"arm": "treatment"}, ["field arm", "allowed values"]),
     ({"colour": "red"}, ["field colour", "unknown field"]),
     ({"tool_errors": 9}, ["tool_errors <= tool_calls"]),
@@ -164,3 +167,15 @@ def test_look_times_are_utc_whatever_offset_the_log_uses(tmp_path):
     a = monitor(plan, aggregate.build_table(read_episodes(write(tmp_path, rows, "z.jsonl")), plan))
     b = monitor(plan, aggregate.build_table(read_episodes(write(tmp_path, shifted, "p5.jsonl")), plan))
     assert [lk.as_of for lk in a] == [lk.as_of for lk in b] == ["2026-03-02T10:00:00Z"]
+
+
+def test_iso_timestamps_with_any_offset_or_a_space_still_parse(tmp_path):
+    """The digits-in-a-string check (``"1772445600"`` was read as Unix seconds) keeps every ISO 8601 form."""
+    rows = [{**ROW, "episode_id": f"e{i}", "ts": t} for i, t in enumerate(
+        ["2026-03-02T10:00:00Z", "2026-03-02T15:00:00+05:00", "2026-03-02 10:00:00.5Z", "2026-03-02t10:00:00z"])]
+    got = [e.ts.astimezone(UTC) for e in read_episodes(write(tmp_path, rows))]
+    t0 = datetime(2026, 3, 2, 10, tzinfo=UTC)
+    assert got == [t0, t0, t0.replace(microsecond=500000), t0]
+    a = {"unit_id": "u1", "arm": "canary", "assign_ts": "1772445600"}
+    with pytest.raises(CanaryDataError, match=r":1: field assign_ts: .*not read as Unix seconds"):
+        read_assignments(write(tmp_path, [a], "a.jsonl"))
