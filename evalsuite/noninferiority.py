@@ -26,7 +26,7 @@ from scipy import optimize, stats
 from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.proportion import test_proportions_2indep
 
-from evalsuite.rates import StatsInputError, check_alpha, check_counts, rd_ci, score_z, wilson_ci
+from evalsuite.rates import StatsInputError, check_alpha, check_counts, check_one_sided_alpha, rd_ci, score_z, wilson_ci
 
 NIMethod = Literal["mn", "fm", "wald", "agresti_caffo", "newcombe"]
 PairedMethod = Literal["tango", "newcombe"]
@@ -51,13 +51,6 @@ def _check_margin(margin: float) -> None:
         raise StatsInputError(f"margin must be in [0, 1) (e.g. 0.03 for 3 points), got {margin!r}")
 
 
-def _check_one_sided_alpha(alpha: float) -> None:
-    """A one-sided level in (0, 0.5): its bound is a two-sided (1 − 2·alpha) limit (the plan schema's range too)."""
-    check_alpha(alpha)
-    if not float(alpha) < 0.5:
-        raise StatsInputError(f"one-sided alpha must be in (0, 0.5) (e.g. 0.025), got {alpha!r}")
-
-
 def ni_test(
     x1: int, n1: int, x2: int, n2: int, *, margin: float, method: NIMethod = "mn", alpha: float = 0.025
 ) -> NITestResult:
@@ -69,7 +62,7 @@ def ni_test(
     check_counts(x1, n1, "arm 1")
     check_counts(x2, n2, "arm 2")
     _check_margin(margin)
-    _check_one_sided_alpha(alpha)
+    check_one_sided_alpha(alpha)
     est = x1 / n1 - x2 / n2
     if method in ("mn", "fm"):
         z = score_z(int(x1), int(n1), int(x2), int(n2), -margin, correction=(method == "mn"))
@@ -186,7 +179,7 @@ def ni_test_paired(
     """Paired NI test by Tango's score at θ = −δ: H0: Δ <= −δ vs H1: Δ > −δ (one-sided level ``alpha``)."""
     n = check_table(a, b, c, d)
     _check_margin(margin)
-    _check_one_sided_alpha(alpha)
+    check_one_sided_alpha(alpha)
     z = tango_z(int(b), int(c), n, -margin)
     p = float(stats.norm.sf(z))
     lower = _tango_ci(int(b), int(c), n, 2 * alpha)[0]

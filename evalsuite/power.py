@@ -19,7 +19,7 @@ import numpy as np
 from scipy import special, stats
 from statsmodels.stats.power import normal_sample_size_one_tail
 
-from evalsuite.rates import StatsInputError
+from evalsuite.rates import StatsInputError, check_alpha, check_one_sided_alpha
 from evalsuite.variance import crossed_effect
 
 
@@ -29,6 +29,17 @@ class PowerResult:
     se: float
     df: float
     var_total: float
+
+
+def _check_icc_and_alpha(icc_repo: float, alpha: float) -> None:
+    if icc_repo > 1:
+        raise StatsInputError(f"icc_repo is a correlation in [0, 1], got {icc_repo!r}")
+    check_one_sided_alpha(alpha)
+
+
+def _check_power(power: float) -> None:
+    if not (isinstance(power, (int, float)) and 0.0 < float(power) < 1.0):
+        raise StatsInputError(f"power must be in (0, 1) (e.g. 0.8), got {power!r}")
 
 
 def power_ni_crossed(
@@ -62,6 +73,7 @@ def power_ni_crossed(
     for name, v in (("sigma_seed", sigma_seed), ("tau", tau), ("sigma_e2", sigma_e2), ("icc_repo", icc_repo)):
         if not (math.isfinite(v) and v >= 0):
             raise StatsInputError(f"{name} must be a finite number >= 0, got {v!r}")
+    _check_icc_and_alpha(icc_repo, alpha)
     s_c = sigma_seed if sigma_seed_baseline is None else sigma_seed_baseline
     m_t, m_c, n = seeds_treatment, seeds_baseline, n_tasks
     deff = 1.0 + (tasks_per_repo - 1.0) * icc_repo
@@ -92,6 +104,7 @@ def power_artifact(*, margin: float, n_tasks: int, tasks_per_repo: float, tau: f
     for name, v in (("tau", tau), ("sigma_e2", sigma_e2), ("icc_repo", icc_repo)):
         if not (math.isfinite(v) and v >= 0):
             raise StatsInputError(f"{name} must be a finite number >= 0, got {v!r}")
+    _check_icc_and_alpha(icc_repo, alpha)
     deff = 1.0 + (tasks_per_repo - 1.0) * icc_repo
     var = (tau**2 * deff + 2.0 * sigma_e2) / n_tasks
     if var <= 0:
@@ -109,6 +122,8 @@ def power_ni_independent(p_t: float, p_c: float, *, margin: float, alpha: float 
     for name, v in (("p_t", p_t), ("p_c", p_c)):
         if not 0.0 < v < 1.0:
             raise StatsInputError(f"{name} must be in (0, 1), got {v!r}")
+    check_one_sided_alpha(alpha)
+    _check_power(power)
     diff = p_t - p_c + margin
     if diff <= 0:
         raise StatsInputError(f"true difference {p_t - p_c:+.3f} is not above the NI bar −{margin}: power cannot reach {power}")
@@ -124,6 +139,8 @@ def power_paired_mcnemar(p01: float, p10: float, *, alpha: float = 0.05, power: 
     """
     if not (0 <= p01 <= 1 and 0 <= p10 <= 1 and p01 + p10 <= 1):
         raise StatsInputError(f"discordant probabilities p01={p01}, p10={p10} must be in [0,1] and sum to <= 1")
+    check_alpha(alpha)
+    _check_power(power)
     delta, psi = p10 - p01, p10 + p01
     if delta == 0:
         raise StatsInputError("p01 == p10: McNemar has no power against a zero difference")

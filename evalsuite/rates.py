@@ -182,3 +182,10 @@ def rd_ci(
 def check_alpha(alpha: float) -> None:
     if not (isinstance(alpha, (int, float)) and 0.0 < float(alpha) < 1.0):
         raise StatsInputError(f"alpha must be in (0, 1), got {alpha!r}")
+
+
+def check_one_sided_alpha(alpha: float) -> None:
+    """A one-sided level in (0, 0.5): its bound is a two-sided (1 − 2·alpha) limit (the plan schema's range too)."""
+    check_alpha(alpha)
+    if not float(alpha) < 0.5:
+        raise StatsInputError(f"one-sided alpha must be in (0, 0.5) (e.g. 0.025), got {alpha!r}")

@@ -34,3 +34,24 @@ def test_mcnemar_corrected_chi2(b: int, c: int) -> None:
     assert mcnemar_test(4, b, c, 6, exact=False) == pytest.approx(want)
     if b == c:
         assert mcnemar_test(4, b, c, 6, exact=False) == 1.0
+
+
+_CROSSED = dict(margin=0.1, seeds_treatment=5, seeds_baseline=5, n_tasks=40, tasks_per_repo=4, sigma_seed=0.05,
+                tau=0.3, icc_repo=0.2, sigma_e2=0.2)
+
+
+@pytest.mark.parametrize(("call", "match"), [
+    (lambda p: p.power_ni_crossed(**{**_CROSSED, "icc_repo": 1.5}), r"icc_repo is a correlation in \[0, 1\], got 1.5"),
+    (lambda p: p.power_ni_crossed(**_CROSSED, alpha=0.5), r"one-sided alpha must be in \(0, 0.5\).*got 0.5"),
+    (lambda p: p.power_artifact(margin=0.1, n_tasks=40, tasks_per_repo=4, tau=0.3, icc_repo=2.0, sigma_e2=0.2),
+     r"icc_repo is a correlation"),
+    (lambda p: p.power_ni_independent(0.5, 0.5, margin=0.1, alpha=1.2), r"alpha must be in \(0, 1\), got 1.2"),
+    (lambda p: p.power_ni_independent(0.5, 0.5, margin=0.1, power=1.0), r"power must be in \(0, 1\).*got 1.0"),
+    (lambda p: p.power_paired_mcnemar(0.1, 0.2, alpha=0.0), r"alpha must be in \(0, 1\), got 0.0"),
+])  # fmt: skip
+def test_power_functions_refuse_impossible_inputs(call, match) -> None:  # noqa: ANN001
+    """Before: an ICC above 1 and a one-sided alpha of 0.5 or more gave a number; alpha 1.2 gave NaN."""
+    from evalsuite import power
+
+    with pytest.raises(StatsInputError, match=match):
+        call(power)
