@@ -5,7 +5,8 @@ It checks each request the way OpenAI's API does and answers HTTP 400 naming the
 - a ``tool`` message must carry a ``tool_call_id`` naming a call of the assistant message right before it that is
   not answered yet; every call of an assistant message must be answered before the next non-``tool`` message;
 - ``tool_calls`` entries need ``id``, ``type: "function"``, a non-empty ``function.name`` and ``function.arguments``
-  as a string;
+  as a string that parses as JSON (vLLM's and SGLang's chat servers ``json.loads`` it before rendering the chat
+  template and answer 400 with the decoder's message when it does not);
 - assistant ``content`` holding Qwen ``<tool_call>`` markup is refused (a strict server does not parse it);
 - ``messages`` must not be empty and roles must be system/user/assistant/tool.
 
@@ -52,6 +53,10 @@ def check_openai_messages(messages: Any) -> str | None:
                 if not c.get("id") or c.get("type") != "function" or not fn.get("name") or \
                         not isinstance(fn.get("arguments"), str):
                     return f"messages[{i}].tool_calls[{j}] is not a valid function call: {c!r}"
+                try:
+                    json.loads(fn["arguments"] or "{}")
+                except ValueError as exc:  # vLLM: create_error_response(f"{e} {e.__cause__}")
+                    return f"{exc} None"
                 if c["id"] in pending:
                     return f"messages[{i}].tool_calls[{j}]: duplicate id {c['id']!r}"
                 pending.add(c["id"])

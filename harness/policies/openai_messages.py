@@ -12,6 +12,9 @@ Two wire forms (``tool_role``):
   OpenAI server refuses a ``tool_calls`` entry without its ``tool`` answer. A malformed call is sent with the name
   it was written with (``invalid_tool_call`` when none can be read) and its argument text verbatim, followed by the
   error the harness answered it with, so the model sees its own mistake as OpenAI's own function calling would.
+  Argument text that is not valid JSON goes as a JSON string literal (``json_text``): vLLM and SGLang parse every
+  past call's ``arguments`` and refuse the whole request (HTTP 400) when it does not parse, which would turn the
+  model's mistake into an infrastructure failure; Qwen3's chat template writes a string argument out verbatim.
   Reasoning (``<think>``) of past turns is not sent back (OpenAI has no field for it; Qwen3's chat template drops
   it from past turns too).
 - ``"user"`` (for servers without tool support): assistant turns verbatim with their ``<tool_call>`` markup, and
@@ -38,19 +41,30 @@ def call_id(turn: int, index: int) -> str:
     return f"call_{turn}_{index}"
 
 
+def json_text(text: str) -> str:
+    """``text`` when it is valid JSON, else ``text`` as a JSON string literal: ``function.arguments`` must parse,
+    because vLLM and SGLang ``json.loads`` every past call's arguments and answer HTTP 400 when they do not."""
+    try:
+        json.loads(text)
+    except json.JSONDecodeError:
+        return json.dumps(text, ensure_ascii=False)
+    return text
+
+
 def _arguments(call: ToolCall) -> str:
     """The call's arguments as the JSON string OpenAI's ``function.arguments`` holds; a malformed call's text as
-    written (its ``arguments`` part when that much parses, else the whole block)."""
+    written (its ``arguments`` part when that much parses, else the whole block), as a JSON string literal when it
+    is not valid JSON (``json_text``)."""
     if call.valid:
         return json.dumps(call.arguments, ensure_ascii=False)
     try:
         obj = json.loads(call.raw)
     except json.JSONDecodeError:
-        return call.raw.strip()
+        return json_text(call.raw.strip())
     if isinstance(obj, dict) and "arguments" in obj:
         args = obj["arguments"]
-        return args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-    return call.raw.strip()
+        return json_text(args) if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+    return json_text(call.raw.strip())
 
 
 def _name(call: ToolCall) -> str:
@@ -114,4 +128,4 @@ def to_openai_messages(messages: list[Message], tool_role: Literal["tool", "user
     return _native(messages) if tool_role == "tool" else _text_protocol(messages)
 
 
-__all__ = ["INVALID_CALL_NAME", "call_id", "to_openai_messages"]
+__all__ = ["INVALID_CALL_NAME", "call_id", "json_text", "to_openai_messages"]
