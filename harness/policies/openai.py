@@ -65,7 +65,8 @@ from harness.schema import Message, TurnFinishReason
 log = logging.getLogger(__name__)
 
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
-_CONTEXT_MARKERS = ("context length", "maximum context", "context_length_exceeded", "too many tokens")
+_CONTEXT_MARKERS = ("context length", "maximum context", "context_length_exceeded", "too many tokens",
+                    "maximum model length")  # vLLM's engine: "The decoder prompt (length N) is longer than ..."
 
 
 class ModelEndpointError(SandboxUnavailable):
@@ -94,6 +95,9 @@ def _fix_for(status: int) -> str:
     if status == 404:
         return ("fix: check the base URL (it ends in the API prefix, e.g. http://127.0.0.1:8000/v1) and the model "
                 "name after '#' (the server's GET /v1/models lists them)")
+    if status == 400:
+        return ("fix: the server refused the request as invalid (its message above says why; vLLM needs "
+                "--enable-auto-tool-choice --tool-call-parser NAME for requests with tools)")
     return "fix: check the base URL, the model name and the API key"
 
 

@@ -172,3 +172,23 @@ def test_generation_settings_are_what_is_sent(strict) -> None:
                                                                          rec["max_tokens"]) == (0.4, 0.8, 99)
     assert rec["model"] == "strict-model" and rec["endpoint"] == srv.url + "/chat/completions"
     assert "sk-test" not in repr(rec) and pol.request_settings()["request_timeout_s"] == 120.0
+
+
+@pytest.mark.parametrize("message", [
+    "This model's maximum context length is 32768 tokens. However, your request has 40000 input tokens.",
+    "The decoder prompt (length 40000) is longer than the maximum model length of 32768. Make sure that "
+    "`max_model_len` is no smaller than the number of text tokens.",  # vLLM's engine, answered as a 400
+])
+def test_a_full_context_is_the_agents_limit_not_infra(strict, message: str) -> None:
+    srv = strict(lambda body: (400, {"error": {"message": message, "type": "BadRequestError"}}, 0.0))
+    out = _policy(srv.url).act([Message(role="user", content="u")], tools=[], rng=random.Random(0))
+    assert out.finish_reason == "context" and len(srv.bodies) == 1
+
+
+def test_another_400_is_infra_and_its_fix_does_not_blame_the_url_or_key(strict) -> None:
+    auto = '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+    srv = strict(lambda body: (400, {"error": {"message": auto, "type": "BadRequestError"}}, 0.0))
+    with pytest.raises(ModelEndpointError) as info:
+        _policy(srv.url).preflight(tool_schemas())
+    assert len(srv.bodies) == 1 and "tool choice requires" in str(info.value) and "API key" not in str(info.value)
+    assert "refused the request as invalid" in str(info.value)
