@@ -301,6 +301,11 @@ def test_cli_ray_flags(tmp_path: Path, mini: TaskSet, capsys: pytest.CaptureFixt
     policies = {"oracle": object(), "m": object()}
     got = ray_arms(policies, {"oracle": "oracle", "m": "hf:ckpt"})
     assert got["oracle"] == "oracle" and got["m"] is policies["m"]  # scripted: built on the worker
+    # a per-arm request cap cannot hold across actors (and its lock does not pickle): refused before any request
+    assert main(["eval", "--tasks", mini.path, "--policy", "openai:http://127.0.0.1:9/v1#m", "--out",
+                 str(tmp_path / "rc"), "--executor", "ray", "--max-concurrency", "2", "--sandbox", "local"]) == 2
+    err = capsys.readouterr().err
+    assert "--max-concurrency with --executor ray" in err and "fix:" in err and "preflight" not in err
     assert main(["eval", "--tasks", mini.path, "--policy", "null", "--out", str(tmp_path / "r"),
                  "--ray-address", "127.0.0.1:1"]) == 2
     assert "--executor ray" in capsys.readouterr().err and not (tmp_path / "r").exists()

@@ -112,7 +112,8 @@ def register(subparsers: Any) -> None:
                    help="read the API key from this environment variable (default OPENAI_API_KEY when set); the key "
                         "is never written to disk")
     e.add_argument("--max-concurrency", type=int, default=None, metavar="N",
-                   help="most requests in flight per endpoint arm (default: one per worker)")
+                   help="most requests in flight per endpoint arm (default: one per worker; not with --executor ray, "
+                        "where --workers bounds them)")
     e.add_argument("--request-timeout", type=float, default=None, metavar="S",
                    help="seconds one request may take before it is retried (default 120); keep it below --wall-s, so "
                         "that a hung endpoint is an infrastructure error (retried, never scored) rather than the "
@@ -262,9 +263,16 @@ def preflight_endpoints(policies: dict[str, Any], wall_s: float) -> None:
 
 def ray_arms(policies: dict[str, Any], arms: dict[str, str]) -> dict[str, Any]:
     """Under ``--executor ray`` scripted arms travel as their spec (each Ray worker builds them, ``oracle`` from
-    the task set sent to it); model arms travel as the policy objects built here (pickled)."""
+    the task set sent to it); model arms travel as the policy objects built here (pickled). An ``openai:`` arm with
+    a concurrency cap is refused: its cap could not hold across the actors (each gets its own copy) and its lock
+    cannot be pickled."""
     from harness.policies import SCRIPTED_CLASSES
 
+    capped = sorted(name for name, p in policies.items() if getattr(p, "max_concurrency", None) is not None)
+    if capped:
+        raise CLIError(f"--max-concurrency with --executor ray (arms {capped}): the cap cannot hold across Ray "
+                       "actors; fix: drop --max-concurrency and bound the requests in flight per arm with --workers "
+                       "(each actor runs one episode at a time)")
     return {name: arms[name] if arms[name] in SCRIPTED_CLASSES else p for name, p in policies.items()}
 
 
@@ -372,9 +380,9 @@ def run(args: argparse.Namespace) -> int:
     feedback = _feedback(args.feedback)
     policies, config = build_arms(args, arms, ts)
     _check_plan(args, ts, policies)
-    preflight_endpoints(policies, args.wall_s)
     if args.executor == "ray":
         policies = ray_arms(policies, arms)
+    preflight_endpoints(policies, args.wall_s)
     from harness.run_control import RunInterrupted, sandbox_run_id
 
     factory = TaskSandboxFactory(ts, kind=args.sandbox, run_id=sandbox_run_id(out),
