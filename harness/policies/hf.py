@@ -28,6 +28,8 @@ Not covered: batching several conversations, speculative decoding, multi-GPU sha
 
 from __future__ import annotations
 
+import fnmatch
+import hashlib
 import logging
 import random
 from pathlib import Path
@@ -46,6 +48,26 @@ if TYPE_CHECKING:
 __all__ = ["HFPolicy", "sample_token", "to_chat"]
 
 log = logging.getLogger(__name__)
+
+
+CHECKPOINT_FILES = ("config.json", "generation_config.json", "model*.safetensors", "model*.safetensors.index.json",
+                    "pytorch_model*.bin", "pytorch_model*.bin.index.json", "tokenizer*", "special_tokens_map.json",
+                    "added_tokens.json", "vocab*", "merges.txt", "chat_template*")
+"""What ``from_pretrained`` reads from a checkpoint directory: weights, config, tokenizer and chat template."""
+
+
+def checkpoint_sha256(path: str | Path) -> str:
+    """sha256 over the names and contents of the ``CHECKPOINT_FILES`` of a checkpoint directory (recorded as the
+    arm's ``checkpoint_sha256``: a resume after the directory was trained again is refused)."""
+    h = hashlib.sha256()
+    for f in sorted(Path(path).iterdir()):
+        if f.is_file() and any(fnmatch.fnmatchcase(f.name, g) for g in CHECKPOINT_FILES):
+            h.update(f.name.encode() + b"\0")
+            with f.open("rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+            h.update(b"\0")
+    return h.hexdigest()
 
 
 def to_chat(messages: list[Message]) -> list[dict[str, Any]]:
@@ -86,6 +108,7 @@ class HFPolicy:
         self.tokenizer = tokenizer
         self.name = name
         self.spec: str | None = None  # the command-line spec, set by from_pretrained
+        self.checkpoint_sha256: str | None = None  # of the directory's files, set by from_pretrained
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.top_p = top_p
@@ -115,6 +138,7 @@ class HFPolicy:
         kwargs.setdefault("name", f"hf:{p}")
         policy = cls(model, tok, **kwargs)
         policy.spec = f"hf:{p}"
+        policy.checkpoint_sha256 = checkpoint_sha256(p)
         return policy
 
     def generation_settings(self) -> dict[str, Any]:

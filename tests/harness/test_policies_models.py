@@ -25,7 +25,7 @@ from harness.policies import make_policy, parse_policy_spec
 from harness.policies.hf import HFPolicy, sample_token
 from harness.policies.openai import ModelEndpointError, OpenAIPolicy, render_tool_call, response_text
 from harness.sandbox import SandboxUnavailable
-from harness.schema import Message
+from harness.schema import Message, TaskSet
 from harness.tools import format_tool_call, parse_tool_calls, tool_schemas
 from tests.harness_fakes import DirSandbox, make_calc_task
 
@@ -161,6 +161,29 @@ def test_hf_save_load_and_episode(tiny, tmp_path: Path) -> None:
     assert len(turns) == 2 and traj.limit_hit is not None and traj.limit_hit.kind == "turns"
     assert all(m.token_ids and m.logprobs and len(m.token_ids) == len(m.logprobs) for m in turns)
     assert traj.n_tokens == sum(len(m.token_ids or []) for m in turns)
+
+
+def test_hf_arm_records_its_checkpoint_hash_and_a_retrained_directory_is_not_resumed(tiny, tmp_path: Path) -> None:
+    """HARNESS §6: other weights behind an arm (a directory trained again) refuse a resume."""
+    from harness.runner import run_eval
+    from tests.harness_fakes import FakeFactory
+
+    model, tok = tiny
+    ckpt = tmp_path / "ckpt"
+    model.save_pretrained(ckpt)
+    tok.save_pretrained(ckpt)
+    inst, repo = make_calc_task(tmp_path)
+    ts = TaskSet(name="one", path=str(tmp_path), sha256="f" * 64, instances=[inst])
+    out, limits = tmp_path / "run", EpisodeLimits(max_turns=1)
+    run_eval(ts, {"m": f"hf:{ckpt}"}, [0], out, sandbox_factory=FakeFactory({inst.instance_id: repo}), limits=limits)
+    sha = json.loads((out / "manifest.json").read_text())["arms"][0]["checkpoint_sha256"]
+    assert sha is not None and len(sha) == 64
+    with torch.no_grad():
+        next(model.parameters()).add_(1.0)
+    model.save_pretrained(ckpt)  # trained again into the same directory
+    with pytest.raises(ValueError, match="the weights changed"):
+        run_eval(ts, {"m": f"hf:{ckpt}"}, [1], out, sandbox_factory=FakeFactory({inst.instance_id: repo}),
+                 limits=limits)
 
 
 # --- OpenAIPolicy against a fake server -----------------------------------------------------------------------------
