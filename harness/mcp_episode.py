@@ -145,7 +145,7 @@ def open_episode(out_dir: str | Path, task_set: TaskSet, settings: ServedEpisode
             write_manifest(out, build_manifest(run_id=run_id, task_set=task_set, arm_specs=specs,
                                                seeds=[settings.seed], factory=factory, limits=settings.limits,
                                                protocol_hash=None, argv=list(settings.argv),
-                                               policies={settings.arm: bridge}))
+                                               policies={settings.arm: bridge}, run_seed=settings.run_seed))
         ctx = EpisodeContext(run_id=run_id, out_dir=out, factory=factory, limits=settings.limits,
                              controls=ControlCache(out / "controls"), grade_timeout_s=settings.grade_timeout_s,
                              excluded_tests=dict(settings.excluded_tests), metrics_for=snapshot_metrics(task_set))

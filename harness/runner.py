@@ -170,7 +170,7 @@ def run_eval(
         manifest = build_manifest(run_id=run_id, task_set=task_set, arm_specs=specs, seeds=list(seeds),
                                   factory=sandbox_factory, limits=limits, protocol_hash=protocol_hash,
                                   argv=list(argv), policies=policies,
-                                  feedback=describe_feedback(feedback, list(specs)))
+                                  feedback=describe_feedback(feedback, list(specs)), run_seed=run_seed)
         write_manifest(out, manifest)
         ctx = EpisodeContext(run_id=run_id, out_dir=out, factory=sandbox_factory, limits=limits,
                              controls=ControlCache(out / "controls"), grade_timeout_s=grade_timeout_s,

@@ -5,8 +5,9 @@ name/hash/instance ids, image digests, arm policy specs (with checkpoint hashes 
 ``checkpoint_sha256``), seeds, sandbox kind and isolation, limits, grader version, behaviour checkers, the frozen
 protocol's sha256 when one is given, and host facts. On resume the manifest is rewritten with the union of arms
 and seeds, keeping ``created_at``; a different task set, a different policy behind an arm name, other weights behind
-an arm (its checkpoint hash), other episode limits, other hints (``feedback``) or other generation settings
-(``ArmSpec.generation``, when both manifests record them) behind an arm are refused.
+an arm (its checkpoint hash), other episode limits, other hints (``feedback``), other generation settings
+(``ArmSpec.generation``, when both manifests record them) behind an arm, or another run seed (``run_seed``, when
+both record it) are refused.
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ def describe_feedback(feedback: FeedbackProvider | Mapping[str, FeedbackProvider
 
 def build_manifest(*, run_id: str, task_set: TaskSet, arm_specs: dict[str, str], seeds: list[int],
                    factory: SandboxFactory, limits: EpisodeLimits, protocol_hash: str | None, argv: list[str],
-                   policies: Mapping[str, Policy], feedback: dict[str, str] | None = None) -> RunManifest:
+                   policies: Mapping[str, Policy], feedback: dict[str, str] | None = None,
+                   run_seed: int | None = None) -> RunManifest:
     """A manifest for this invocation, merged with the one already in the run directory (if any)."""
     arms = [ArmSpec(name=n, policy=s, checkpoint_sha256=getattr(_inner(policies.get(n)), "checkpoint_sha256", None),
                     train_seed=getattr(_inner(policies.get(n)), "train_seed", None),
@@ -73,7 +75,7 @@ def build_manifest(*, run_id: str, task_set: TaskSet, arm_specs: dict[str, str],
         disk_limit=factory.disk_limit(),
         limits={k: float(v) for k, v in dataclasses.asdict(limits).items()}, grader_version=GRADER_VERSION,
         behaviour_checkers=checkers, feedback=dict(feedback or {}), protocol_hash=protocol_hash,
-        host={"platform": platform.platform(), "cpus": os.cpu_count(), "python": sys.executable},
+        host={"platform": platform.platform(), "cpus": os.cpu_count(), "python": sys.executable}, run_seed=run_seed,
     )
 
 
@@ -130,6 +132,14 @@ def _same_checkpoints_and_limits(path: Path, old: RunManifest, new: RunManifest)
                              "same --feedback, or a new --out")
 
 
+def _same_run_seed(path: Path, old: RunManifest, new: RunManifest) -> None:
+    """Refuse a resume with another run seed (both recorded): its episodes would draw other episode seeds than the
+    finished ones, and arms added now would no longer be paired with the others on the same (instance, seed)."""
+    if old.run_seed is not None and new.run_seed is not None and old.run_seed != new.run_seed:
+        raise ValueError(f"{path}: this run's episodes were seeded with --run-seed {old.run_seed}, now "
+                         f"{new.run_seed}; fix: resume with --run-seed {old.run_seed}, or use a new --out")
+
+
 def write_manifest(out_dir: Path, new: RunManifest) -> RunManifest:
     """Write ``new`` merged with an existing manifest (union of arms and seeds, first ``created_at`` kept)."""
     old = read_manifest(out_dir)
@@ -141,8 +151,10 @@ def write_manifest(out_dir: Path, new: RunManifest) -> RunManifest:
                              f"{old.protocol_hash[:12]}, now {new.protocol_hash[:12]}; fix: use a new --out")
         _same_checkpoints_and_limits(Path(out_dir) / MANIFEST_FILE, old, new)
         _same_generation(Path(out_dir) / MANIFEST_FILE, old, new)
+        _same_run_seed(Path(out_dir) / MANIFEST_FILE, old, new)
         new = new.model_copy(update={"created_at": old.created_at, "arms": list(arms.values()), "seeds": seeds,
-                                     "protocol_hash": new.protocol_hash or old.protocol_hash})
+                                     "protocol_hash": new.protocol_hash or old.protocol_hash,
+                                     "run_seed": old.run_seed if new.run_seed is None else new.run_seed})
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     atomic_write_text(Path(out_dir) / MANIFEST_FILE, json.dumps(new.model_dump(mode="json"), indent=1))
     return new

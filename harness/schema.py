@@ -296,6 +296,8 @@ class RunManifest(_Frozen):
     feedback: dict[str, str] = Field(default_factory=dict)
     protocol_hash: str | None = None
     host: dict[str, Any] = Field(default_factory=dict)
+    # mixed into every episode seed (harness.runner.episode_seed); None: a manifest written before it was recorded
+    run_seed: int | None = None
 
 
 # --------------------------------------------------------------------------------------------------------------

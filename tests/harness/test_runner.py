@@ -168,6 +168,22 @@ def test_resume_refuses_other_task_set_and_rebuild_results(tmp_path: Path) -> No
         run_eval(ts, {"null": NullFinishPolicy()}, [0], out, sandbox_factory=FakeFactory(repos))
 
 
+def test_resume_refuses_another_run_seed(tmp_path: Path) -> None:
+    """Another --run-seed would give the arm added on resume other episode seeds than the finished arm (unpaired)."""
+    ts, repos = _task_set(tmp_path, 1)
+    out = tmp_path / "run"
+    run_eval(ts, {"a": NullFinishPolicy()}, [0], out, sandbox_factory=FakeFactory(repos), run_seed=3)
+    assert json.loads((out / "manifest.json").read_text())["run_seed"] == 3
+    with pytest.raises(ValueError, match=r"--run-seed 3, now 7; fix: resume with --run-seed 3"):
+        run_eval(ts, {"a": NullFinishPolicy(), "b": NullFinishPolicy()}, [0], out, sandbox_factory=FakeFactory(repos),
+                 run_seed=7)
+    run_eval(ts, {"a": NullFinishPolicy(), "b": NullFinishPolicy()}, [0], out, sandbox_factory=FakeFactory(repos),
+             run_seed=3)  # the same seed resumes, and the new arm is paired with the old one
+    seeds = {json.loads(next(out.rglob(f"{arm}/s0/a0/trajectory.jsonl")).read_text().splitlines()[0])["seed"]
+             for arm in "ab"}
+    assert seeds == {episode_seed(3, ts.instances[0].instance_id, 0)}
+
+
 def test_resume_refuses_other_weights_and_other_limits(tmp_path: Path) -> None:
     """Finished episodes are kept on resume, so a resume must not mix them with another checkpoint or other limits."""
     ts, repos = _task_set(tmp_path, 1)
