@@ -4,7 +4,10 @@ The hash is the same canonical-JSON sha256 as ``protocols.freeze`` (``protocol_h
 sorted keys, no whitespace, UTF-8), so comments and key order in the TOML do not change it and any value does. The
 record also carries the UTC time and the git state (``protocols.freeze.git_state``). A canary is analysed only
 against a frozen record whose ``frozen_at`` is not later than the first logged episode (``check_before``), so the
-metrics, margins and alphas cannot be chosen after seeing online data.
+metrics, margins and alphas cannot be chosen after seeing online data. ``frozen_at`` is outside the hash, so a
+written record is also anchored like an offline one (``protocols.anchor.anchor_record``: its exact bytes committed
+to ``refs/tgsuite/prereg``, optionally signed); ``tgsuite canary`` verifies that anchor (``verify_anchor``) before
+it lets the canary PROMOTE.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from protocols.anchor import anchor_path, anchor_record
 from protocols.canary_schema import CanaryPlan, FrozenCanaryPlan
 from protocols.freeze import git_state, protocol_hash, utc_now
 from protocols.load import ProtocolError, format_validation_error, read_toml
@@ -44,9 +48,12 @@ def canary_plan_hash(plan: CanaryPlan) -> str:
 
 
 def freeze_canary_plan(plan: str | Path | CanaryPlan, *, out: str | Path | None = None, now: str | None = None,
-                       overwrite: bool = False) -> FrozenCanaryPlan:  # fmt: skip
+                       overwrite: bool = False, anchor: bool = True,
+                       sign_key: str | Path | None = None) -> FrozenCanaryPlan:  # fmt: skip
     """Freeze a canary plan; write the record to ``out`` if given. Same rules as ``protocols.freeze.freeze_plan``:
-    an existing record with the same hash is returned unchanged, a different one is refused unless ``overwrite``."""
+    an existing record with the same hash is returned unchanged (its ``frozen_at`` stays; a missing anchor is
+    written), a different one is refused unless ``overwrite``. With ``out`` and ``anchor`` (the default) the record
+    is committed to git and, with ``sign_key`` (an Ed25519 PEM private key), signed (``protocols.anchor``)."""
     source_path, source_sha = None, None
     if isinstance(plan, CanaryPlan):
         obj = plan
@@ -62,15 +69,20 @@ def freeze_canary_plan(plan: str | Path | CanaryPlan, *, out: str | Path | None 
     out = Path(out)
     old = load_frozen_canary(out) if out.exists() else None
     if old is not None and old.sha256 == record.sha256:
-        return old
+        if anchor and not anchor_path(out).is_file():
+            anchor_record(out, sign_key=sign_key)
+        return old  # same plan: keep the original freeze time (re-freezing never re-stamps)
     if old is not None and not overwrite:
         raise ProtocolError(f"{out}: already holds a frozen canary plan with hash {old.sha256[:12]}…, the plan now "
                             f"hashes to {record.sha256[:12]}…; write the new record to a new file (a changed plan "
-                            "starts a new canary), or pass --overwrite if no look has been taken")  # fmt: skip
+                            "starts a new canary; --overwrite replaces it, but the prereg ref keeps the earlier "
+                            "record at this path and `tgsuite canary` then cannot PROMOTE under the new one)")  # fmt: skip
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(out.suffix + ".tmp")
     tmp.write_text(record.model_dump_json(indent=2) + "\n", encoding="utf-8")
     tmp.replace(out)
+    if anchor:
+        anchor_record(out, sign_key=sign_key)
     return record
 
 
