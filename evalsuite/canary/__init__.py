@@ -8,7 +8,7 @@ Modules (pure functions, frozen results; numpy and scipy only; formulas and refe
     guardrails  one metric at one look: harm and non-inferiority bounds, status; Bonferroni allocation
     decide      the decision rule (union of harm tests, intersection–union for PROMOTE)
     aggregate   logged episodes -> cohort-window unit aggregates
-    monitor     looks, data-quality gates, ``run_canary(frozen_plan, episodes, assignments)``
+    monitor     looks, data-quality gates (``prereg``: the record's git anchor), ``run_canary(record, episodes, ...)``
     logs        reading the JSON Lines logs with located errors; schema: the row and result models
     replay      a `tgsuite eval` run -> a synthetic production log (explicit RNG)
     simulate    Monte Carlo error rates under continuous monitoring

@@ -12,6 +12,8 @@ from typing import Annotated, Literal
 
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from evalsuite.schema import Check
+
 Arm = Literal["control", "canary"]
 Decision = Literal["CONTINUE", "ROLLBACK", "PROMOTE"]
 GateLevel = Literal["ok", "warn", "block"]
@@ -173,3 +175,5 @@ class CanaryResult(_Frozen):
     looks: list[LookResult]
     decision: Decision
     reasons: list[str]
+    record_path: str | None = None  # the frozen record file the logs were checked against (None: passed in memory)
+    prereg_checks: list[Check] = Field(default_factory=list)  # its git anchor (verify_anchor); any fail: gate prereg
