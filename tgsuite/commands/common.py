@@ -2,6 +2,18 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 
 class CLIError(Exception):
     """A user-facing error: printed as one line naming the cause and the fix; exit code 2."""
+
+
+def anchor_line(record: str | Path) -> str:
+    """The line `protocol freeze` and `canary --freeze` print about a record's git anchor (and its signature)."""
+    from protocols.anchor import anchor_path
+
+    anchor = json.loads(anchor_path(record).read_text(encoding="utf-8"))
+    return (f"anchored: commit {anchor['commit'][:12]} on {anchor['ref']} in {anchor['repo']}"
+            + (f"; signed (public key {anchor['public_key']})" if anchor.get("signature") else ""))  # fmt: skip

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 from pathlib import Path
 
-from tgsuite.commands.common import CLIError
+from tgsuite.commands.common import CLIError, anchor_line
 
 log = logging.getLogger(__name__)
 
@@ -42,17 +41,13 @@ def _freeze(args: argparse.Namespace) -> int:
     from protocols.load import ProtocolError
 
     out = Path(args.out) if args.out else Path(Path(args.plan).stem + ".frozen.json")
-    from protocols.anchor import anchor_path
-
     try:
         rec = freeze_plan(args.plan, out=out, overwrite=args.overwrite, sign_key=args.sign_key)
     except ProtocolError as exc:
         raise CLIError(str(exc)) from None
     git = f"git {rec.git.commit[:7]}, {'DIRTY' if rec.git.dirty else 'clean'}" if rec.git.commit else "not in git"
     print(f"frozen {rec.protocol.name}: sha256 {rec.sha256} at {rec.frozen_at} ({git}) -> {out}")
-    anchor = json.loads(anchor_path(out).read_text(encoding="utf-8"))
-    print(f"anchored: commit {anchor['commit'][:12]} on {anchor['ref']} in {anchor['repo']}"
-          + (f"; signed (public key {anchor['public_key']})" if anchor.get("signature") else ""))  # fmt: skip
+    print(anchor_line(out))
     for c in rec.protocol.criteria:
         if c.kind == "noninferiority" and not c.acceptable_loss.strip():
             print(f"warning: criterion {c.endpoint}: no acceptable_loss — say why losing {c.margin} is acceptable "
