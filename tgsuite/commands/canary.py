@@ -1,8 +1,9 @@
 """``tgsuite canary``: gray-release decisions (CONTINUE / ROLLBACK / PROMOTE) from logged production episodes.
 
-Three modes: ``--freeze`` a canary plan by hash (before the first canary episode), ``--replay`` a `tgsuite eval`
-run as a synthetic production log, and (the default) decide from a log against a frozen plan, writing
-``canary.json`` and the report page ``canary.html``. The work is library code: ``protocols.canary``,
+Three modes: ``--freeze`` a canary plan by hash (before the first canary episode; the record is committed to git
+like `tgsuite protocol freeze`'s), ``--replay`` a `tgsuite eval` run as a synthetic production log, and (the
+default) decide from a log against a frozen plan, verifying the record's git anchor and writing ``canary.json``
+and the report page ``canary.html``. The work is library code: ``protocols.canary``,
 ``evalsuite.canary`` (``monitor.run_canary``, ``replay.replay``) and ``reports.canary_page``.
 """
 
@@ -13,13 +14,14 @@ import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from tgsuite.commands.common import CLIError
+from tgsuite.commands.common import CLIError, anchor_line
 
 EPILOG = """\
 worked example (measured: a real `tgsuite eval` run, 12 mini tasks x 2 seeds in Docker, the scripted `expert`
 policy as control and the `null` policy (it never edits) as the canary):
   $ tgsuite canary --freeze protocols/plans/canary/gray_release.toml --out prereg/gray_release.frozen.json
   froze canary plan gray_release: sha256 dc1cdd280540… at 2026-12-01T10:46:10Z; wrote prereg/gray_release.frozen.json
+  anchored: commit 9e0f… on refs/tgsuite/prereg in /home/me/project   (printed since the run above was measured)
   $ tgsuite canary --replay runs/expert-vs-null --treatment null --control expert \\
         --plan prereg/gray_release.frozen.json --units 20000 --days 14 --seed 1 --out runs/canary-log
   wrote runs/canary-log/episodes.jsonl (100,170 episodes) and runs/canary-log/assignments.jsonl (20,000 units); ...
@@ -28,7 +30,7 @@ policy as control and the `null` policy (it never edits) as the canary):
   decision: ROLLBACK  (look 3, 2026-12-04T11:00:13Z; plan gray_release, sha256 dc1cdd280540…)
     - harm on task_completion: upper bound -0.9979 < 0 at alpha 0.008333 (effect -1.0000, always-valid p < 1e-300)
       task_completion        inferior     effect -1.0000  lower -1.0019  upper -0.9979  units 287/2603
-      ... one line per metric ...
+      ... one line per metric, then one per preregistration check (anchor, commit_exists, ..., signature) ...
   wrote runs/canary-report/canary.json and runs/canary-report/canary.html
 
 The episodes log is JSON Lines, one object per episode: episode_id, unit_id (the randomisation unit), arm
@@ -40,6 +42,12 @@ Looks are replayed every plan.look_every_hours up to the last episode, plus one 
 are anytime-valid, so running this every hour is as safe as running it once (with method = "gst", only the
 scheduled looks are GST looks: the PROMOTE bound does not move at the extra look). The plan must have been frozen
 before the first episode.
+--freeze also commits the record's exact bytes to refs/tgsuite/prereg of the enclosing git repository (a new one in
+the record's folder when there is none; your branch and index are untouched), writes REC.json.anchor.json beside it
+and, with --sign-key, signs it. The decision verifies that anchor (gate prereg; every check is printed and kept in
+canary.json): a record edited after freezing (frozen_at included), one without its .anchor.json, or one anchored
+after the first episode cannot PROMOTE (a harm ROLLBACK still happens; otherwise CONTINUE). To go on, freeze the plan
+again into a NEW record and start a new canary with traffic routed after that freeze.
 Exit code 0 whatever the decision; 2 on bad input.
 """
 
@@ -49,8 +57,9 @@ def _freeze(args: argparse.Namespace) -> int:
 
     if not args.out:
         raise CLIError("--freeze needs --out REC.json (where the frozen record goes)")
-    rec = freeze_canary_plan(args.freeze, out=args.out, overwrite=args.overwrite)
+    rec = freeze_canary_plan(args.freeze, out=args.out, overwrite=args.overwrite, sign_key=args.sign_key)
     print(f"froze canary plan {rec.plan.name}: sha256 {rec.sha256} at {rec.frozen_at}; wrote {args.out}")
+    print(anchor_line(args.out))
     from evalsuite.canary.decide import srm_wait
     from evalsuite.canary.monitor import srm_units_needed
 
@@ -91,13 +100,11 @@ def _replay(args: argparse.Namespace) -> int:
 
 def _decide(args: argparse.Namespace) -> int:
     from evalsuite.canary.monitor import run_canary
-    from protocols.canary import load_frozen_canary
     from reports.canary_page import render_canary_page
 
     if not (args.plan and args.episodes):
         raise CLIError("pass --plan REC.json --episodes LOG.jsonl (or --freeze / --replay; see --help)")
-    record = load_frozen_canary(args.plan)
-    res = run_canary(record, args.episodes, args.assignments)
+    res = run_canary(args.plan, args.episodes, args.assignments, public_key=args.verify_key)
     out = Path(args.out or "canary-report")
     out.mkdir(parents=True, exist_ok=True)
     data = json.loads(res.model_dump_json())
@@ -114,6 +121,11 @@ def _decide(args: argparse.Namespace) -> int:
 
         print(f"    {m.name:22s} {m.status:12s} effect {f(m.effect)}  lower {f(m.lower)}  upper {f(m.upper)}"
               f"  units {m.n_canary}/{m.n_control}")  # fmt: skip
+    for chk in res.prereg_checks:
+        print(f"  preregistration {chk.name}: {chk.status} ({chk.detail})")
+    prereg = next(g for g in last.gates if g.name == "prereg")
+    if prereg.level != "ok":
+        print(f"prereg gate {prereg.level.upper()}: {prereg.detail}")
     print(f"wrote {out / 'canary.json'} and {out / 'canary.html'}")
     return 0
 
@@ -141,7 +153,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--assignments", help="optional assignments log (unit_id, arm, assign_ts): SRM and first exposure")
     p.add_argument("--out", help="decide: report folder (default canary-report); --freeze: record; --replay: folder")
     p.add_argument("--freeze", metavar="PLAN.toml", help="freeze a canary plan by hash and exit")
-    p.add_argument("--overwrite", action="store_true", help="with --freeze: replace a record of another plan")
+    p.add_argument("--overwrite", action="store_true", help="with --freeze: replace a record of another plan (the "
+                   "prereg ref keeps the earlier record at that path, so the new one cannot PROMOTE: prefer a new file)")
+    p.add_argument("--sign-key", help="with --freeze: Ed25519 private key (PEM, from `tgsuite protocol keygen`) to sign "
+                   "the record")
+    p.add_argument("--verify-key", help="Ed25519 public key (hex) the record's signature must verify with")
     p.add_argument("--replay", nargs="+", metavar="RUN_DIR", help="turn `tgsuite eval` run dir(s) into a synthetic log")
     p.add_argument("--treatment", help="--replay: the eval arm served to the canary")
     p.add_argument("--control", help="--replay: the eval arm served to control")
