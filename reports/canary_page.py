@@ -1,4 +1,5 @@
-"""The canary report page: the decision, confidence sequences over time, SRM and guardrails (one HTML file).
+"""The canary report page: the decision, confidence sequences over time, SRM, guardrails, data-quality gates and
+the frozen record's preregistration (git anchor) checks (one HTML file).
 
 Input is the JSON form of ``evalsuite.canary.schema.CanaryResult`` as ``tgsuite canary`` writes it
 (``canary.json``), read as plain data: this module computes no statistic, it shows the bounds it is given.
@@ -19,6 +20,8 @@ from reports.render import CSP_PAGE, render_template
 TONE = {"PROMOTE": "pass", "ROLLBACK": "fail", "CONTINUE": "warn"}
 STATUS_TONE = {"noninferior": "pass", "superior": "pass", "harm": "fail", "inferior": "fail",
                "inconclusive": "warn", "burn_in": "na", "degenerate": "na"}  # fmt: skip
+CHECK_TONE = {"pass": "pass", "fail": "fail", "not_available": "na"}
+CHECK_WORD = {"pass": "passed", "fail": "FAILED", "not_available": "not available"}
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,7 @@ class CanaryPageView:
     guardrail_head: tuple[str, ...]
     guardrail_rows: tuple[tuple[Cell, ...], ...]
     gate_rows: tuple[tuple[Cell, ...], ...]
+    prereg_rows: tuple[tuple[Cell, ...], ...]  # empty: the record was analysed in memory (no anchor to verify)
     look_rows: tuple[tuple[Cell, ...], ...]
 
 
@@ -107,12 +111,19 @@ def _guardrail_rows(last: Mapping[str, Any]) -> tuple[tuple[Cell, ...], ...]:
     return tuple(out)
 
 
+def _prereg_rows(result: Mapping[str, Any]) -> tuple[tuple[Cell, ...], ...]:
+    """One row per anchor check (``canary.json`` written before the checks existed has none)."""
+    return tuple((Cell(c["name"]), Cell(CHECK_WORD[c["status"]], CHECK_TONE[c["status"]]), Cell(c["detail"]))
+                 for c in result.get("prereg_checks", []))  # fmt: skip
+
+
 def canary_view(result: Mapping[str, Any]) -> CanaryPageView:
     """The page's view model from a ``CanaryResult`` JSON object."""
     looks = result["looks"]
     last = looks[-1]
     names = [m["name"] for m in last["metrics"]]
     facts = (("plan", f"{result['plan_name']} (sha256 {result['plan_sha256'][:12]}…)"),
+             ("frozen record", result.get("record_path") or "passed in memory (no anchor verified)"),
              ("episodes log", f"{result['episodes_path']} ({result['n_episodes']} episodes, {result['n_units']} units)"),
              ("assignments log", result["assignments_path"] or "none (first episode = first exposure)"),
              ("method", result["method"]), ("looks", f"{len(looks)}, the last at {last['as_of']}"),
@@ -126,6 +137,7 @@ def canary_view(result: Mapping[str, Any]) -> CanaryPageView:
         guardrail_rows=_guardrail_rows(last),
         gate_rows=tuple((Cell(g["name"]), Cell(g["level"], {"ok": "pass", "warn": "warn", "block": "fail"}[g["level"]]),
                          Cell(g["detail"])) for g in last["gates"]),
+        prereg_rows=_prereg_rows(result),
         look_rows=tuple((Cell(str(lk["index"])), Cell(lk["as_of"]), Cell(f"{lk['units']['canary']} / "
                          f"{lk['units']['control']}"), Cell(lk["decision"], TONE[lk["decision"]]),
                          Cell("; ".join(lk["reasons"]))) for lk in looks),
