@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -59,3 +60,21 @@ def small_plan(**over: Any) -> CanaryPlan:
     data.update(horizon_units=3000, min_units_per_arm=50, min_duration_hours=72, max_duration_hours=600)
     data.update(over)
     return canary_plan_from_dict(data, source="small_plan")
+
+
+def promotable_plan() -> CanaryPlan:
+    """``small_plan`` at half share with 0.04 margins: an A/A replay of 6,000 units over 20 days PROMOTEs."""
+    metrics = [{**m.model_dump(), "margin": 0.04} if m.margin is not None else m.model_dump() for m in small_plan().metrics]
+    return small_plan(canary_share=0.5, horizon_units=20_000, min_duration_hours=72, max_duration_hours=2000,
+                      metrics=metrics)  # fmt: skip
+
+
+def write_replay_log(run: Path, out: Path, *, start: datetime, aa: bool) -> tuple[Path, Path]:
+    """A 6,000-unit, half-share, 20-day replay of ``run`` (tg as canary, grpo as control) written as the two logs."""
+    from evalsuite.canary.replay import ReplayConfig, replay, write_jsonl
+
+    log = replay([run], treatment="tg", control="grpo", rng=np.random.default_rng(1),
+                 cfg=ReplayConfig(start=start, n_units=6000, canary_share=0.5, aa=aa, days=20))  # fmt: skip
+    write_jsonl(log.episodes, out / "episodes.jsonl")
+    write_jsonl(log.assignments, out / "assignments.jsonl")
+    return out / "episodes.jsonl", out / "assignments.jsonl"

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
-from canary_fixtures import PLAN_TOML, write_eval_run
+from canary_fixtures import PLAN_TOML, promotable_plan, write_eval_run, write_replay_log
 
+from protocols.anchor import anchor_path
+from protocols.canary import freeze_canary_plan
 from reports.canary_page import render_canary_page
 from tgsuite.cli import build_parser, main
 
@@ -30,11 +33,59 @@ def test_freeze_replay_decide_writes_json_and_page(flow, capsys):
                  "--assignments", str(root / "log" / "assignments.jsonl"), "--out", str(root / "rep")])  # fmt: skip
     out = capsys.readouterr().out
     assert code == 0 and out.startswith("decision: ROLLBACK") and "harm on task_completion" in out
+    assert "  preregistration record_in_commit: pass" in out and "prereg gate" not in out
     data = json.loads((root / "rep" / "canary.json").read_text())
     assert data["decision"] == "ROLLBACK" and data["plan_name"] == "gray_release" and data["n_units"] == 4000
+    assert data["record_path"] == str(rec) and {c["status"] for c in data["prereg_checks"]} == {"pass", "not_available"}
     html = (root / "rep" / "canary.html").read_text()
     assert "default-src &#39;none&#39;" in html and "<script" not in html and html.count("<svg") == 8
-    assert 'id="decision-word">ROLLBACK<' in html and "guardrail-table" in html
+    assert 'id="decision-word">ROLLBACK<' in html and "guardrail-table" in html and 'id="prereg-table"' in html
+
+
+def test_freeze_anchors_and_signs_the_record(tmp_path, capsys):
+    assert main(["protocol", "keygen", "--out", str(tmp_path / "k.pem")]) == 0
+    capsys.readouterr()
+    rec = tmp_path / "rec.json"
+    assert main(["canary", "--freeze", str(PLAN_TOML), "--out", str(rec), "--sign-key", str(tmp_path / "k.pem")]) == 0
+    out = capsys.readouterr().out
+    assert "anchored: commit " in out and "on refs/tgsuite/prereg" in out and "signed (public key " in out
+    assert anchor_path(rec).is_file()
+
+
+def test_a_record_without_its_anchor_still_rolls_back_for_harm_and_says_prereg_failed(flow, capsys, tmp_path):
+    root, rec = flow
+    copy = tmp_path / "rec.json"
+    copy.write_bytes(rec.read_bytes())  # the same record, its .anchor.json left behind
+    capsys.readouterr()
+    assert main(["canary", "--plan", str(copy), "--episodes", str(root / "log" / "episodes.jsonl"),
+                 "--assignments", str(root / "log" / "assignments.jsonl"), "--out", str(tmp_path / "r")]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert out.startswith("decision: ROLLBACK") and "prereg gate WARN: failed prereg check(s): anchor (no " in out
+    assert "PROMOTE is blocked" in out and "into a NEW record" in out
+    data = json.loads((tmp_path / "r" / "canary.json").read_text())
+    assert [(c["name"], c["status"]) for c in data["prereg_checks"]] == [("anchor", "fail")]
+    assert any(g["name"] == "prereg" and g["level"] == "warn" for g in data["looks"][-1]["gates"])
+
+
+def test_a_backdated_record_cannot_promote(capsys, tmp_path):
+    """Freeze now, route A/A traffic 40 days ago, move frozen_at before it: check_before passes (frozen_at is not in
+    the hash) and this canary was PROMOTEd; the record's bytes now differ from the anchored ones."""
+    start = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(days=40)
+    run = write_eval_run(tmp_path, arms={"tg": 0.5, "grpo": 0.5}, rng=np.random.default_rng(0))
+    eps, asg = write_replay_log(run, tmp_path, start=start, aa=True)
+    rec = tmp_path / "aa.frozen.json"
+    freeze_canary_plan(promotable_plan(), out=rec)
+    data = json.loads(rec.read_text())
+    data["frozen_at"] = (start - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    rec.write_text(json.dumps(data, indent=2) + "\n")
+    capsys.readouterr()
+    assert main(["canary", "--plan", str(rec), "--episodes", str(eps), "--assignments", str(asg),
+                 "--out", str(tmp_path / "r")]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert out.startswith("decision: CONTINUE") and "  - prereg: failed prereg check(s): anchor (the record's bytes" in out
+    assert "preregistration before_results: fail" in out and "prereg gate WARN" in out
+    html = (tmp_path / "r" / "canary.html").read_text()
+    assert 'id="decision-word">CONTINUE<' in html and "FAILED" in html
 
 
 def test_a_bad_row_is_exit_2_naming_file_line_and_field(flow, capsys, tmp_path):
