@@ -36,8 +36,8 @@ policy as control and the `null` policy (it never edits) as the canary):
 The episodes log is JSON Lines, one object per episode: episode_id, unit_id (the randomisation unit), arm
 ("control" or "canary": the ASSIGNED arm), ts (ISO 8601 with a time zone, e.g. 2026-12-01T10:00:00Z; not Unix
 seconds), served_model, task_completed, code_produced, code_ran (null when no code), n_edits, rework, feedback
-("up", "down" or null), tool_calls, tool_errors, hallucination_reports. served_model is the plan's control_model or canary_model (or
-null). A bad row is an error naming file:line, the field and the fix.
+("up", "down" or null), tool_calls, tool_errors, hallucination_reports. served_model is the plan's control_model
+or canary_model (or null). A bad row is an error naming file:line, the field and the fix.
 Looks are replayed every plan.look_every_hours up to the last episode, plus one at the last episode; the bounds
 are anytime-valid, so running this every hour is as safe as running it once (with method = "gst", only the
 scheduled looks are GST looks: the PROMOTE bound does not move at the extra look). The plan must have been frozen
