@@ -7,6 +7,9 @@ directories whose episodes could have been chosen after the results.
   ``PATH/checkpoint.json`` behind an ``hf:PATH`` policy) equals the seed in the arm's label (``tg@s3``).
 - ``attempt_history``: a finished attempt is superseded by a later one only when it was an infrastructure failure
   (the runner's retry policy, ``harness.infra.RetryPolicy``); an agent outcome re-run as a new attempt is refused.
+- ``one_evaluation_per_cell``: a cell (plan arm, training seed, instance, episode seed) belongs to one run: two runs
+  whose manifests (or episodes) both hold it are two evaluations of it, from which episodes could be picked after
+  the results; so are one run given twice and an episode whose ``run_id`` is another run's (copied in).
 
 Each problem raises :class:`evalsuite.outcomes.EvalDataError` naming the run, the arm and seed, and the fix.
 """
@@ -18,7 +21,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from evalsuite.outcomes import EvalDataError, parse_arm, single_seed
-from harness.rundir import RESULT_FILE, LoadedRun, attempt_indices, episode_dirs, read_result
+from harness.rundir import EPISODES_DIR, RESULT_FILE, LoadedRun, attempt_indices, episode_dirs, read_result
 from protocols.schema import Protocol
 
 
@@ -111,3 +114,60 @@ def attempt_history(runs: list[LoadedRun]) -> None:
             f"{bad[0]}; only infra failures may be retried (the runner never retries an agent outcome): delete "
             "the later attempt directories of those episodes so that the first scored attempt counts"
         )
+
+
+Cell = tuple[str, int, str, int]  # plan arm, training seed, instance, episode seed
+
+
+def _cells(proto: Protocol, run: LoadedRun) -> set[Cell]:
+    """The plan's cells a run evaluated: its manifest's planned arms x instances x episode seeds, and every episode
+    it holds (a manifest rewritten by a narrower resume still owns the episodes on disk)."""
+    planned, single = _planned_arms(proto), single_seed(proto)
+    m = run.need_manifest()
+    cells: set[Cell] = set()
+    for a in m.arms:
+        if a.name.split("@")[0] in planned:
+            arm, seed = parse_arm(a.name, m, planned, single)
+            cells |= {(arm, seed, i, s) for i in m.instance_ids for s in m.seeds}
+    for res in run.results:
+        if res.arm.split("@")[0] in planned:
+            arm, seed = parse_arm(res.arm, m, planned, single)
+            cells.add((arm, seed, res.instance_id, res.seed))
+    return cells
+
+
+def one_evaluation_per_cell(proto: Protocol, runs: list[LoadedRun]) -> None:
+    """Refuse two runs that evaluated one cell, a run given twice, and an episode copied in from another run."""
+    owner: dict[Cell, LoadedRun] = {}
+    by_id: dict[str, Path] = {}
+    for r in runs:
+        m = r.need_manifest()
+        if m.run_id in by_id:
+            raise EvalDataError(
+                f"run {m.run_id} is given twice ({by_id[m.run_id]} and {r.path}); a copy of a run is not a second "
+                "evaluation: pass each run directory once"
+            )
+        by_id[m.run_id] = r.path
+        copied = [x for x in r.results if x.run_id != m.run_id]
+        if copied:
+            x = copied[0]
+            raise EvalDataError(
+                f"{r.path}: {len(copied)} episode(s) were written by another run (e.g. {EPISODES_DIR}/{x.instance_id}/"
+                f"{x.arm}/s{x.seed}/a{x.attempt}/{RESULT_FILE} names run {x.run_id!r}, the manifest {m.run_id!r}); "
+                "episodes copied between run directories can be picked after the results: analyse the run that "
+                "produced them, or delete the copies"
+            )
+        clash: dict[str, list[Cell]] = defaultdict(list)
+        for c in sorted(_cells(proto, r)):
+            first = owner.setdefault(c, r)
+            if first is not r:
+                clash[first.need_manifest().run_id].append(c)
+        for other, cells in clash.items():
+            arm, seed, inst, ep = cells[0]
+            raise EvalDataError(
+                f"runs {other} ({by_id[other]}) and {m.run_id} ({r.path}) both evaluated {len(cells)} cell(s) of the "
+                f"plan (e.g. arm {arm} training seed {seed}, instance {inst}, episode seed {ep}); each episode is "
+                "produced once, so mixing two evaluations lets episodes be picked after the results: analyse one "
+                "evaluation of each arm and seed (the first one made under the plan), and resume that run directory "
+                "(`tgsuite eval --out DIR`) to evaluate missing instances or seeds"
+            )
