@@ -3,11 +3,12 @@
 Records git commit and dirtiness of the checkout, versions of the packages that shape results, the task set's
 name/hash/instance ids, image digests, arm policy specs (with checkpoint hashes when a policy exposes
 ``checkpoint_sha256``), seeds, sandbox kind and isolation, limits, grader version, behaviour checkers, the frozen
-protocol's sha256 when one is given, and host facts. On resume the manifest is rewritten with the union of arms
-and seeds, keeping ``created_at``; a different task set, a different policy behind an arm name, other weights behind
-an arm (its checkpoint hash), other episode limits, other hints (``feedback``), other generation settings
-(``ArmSpec.generation``, when both manifests record them) behind an arm, or another run seed (``run_seed``, when
-both record it) are refused.
+protocol's sha256 when one is given, and host facts. On resume the manifest is rewritten with the union of arms,
+seeds and instances, keeping ``created_at`` (a resume with ``--instance``/``--limit`` never drops instances the run
+evaluated: the analysis reads the manifest as the cells the run owns); a different task set, a different policy
+behind an arm name, other weights behind an arm (its checkpoint hash), other episode limits, other hints
+(``feedback``), other generation settings (``ArmSpec.generation``, when both manifests record them) behind an arm,
+or another run seed (``run_seed``, when both record it) are refused.
 """
 
 from __future__ import annotations
@@ -141,7 +142,8 @@ def _same_run_seed(path: Path, old: RunManifest, new: RunManifest) -> None:
 
 
 def write_manifest(out_dir: Path, new: RunManifest) -> RunManifest:
-    """Write ``new`` merged with an existing manifest (union of arms and seeds, first ``created_at`` kept)."""
+    """Write ``new`` merged with an existing manifest (union of arms, seeds and instances, first ``created_at``
+    kept)."""
     old = read_manifest(out_dir)
     if old is not None:
         arms = {a.name: a for a in old.arms} | {a.name: a for a in new.arms}
@@ -152,8 +154,9 @@ def write_manifest(out_dir: Path, new: RunManifest) -> RunManifest:
         _same_checkpoints_and_limits(Path(out_dir) / MANIFEST_FILE, old, new)
         _same_generation(Path(out_dir) / MANIFEST_FILE, old, new)
         _same_run_seed(Path(out_dir) / MANIFEST_FILE, old, new)
+        ids = list(old.instance_ids) + [i for i in new.instance_ids if i not in set(old.instance_ids)]
         new = new.model_copy(update={"created_at": old.created_at, "arms": list(arms.values()), "seeds": seeds,
-                                     "protocol_hash": new.protocol_hash or old.protocol_hash,
+                                     "instance_ids": ids, "protocol_hash": new.protocol_hash or old.protocol_hash,
                                      "run_seed": old.run_seed if new.run_seed is None else new.run_seed})
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     atomic_write_text(Path(out_dir) / MANIFEST_FILE, json.dumps(new.model_dump(mode="json"), indent=1))

@@ -184,6 +184,23 @@ def test_resume_refuses_another_run_seed(tmp_path: Path) -> None:
     assert seeds == {episode_seed(3, ts.instances[0].instance_id, 0)}
 
 
+def test_resume_on_fewer_instances_keeps_every_instance_in_the_manifest(tmp_path: Path) -> None:
+    """A resume with --instance/--limit must not narrow the manifest: the analysis reads it as the cells the run owns,
+    and a narrowed one let a second run's episodes replace the deleted ones of this run without a clash."""
+    ts, repos = _task_set(tmp_path, 3)
+    out = tmp_path / "run"
+    run_eval(ts, {"null": NullFinishPolicy()}, [0], out, sandbox_factory=FakeFactory(repos))
+    one = ts.model_copy(update={"instances": ts.instances[2:]})
+    run_eval(one, {"null": NullFinishPolicy()}, [0], out, sandbox_factory=FakeFactory(repos))
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["instance_ids"] == ["calc-0", "calc-1", "calc-2"]
+    first = ts.model_copy(update={"instances": ts.instances[:1]})
+    fresh = tmp_path / "grow"
+    run_eval(first, {"null": NullFinishPolicy()}, [0], fresh, sandbox_factory=FakeFactory(repos))
+    run_eval(ts, {"null": NullFinishPolicy()}, [0], fresh, sandbox_factory=FakeFactory(repos))
+    assert json.loads((fresh / "manifest.json").read_text())["instance_ids"] == ["calc-0", "calc-1", "calc-2"]
+
+
 def test_resume_refuses_other_weights_and_other_limits(tmp_path: Path) -> None:
     """Finished episodes are kept on resume, so a resume must not mix them with another checkpoint or other limits."""
     ts, repos = _task_set(tmp_path, 1)
