@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from evalsuite.schema import AnalysisResult, RunAggregate
 from harness.rundir import LoadedRun, episode_dir, load_run
 from harness.schema import EpisodeResult, RunManifest
+from protocols.freeze import protocol_hash
 from protocols.provenance import utc_now
 from protocols.schema import FrozenProtocol
 from reports import (
@@ -70,8 +71,30 @@ def load_analysis(path: str | Path) -> AnalysisResult:
 
 
 def load_protocol(path: str | Path) -> FrozenProtocol:
-    return _read_model(Path(path), FrozenProtocol, "frozen protocol (FrozenProtocol JSON)",
-                       "write it with `tgsuite protocol freeze` and pass the resulting .json file")
+    """A frozen record whose plan still hashes to its ``sha256`` (an edited plan would show other margins)."""
+    rec = _read_model(Path(path), FrozenProtocol, "frozen protocol (FrozenProtocol JSON)",
+                      "write it with `tgsuite protocol freeze` and pass the resulting .json file")
+    actual = protocol_hash(rec.protocol)
+    if actual != rec.sha256:
+        raise ReportInputError(
+            f"{path}: the plan inside this frozen record hashes to {fmt.short_hash(actual)}, the record says "
+            f"{fmt.short_hash(rec.sha256)}: it was edited after freezing, and the report would show the edited plan; "
+            "fix: restore the record from git (refs/tgsuite/prereg holds it) and pass that"
+        )
+    return rec
+
+
+def check_same_plan(a: AnalysisResult, proto: FrozenProtocol, analysis: object, protocol: object) -> None:
+    """Refuse a frozen record other than the one the analysis ran against: the report would show that plan's margins
+    and rules next to this analysis's verdict."""
+    if proto.sha256 != a.protocol_hash:
+        raise ReportInputError(
+            f"{protocol if isinstance(protocol, str | Path) else 'the frozen protocol'}: plan {proto.protocol.name} "
+            f"v{proto.protocol.version} hashes to {fmt.short_hash(proto.sha256)}, but "
+            f"{analysis if isinstance(analysis, str | Path) else 'the analysis'} was made against plan {a.plan_name} "
+            f"v{a.plan_version} ({fmt.short_hash(a.protocol_hash)}): the report would show one plan's margins next to "
+            "another's verdict; fix: pass the record given to `tgsuite analyze --protocol`, or leave --protocol out"
+        )
 
 
 def _resolve_run_dirs(a: AnalysisResult, run_dirs: Sequence[str | Path], base: Path | None) -> tuple[list[Path], list[str]]:
@@ -213,6 +236,8 @@ def build_report(
     base = Path(analysis).parent if isinstance(analysis, str | Path) else None
     a = load_analysis(analysis) if isinstance(analysis, str | Path) else analysis
     proto = load_protocol(protocol) if isinstance(protocol, str | Path) else protocol
+    if proto is not None:
+        check_same_plan(a, proto, analysis, protocol)
     dirs, warn = _resolve_run_dirs(a, run_dirs, base)
     runs = [load_run(d, require_manifest=False) for d in dirs]
     all_manifests = list(manifests) + [r.manifest for r in runs if r.manifest is not None]
