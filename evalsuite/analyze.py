@@ -322,6 +322,11 @@ def analyze(
     frozen_path = str(frozen) if not isinstance(frozen, FrozenProtocol) else None
     record = frozen if isinstance(frozen, FrozenProtocol) else load_frozen(frozen)
     devs = list(deviations or [])
+    if deviations_path is not None and not Path(deviations_path).is_file():
+        where = f" (the default, next to the record: {default_log_path(frozen)})" if frozen_path else ""
+        raise ProtocolError(f"{deviations_path}: deviation log not found, so no recorded deviation would be read or "
+                            f"reported; fix: pass the log `tgsuite protocol deviation` wrote{where}, or leave "
+                            "--deviations out")
     dpath = deviations_path or (default_log_path(frozen) if not isinstance(frozen, FrozenProtocol) else None)
     if dpath is not None:
         devs = load_deviations(dpath, protocol_hash=record.sha256) + devs

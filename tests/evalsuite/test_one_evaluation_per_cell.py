@@ -93,3 +93,12 @@ def test_runs_that_split_the_cells_are_accepted(tmp_path, rec):
     runs = write_synthetic_runs(tmp_path, d, rng=np.random.default_rng(0), protocol_hash=rec.sha256,
                                 task_set_sha256=SHA)  # fmt: skip
     assert len(runs) == 10 and analyze(rec, runs).decision.verdict == "SHIP"
+
+
+def test_a_deviation_log_that_does_not_exist_is_an_error(tmp_path, rec):
+    """A mistyped --deviations path read as 'no deviations': the recorded ones vanished from the analysis silently."""
+    from protocols.load import ProtocolError
+
+    a = _run(tmp_path / "a", rec, 1, "eval-a")
+    with pytest.raises(ProtocolError, match=r"devs.json: deviation log not found.*leave --deviations out"):
+        analyze(rec, [a], deviations_path=tmp_path / "devs.json")
