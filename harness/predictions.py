@@ -29,6 +29,7 @@ from pydantic import ValidationError
 
 from harness.infra import ControlCache, ErrorRateGuard, RetryPolicy, atomic_write_text
 from harness.interfaces import EpisodeLimits
+from harness.json_records import decode_utf8, json_list_or_lines
 from harness.run_control import RunInterrupted, check_out_dir, run_id_for
 from harness.rundir import RESULT_FILE, attempt_indices, episode_dir
 from harness.runner import ARM_NAME, execute_jobs, plan_work, rebuild_results, run_lock
@@ -42,30 +43,11 @@ KNOWN_FIELDS = frozenset({"instance_id", "model_name_or_path", "model_patch"})
 
 
 def _parse_records(path: Path) -> list[tuple[str, object]]:
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise ValueError(f"{path}:{line}: not UTF-8 (byte {data[exc.start]:#04x} at offset {exc.start}); fix: save "
-                         "the predictions file as UTF-8 (JSON text is UTF-8)") from None
-    if text.lstrip().startswith("["):
-        try:
-            items = json.loads(text)
-        except ValueError as exc:
-            raise ValueError(f"{path}: not a JSON list ({exc}); fix: write one prediction per line") from None
-        return [(f"{path}[{i}]", obj) for i, obj in enumerate(items)]
+    text = decode_utf8(path, path.read_bytes(), "predictions file")
     whole = _one_json_object(text)
     if whole is not None:
         return _object_records(f"{path}:{text[:text.index('{')].count(chr(10)) + 1}", path, whole)
-    out: list[tuple[str, object]] = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            try:
-                out.append((f"{path}:{n}", json.loads(line)))
-            except ValueError as exc:
-                raise ValueError(f"{path}:{n}: not JSON ({exc}); fix: one JSON object per line") from None
-    return out
+    return json_list_or_lines(path, text, "prediction")
 
 
 def _one_json_object(text: str) -> dict | None:

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import logging
 import subprocess
 import tarfile
@@ -46,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.json_records import decode_utf8, json_list_or_lines
 from harness.schema import TaskInstance
 from harness.tasks import TASKS_FILE, TaskSetError, git_commit_sha, materialize_snapshot, parse_record, write_task_set
 
@@ -67,28 +67,10 @@ class ImportSummary:
 def read_records(path: str | Path) -> list[tuple[str, dict[str, Any]]]:
     """(where, record) pairs from JSON Lines or one JSON list; raises TaskSetError naming the line."""
     path = Path(path)
-    data = path.read_bytes()
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise TaskSetError(f"{path}:{line}: not UTF-8 (byte {data[exc.start]:#04x} at offset {exc.start}); fix: save "
-                           "the records as UTF-8 (JSON text is UTF-8)") from None
-    if text.lstrip().startswith("["):
-        try:
-            items = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise TaskSetError(f"{path}: not a JSON list ({exc}); fix: one SWE-bench record per line") from None
-        pairs = [(f"{path}[{i}]", obj) for i, obj in enumerate(items)]
-    else:
-        pairs = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    pairs.append((f"{path}:{n}", json.loads(line)))
-                except json.JSONDecodeError as exc:
-                    raise TaskSetError(f"{path}:{n}: not JSON ({exc.msg} at column {exc.colno}); fix: one SWE-bench "
-                                       "record (a JSON object) per line") from None
+        pairs = json_list_or_lines(path, decode_utf8(path, path.read_bytes(), "records"), "SWE-bench record")
+    except ValueError as exc:
+        raise TaskSetError(str(exc)) from None
     for where, obj in pairs:
         if not isinstance(obj, dict):
             raise TaskSetError(f"{where}: a record must be a JSON object, got {type(obj).__name__}; fix: one SWE-bench "
