@@ -4,7 +4,8 @@ Refuses (``ProtocolError``) a plan whose hash differs from its frozen record, a 
 protocol hash (or none), a run created before the freeze, and a run on another task set — unless a matching
 :class:`protocols.schema.Deviation` is recorded; every recorded deviation is copied into the result. Refuses
 (``EvalDataError``, ``evalsuite.integrity``) two checkpoints behind one arm and seed, a relabelled seed, an agent
-outcome re-run as a new attempt, and one cell evaluated by two runs (or an episode copied from another run).
+outcome re-run as a new attempt (or, by the run's ``attempts.jsonl``, an episode deleted and re-run, a result edited,
+a log deleted), and one cell evaluated by two runs (or an episode copied from another run).
 Decision: SHIP / NO_SHIP by the intersection–union rule (``decide.py``); INCONCLUSIVE when coverage is below the
 plan's threshold, a criterion cannot be evaluated (degenerate data with no fallback, too few seeds or
 repositories for the estimand, the artifact seed missing).
@@ -335,6 +336,7 @@ def analyze(
     check_provenance(record, runs, devs, plan=plan, frozen_path=frozen_path or "FROZEN.json")
     integrity.checkpoint_identity(proto, runs)
     integrity.attempt_history(runs)
+    integrity.attempt_log(runs)
     integrity.one_evaluation_per_cell(proto, runs)
     table = build_outcome_table(proto, runs)
     criteria = proto.ordered_criteria()

@@ -7,6 +7,10 @@ directories whose episodes could have been chosen after the results.
   ``PATH/checkpoint.json`` behind an ``hf:PATH`` policy) equals the seed in the arm's label (``tg@s3``).
 - ``attempt_history``: a finished attempt is superseded by a later one only when it was an infrastructure failure
   (the runner's retry policy, ``harness.infra.RetryPolicy``); an agent outcome re-run as a new attempt is refused.
+- ``attempt_log``: a run whose manifest says it keeps ``attempts.jsonl`` (``harness.attempt_log``) has it, every
+  finished non-infra attempt it logged is the one that counts now (an episode folder deleted and resumed samples a
+  fresh ``a0``: a re-roll), no attempt finished twice, and the counting ``result.json`` is the one last logged for
+  it (not edited; a regrade logs its rewrite). Runs begun before the log was kept are not checked by it.
 - ``one_evaluation_per_cell``: a cell (plan arm, training seed, instance, episode seed) belongs to one run: two runs
   whose manifests (or episodes) both hold it are two evaluations of it, from which episodes could be picked after
   the results; so are one run given twice and an episode whose ``run_id`` is another run's (copied in).
@@ -21,7 +25,18 @@ from collections import defaultdict
 from pathlib import Path
 
 from evalsuite.outcomes import EvalDataError, parse_arm, single_seed
-from harness.rundir import EPISODES_DIR, RESULT_FILE, LoadedRun, attempt_indices, episode_dirs, read_result
+from harness.rundir import (
+    ATTEMPT_LOG_FILE,
+    EPISODES_DIR,
+    RESULT_FILE,
+    LoadedRun,
+    attempt_indices,
+    episode_dirs,
+    read_attempt_log,
+    read_result,
+    result_sha256,
+)
+from harness.schema import AttemptRecord
 from protocols.schema import Protocol
 
 
@@ -114,6 +129,98 @@ def attempt_history(runs: list[LoadedRun]) -> None:
             f"{bad[0]}; only infra failures may be retried (the runner never retries an agent outcome): delete "
             "the later attempt directories of those episodes so that the first scored attempt counts"
         )
+
+
+EpisodeKey = tuple[str, str, int]  # instance, run arm, episode seed: one episode folder of a run
+
+
+def counted_on_disk(run_dir: Path) -> dict[EpisodeKey, tuple[int, str]]:
+    """(attempt, sha256 of its ``result.json`` bytes) of the counting attempt (the highest finished one,
+    ``harness.rundir``) of every episode under ``run_dir/episodes``."""
+    out: dict[EpisodeKey, tuple[int, str]] = {}
+    for inst, arm, seed, d in episode_dirs(run_dir):
+        done = [a for a in attempt_indices(d) if (d / f"a{a}" / RESULT_FILE).is_file()]
+        if done:
+            out[(inst, arm, seed)] = (done[-1], result_sha256((d / f"a{done[-1]}" / RESULT_FILE).read_bytes()))
+    return out
+
+
+_LOG_FIXES = {
+    "replaced": "an episode is produced once and its first finished outcome counts (only infrastructure failures "
+                "are retried): restore the run directory from a copy made before the episodes were re-run, or "
+                "evaluate the plan's cells again into a new run directory and analyse that one",
+    "twice": "an attempt is produced once: restore the run directory from a copy made before it was re-run, or "
+             "evaluate the plan's cells again into a new run directory and analyse that one",
+    "edited": "a result is the runner's record of its attempt: restore the file from a copy, or re-derive it from "
+              "the attempt's stored artifacts with `tgsuite eval --regrade --out DIR` (logged as a regrade)",
+    "unlogged": "if the run was stopped just after writing it, run the same `tgsuite eval --out DIR` command again "
+                "(it logs finished attempts a stopped run had not logged); otherwise the file was put there by hand: "
+                "delete that attempt folder's result.json and restore the run from a copy",
+}
+
+
+def log_problems(records: list[AttemptRecord], counted: dict[EpisodeKey, tuple[int, str]]) -> list[tuple[str, str]]:
+    """(kind, what) of each way the episodes on disk disagree with their log (kinds: ``_LOG_FIXES``)."""
+    by_key: dict[EpisodeKey, list[AttemptRecord]] = defaultdict(list)
+    for rec in records:
+        by_key[(rec.instance_id, rec.arm, rec.seed)].append(rec)
+    out: list[tuple[str, str]] = []
+    for key in sorted(set(by_key) | set(counted)):
+        name, lines = f"{EPISODES_DIR}/{key[0]}/{key[1]}/s{key[2]}", by_key.get(key, [])
+        now = counted.get(key)
+        firsts: dict[int, list[AttemptRecord]] = defaultdict(list)
+        for rec in lines:
+            if rec.event != "regrade":
+                firsts[rec.attempt].append(rec)
+        for a, recs in sorted(firsts.items()):
+            if len(recs) > 1:
+                out.append(("twice", f"{name}/a{a} finished {len(recs)} times (logged {recs[0].status}, then "
+                                     f"{recs[-1].status}): its result.json was removed and the attempt re-run"))
+            if recs[0].failure_class != "infra" and (now is None or now[0] != a):
+                counts = f"a{now[0]} counts now" if now is not None else "no attempt of it is on disk now"
+                out.append(("replaced", f"{name}/a{a} finished as {recs[0].failure_class} ({recs[0].status}) but "
+                                        f"{counts}: its folder was deleted and the episode re-run, or replaced"))
+        if now is not None:
+            mine = [rec for rec in lines if rec.attempt == now[0]]
+            if not mine:
+                out.append(("unlogged", f"{name}/a{now[0]}/{RESULT_FILE} has no line in {ATTEMPT_LOG_FILE}"))
+            elif mine[-1].result_sha256 != now[1]:
+                out.append(("edited", f"{name}/a{now[0]}/{RESULT_FILE} (sha256 {now[1][:12]}) is not the result "
+                                      f"logged for it ({mine[-1].result_sha256[:12]}, {mine[-1].event}): it was "
+                                      "changed after it was written"))
+    return out
+
+
+def attempt_log(runs: list[LoadedRun]) -> None:
+    """Refuse a run that keeps an attempt log (its manifest says so) whose episodes disagree with it, or whose
+    log is missing (module docstring)."""
+    for r in runs:
+        m = r.manifest
+        if m is None or not m.attempt_log:
+            continue  # begun before the log was kept: attempt_history's check only
+        records = read_attempt_log(r.path)
+        if records is None:
+            raise EvalDataError(
+                f"run {m.run_id} ({r.path}): {ATTEMPT_LOG_FILE} is missing, but the manifest says this run keeps a "
+                f"log of its finished attempts (attempt_log); without it an episode deleted and re-run cannot be told "
+                f"from a first one (e.g. {_first_episode(r)}): restore {ATTEMPT_LOG_FILE} from a copy of the run, or "
+                "evaluate the plan's cells again into a new run directory and analyse that one"
+            )
+        problems = log_problems(records, counted_on_disk(r.path))
+        if problems:
+            kind = problems[0][0]
+            same = [what for k, what in problems if k == kind]
+            raise EvalDataError(
+                f"run {m.run_id} ({r.path}): {len(same)} episode(s) disagree with {ATTEMPT_LOG_FILE}, the log of "
+                f"every finished attempt, e.g. {same[0]}; fix: {_LOG_FIXES[kind]}"
+            )
+
+
+def _first_episode(r: LoadedRun) -> str:
+    if not r.results:
+        return "none is finished yet"
+    x = r.results[0]
+    return f"{EPISODES_DIR}/{x.instance_id}/{x.arm}/s{x.seed}"
 
 
 Cell = tuple[str, int, str, int]  # plan arm, training seed, instance, episode seed

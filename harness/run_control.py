@@ -31,10 +31,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Literal
 
-from harness.rundir import MANIFEST_FILE, read_manifest
+from harness.rundir import ATTEMPT_LOG_FILE, MANIFEST_FILE, read_manifest
 
 RunKind = Literal["eval", "grade"]
-_RUN_ENTRIES = frozenset({MANIFEST_FILE, "episodes", "results.jsonl", "aggregate.json", "controls"})
+_RUN_ENTRIES = frozenset({MANIFEST_FILE, "episodes", "results.jsonl", "aggregate.json", "controls", ATTEMPT_LOG_FILE})
 
 
 class RunInterrupted(KeyboardInterrupt):

@@ -1,7 +1,8 @@
 """The one run-directory module (``tgsuite eval --out DIR``): its layout, its attempt rules and its readers.
 
 Layout: ``DIR/manifest.json`` (``RunManifest``, :func:`read_manifest`), ``DIR/results.jsonl`` (derived: written by
-``harness.runner.rebuild_results``, read by nobody here) and
+``harness.runner.rebuild_results``, read by nobody here), ``DIR/attempts.jsonl`` (append-only: one
+``AttemptRecord`` line per ``result.json`` written, by ``harness.attempt_log``; :func:`read_attempt_log`) and
 ``DIR/episodes/<instance_id>/<arm>/s<seed>/a<attempt>/{result.json, trajectory.jsonl, patch.diff, grade/}``
 (:func:`episode_dir`, :func:`read_result`, :func:`read_trajectory`). An episode is one (instance, arm, seed); each
 try at it is an attempt directory ``a0``, ``a1``, ...
@@ -26,6 +27,7 @@ naming the file and the fix.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterator
@@ -34,12 +36,13 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from harness.schema import EpisodeResult, Message, RunManifest, Trajectory
+from harness.schema import AttemptRecord, EpisodeResult, Message, RunManifest, Trajectory
 
 MANIFEST_FILE = "manifest.json"
 EPISODES_DIR = "episodes"
 RESULT_FILE = "result.json"
 TRAJECTORY_FILE = "trajectory.jsonl"
+ATTEMPT_LOG_FILE = "attempts.jsonl"
 _ATTEMPT = re.compile(r"a\d+")
 
 
@@ -163,6 +166,30 @@ def read_manifest(run_dir: Path) -> RunManifest | None:
     except UnicodeDecodeError as exc:
         raise RunDirError(f"{p}: not a run manifest ({exc}); fix: use a new --out directory, or restore it from a "
                           "copy") from None
+
+
+def result_sha256(data: bytes) -> str:
+    """The sha256 an ``attempts.jsonl`` line records for a ``result.json`` (of its exact bytes)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def read_attempt_log(run_dir: Path) -> list[AttemptRecord] | None:
+    """The lines of ``run_dir/attempts.jsonl`` in order; None when the run has no log. A line that does not parse
+    raises :class:`RunDirError` naming the file and line."""
+    p = Path(run_dir) / ATTEMPT_LOG_FILE
+    if not p.is_file():
+        return None
+    out: list[AttemptRecord] = []
+    for i, line in enumerate(p.read_bytes().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(AttemptRecord.model_validate_json(line))
+        except ValidationError as exc:
+            raise RunDirError(f"{p}:{i}: not an attempt record ({_first_error(exc)}); the log is append-only and "
+                              "only the runner writes it: fix: restore it from a copy, or evaluate into a new --out"
+                              ) from None
+    return out
 
 
 def read_trajectory(path: Path) -> Trajectory:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, NoReturn
 
+from harness.attempt_log import reconcile as reconcile_attempt_log
 from harness.infra import (
     ControlCache,
     ErrorRateGuard,
@@ -197,7 +198,8 @@ def run_eval(
 @contextlib.contextmanager
 def run_lock(out: Path) -> Iterator[None]:
     """Exclusive lock on a run directory (``.lock``, flock: released by the kernel even after ``kill -9``); on
-    entry, temp files a killed writer left are removed (``harness.infra.sweep_tmp``)."""
+    entry, temp files a killed writer left are removed (``harness.infra.sweep_tmp``) and the attempt log is
+    reconciled (``harness.attempt_log.reconcile``: ValueError when a log the manifest promises is gone)."""
     out.mkdir(parents=True, exist_ok=True)
     fh = open(out / ".lock", "a+")  # noqa: SIM115 - held for the whole run
     try:
@@ -209,6 +211,9 @@ def run_lock(out: Path) -> Iterator[None]:
         swept = sweep_tmp(out)  # half-written temp files of a process killed mid-write
         if swept:
             log.info("%s: removed %d temp file(s) a stopped run left", out, swept)
+        adopted = reconcile_attempt_log(out)
+        if adopted:
+            log.info("%s: logged %d finished attempt(s) a stopped run had not logged yet", out, adopted)
         yield
     finally:
         fh.close()

@@ -8,7 +8,8 @@ Directory of an attempt (ARCHITECTURE §4)::
         grade/             eval.sh, test_output.txt, junit.xml (or test_log.txt), grade.json
         timing.json        seconds per phase: sandbox_start, agent, extract, grade (includes grade_sandbox_start),
                            control, behaviour
-        result.json        harness.schema.EpisodeResult, written LAST (tmp + os.replace): its presence = finished
+        result.json        harness.schema.EpisodeResult, written LAST (tmp + os.replace): its presence = finished;
+                           then logged in RUN_DIR/attempts.jsonl (``harness.attempt_log.write_result``)
 
 Infra failures at any phase become an ``infra_error`` result (never an agent failure); the caller retries them.
 """
@@ -24,13 +25,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.attempt_log import write_result
 from harness.behaviour import check_behaviour
 from harness.episode_grading import candidate_patch, gold_control, grade_candidate
 from harness.grading import GRADER_VERSION, InfraPolicy
 from harness.infra import ControlCache, Outcome, agent_outcome, atomic_write_text, classify_exception, settle_ambiguous
 from harness.interfaces import EpisodeLimits, FeedbackProvider, Policy
 from harness.metrics import format_draft_calls, format_drafts
-from harness.rundir import RESULT_FILE, episode_dir
+from harness.rundir import episode_dir
 from harness.sandbox import Sandbox
 from harness.sandbox_providers import Role, SandboxFactory  # noqa: F401  (SandboxFactory re-exported: the runner's seam)
 from harness.schema import EpisodeMetrics, EpisodeResult, Grade, TaskInstance, Trajectory
@@ -134,7 +136,7 @@ def run_attempt(job: EpisodeJob, policy: Policy, ctx: EpisodeContext) -> Episode
     if ctx.stop.is_set():  # the run was stopped under this attempt: record nothing, resume re-runs it in place
         raise InterruptedError(f"{d}: stopped before the attempt was recorded")
     atomic_write_text(d / "timing.json", json.dumps(timer.t, indent=1))
-    atomic_write_text(d / RESULT_FILE, result.model_dump_json(indent=1))
+    write_result(ctx.out_dir, d, result)
     return result
 
 
@@ -168,7 +170,7 @@ def run_patch_attempt(job: EpisodeJob, patch: str, ctx: EpisodeContext) -> Episo
     if ctx.stop.is_set():  # stopped under this attempt: record nothing, resume re-grades it in place
         raise InterruptedError(f"{d}: stopped before the attempt was recorded")
     atomic_write_text(d / "timing.json", json.dumps(timer.t, indent=1))
-    atomic_write_text(d / RESULT_FILE, result.model_dump_json(indent=1))
+    write_result(ctx.out_dir, d, result)
     return result
 
 def _extract(sb: Sandbox, base: str, instance: TaskInstance, factory: SandboxFactory) -> str:

@@ -77,6 +77,7 @@ def build_manifest(*, run_id: str, task_set: TaskSet, arm_specs: dict[str, str],
         limits={k: float(v) for k, v in dataclasses.asdict(limits).items()}, grader_version=GRADER_VERSION,
         behaviour_checkers=checkers, feedback=dict(feedback or {}), protocol_hash=protocol_hash,
         host={"platform": platform.platform(), "cpus": os.cpu_count(), "python": sys.executable}, run_seed=run_seed,
+        attempt_log=True,
     )
 
 
@@ -143,7 +144,7 @@ def _same_run_seed(path: Path, old: RunManifest, new: RunManifest) -> None:
 
 def write_manifest(out_dir: Path, new: RunManifest) -> RunManifest:
     """Write ``new`` merged with an existing manifest (union of arms, seeds and instances, first ``created_at``
-    kept)."""
+    kept; ``attempt_log`` as the run began: its earlier attempts were logged or not)."""
     old = read_manifest(out_dir)
     if old is not None:
         arms = {a.name: a for a in old.arms} | {a.name: a for a in new.arms}
@@ -157,7 +158,8 @@ def write_manifest(out_dir: Path, new: RunManifest) -> RunManifest:
         ids = list(old.instance_ids) + [i for i in new.instance_ids if i not in set(old.instance_ids)]
         new = new.model_copy(update={"created_at": old.created_at, "arms": list(arms.values()), "seeds": seeds,
                                      "instance_ids": ids, "protocol_hash": new.protocol_hash or old.protocol_hash,
-                                     "run_seed": old.run_seed if new.run_seed is None else new.run_seed})
+                                     "run_seed": old.run_seed if new.run_seed is None else new.run_seed,
+                                     "attempt_log": old.attempt_log})  # a run begun without the log stays so
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     atomic_write_text(Path(out_dir) / MANIFEST_FILE, json.dumps(new.model_dump(mode="json"), indent=1))
     return new

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.attempt_log import write_result
 from harness.infra import ControlCache, atomic_write_bytes
 from harness.interfaces import EpisodeLimits, FeedbackProvider, Policy
 from harness.rundir import RESULT_FILE, episode_dir
@@ -102,7 +103,8 @@ class ShippedAttempt:
 
 def write_attempt(out_dir: Path, job: EpisodeJob, shipped: ShippedAttempt) -> EpisodeResult:
     """Write a shipped attempt into the run directory: each file atomically, ``result.json`` LAST (its presence
-    means finished, as under the thread executor); new controls are added, existing ones never replaced."""
+    means finished, as under the thread executor) and logged in the DRIVER's ``attempts.jsonl`` (the worker's own
+    log stays in its scratch directory); new controls are added, existing ones never replaced."""
     if RESULT_FILE not in shipped.files:
         raise ValueError(f"{job.instance.instance_id}/{job.arm}/s{job.seed} a{job.attempt}: the Ray worker sent no "
                          f"{RESULT_FILE}; fix: rerun (the attempt re-runs on resume)")
@@ -115,7 +117,7 @@ def write_attempt(out_dir: Path, job: EpisodeJob, shipped: ShippedAttempt) -> Ep
         if not path.exists():
             atomic_write_bytes(path, data)
     result = EpisodeResult.model_validate_json(shipped.files[RESULT_FILE])
-    atomic_write_bytes(d / RESULT_FILE, shipped.files[RESULT_FILE])
+    write_result(out_dir, d, result, data=shipped.files[RESULT_FILE])
     return result
 
 

@@ -2,7 +2,8 @@
 
 No sandbox runs. For the latest attempt of each episode the grade is re-derived from ``grade/test_output.txt`` and
 ``grade/junit.xml`` with the current parser and decision rules (``harness.grading.grade_from_output``), behaviour
-checkers are re-run on ``trajectory.jsonl``, and ``result.json`` is rewritten atomically; ``results.jsonl`` is
+checkers are re-run on ``trajectory.jsonl``, and ``result.json`` is rewritten atomically and logged in
+``attempts.jsonl`` as a ``regrade`` of the same attempt (``harness.attempt_log``); ``results.jsonl`` is
 rebuilt. Ambiguous grades use a control grade already cached in ``controls/``; without one the episode stays
 ``ambiguous`` (run ``tgsuite eval`` again, without ``--regrade``, to run the control). INFRA results are left as
 they are (they are re-run, not regraded). Use it when a parser or checker changes (bump ``GRADER_VERSION``).
@@ -14,10 +15,11 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
+from harness.attempt_log import write_result
 from harness.grading import GRADER_VERSION, STDERR_SEPARATOR, TEST_LOG_ARTIFACT, grade_from_output
 from harness.infra import ControlCache, Outcome, agent_outcome, atomic_write_text, settle_ambiguous
 from harness.interfaces import EpisodeLimits
-from harness.rundir import RESULT_FILE, counting_attempt, episode_dirs, read_manifest, read_trajectory
+from harness.rundir import counting_attempt, episode_dirs, read_manifest, read_trajectory
 from harness.runner import rebuild_results, run_lock
 from harness.runner_episode import EpisodeContext, EpisodeJob, episode_result
 from harness.schema import EpisodeResult, Grade, TaskSet
@@ -67,7 +69,7 @@ def _regrade_all(out: Path, by_id: dict, ctx: EpisodeContext, digests: dict[str,
         if old.failure_class == "infra" or not (adir / "trajectory.jsonl").is_file():
             continue
         new = _regrade_attempt(adir, old, inst, ctx, digests.get(inst.image, inst.image))
-        atomic_write_text(adir / RESULT_FILE, new.model_dump_json(indent=1))
+        write_result(out, adir, new, event="regrade")
         n += 1
     return n
 

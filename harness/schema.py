@@ -261,6 +261,29 @@ class EpisodeResult(_Frozen):
         return self.failure_class in ("none", "agent")
 
 
+AttemptEvent = Literal["finish", "regrade", "adopted"]
+
+
+class AttemptRecord(_Frozen):
+    """One line of a run directory's ``attempts.jsonl`` (``harness.attempt_log``): a ``result.json`` written.
+
+    ``event``: ``finish`` (the attempt's result, written once by the runner), ``regrade`` (rewritten by
+    ``tgsuite eval --regrade``), ``adopted`` (a finished attempt the log lacked, logged on the next resume: a run
+    stopped between writing ``result.json`` and its line). ``result_sha256``: of the ``result.json`` bytes."""
+
+    run_id: str
+    instance_id: str
+    arm: str
+    seed: int
+    attempt: int
+    event: AttemptEvent
+    status: EpisodeStatus
+    failure_class: FailureClass
+    scored: bool
+    result_sha256: str
+    logged_at: str = ""
+
+
 class ArmSpec(_Frozen):
     name: str
     policy: str
@@ -298,6 +321,9 @@ class RunManifest(_Frozen):
     host: dict[str, Any] = Field(default_factory=dict)
     # mixed into every episode seed (harness.runner.episode_seed); None: a manifest written before it was recorded
     run_seed: int | None = None
+    # the run keeps ``attempts.jsonl`` (harness.rundir.read_attempt_log: one line per finished attempt and regrade),
+    # so a deleted log is detected; False: a run started before it was kept (its episodes cannot be checked by it)
+    attempt_log: bool = False
 
 
 # --------------------------------------------------------------------------------------------------------------
