@@ -20,6 +20,7 @@ from harness.mcp_server import build_server, instructions_for  # noqa: E402
 from harness.rundir import (  # noqa: E402
     counting_attempt,
     latest_results,
+    read_attempt_log,
     read_trajectory,  # noqa: E402
 )
 from harness.schema import EpisodeResult, TaskSet  # noqa: E402
@@ -119,6 +120,9 @@ def test_client_leaving_before_finish_is_infra_and_the_next_serve_resumes(tmp_pa
     assert got is not None and got[0] == 1
     done, _ = _serve(tmp_path / "third", out, lambda c: play(c, FixPolicy()))  # finished: not served again
     assert done == res2
+    logged = read_attempt_log(out)  # serve-tools logs each finished attempt as eval does (harness.attempt_log)
+    assert logged is not None and [(x.attempt, x.failure_class, x.event) for x in logged] == [
+        (0, "infra", "finish"), (1, "none", "finish")]
 
 
 def test_instructions_hold_the_system_prompt_and_statement(tmp_path: Path) -> None:

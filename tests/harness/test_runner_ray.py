@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.rundir import read_attempt_log, result_sha256
 from harness.runner import run_eval
 from harness.runner_episode import EpisodeJob
 from harness.runner_ray import RAY_MISSING, RayPool, ShippedAttempt, import_ray, pack_snapshots, write_attempt
@@ -120,6 +121,7 @@ def test_ray_executor_matches_threads_and_resumes(ray_cluster: str, mini: TaskSe
                                                                             if r.arm == "null")
     assert _attempt_files(tmp_path / "ray") == _attempt_files(tmp_path / "threads")
     assert (tmp_path / "ray" / "results.jsonl").read_text().count("\n") == 8
+    assert len(read_attempt_log(tmp_path / "ray") or []) == 8  # the driver logged every attempt it wrote
 
     # resume: one attempt crashed (no result.json), one episode never ran; only those two run again
     ep = sorted((tmp_path / "ray" / "episodes").glob("*/*/s*"))
@@ -267,6 +269,8 @@ def test_write_attempt_writes_result_last_and_stays_inside(tmp_path: Path) -> No
     write_attempt(out, job, ShippedAttempt(files={"result.json": res.model_dump_json().encode()},
                                            controls={"c.json": b"other"}))
     assert (out / "controls" / "c.json").read_bytes() == b"new"  # an existing control is never replaced
+    logged = read_attempt_log(out)  # the driver logs each result.json it writes, its exact bytes
+    assert logged is not None and [x.result_sha256 for x in logged] == [result_sha256(res.model_dump_json().encode())] * 2
     with pytest.raises(ValueError, match="leaves"):
         write_attempt(out, job, ShippedAttempt(files={"result.json": b"{}", "../../x": b""}, controls={}))
     with pytest.raises(ValueError, match="result.json"):

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.predictions import arm_name, grade_predictions, load_predictions, swebench_report
+from harness.rundir import read_attempt_log
 from harness.runner import run_eval
 from harness.schema import EpisodeResult, Prediction, SwebenchReport, TaskSet
 from tests.harness_fakes import FakeFactory, make_calc_task
@@ -103,6 +104,9 @@ def test_grade_predictions_outcomes_and_resume(tmp_path: Path) -> None:
     n_open = len(factory.opened)
     grade_predictions(ts, preds, out, sandbox_factory=factory)
     assert len(factory.opened) == n_open  # resumed: nothing re-graded
+    logged = read_attempt_log(out)  # one line per graded prediction, none added by the resume
+    assert man["attempt_log"] and logged is not None and sorted(x.instance_id for x in logged) == [
+        "calc-0", "calc-1", "calc-2"]
 
 
 def test_infra_failure_is_retried_and_never_scored(tmp_path: Path) -> None:
