@@ -99,11 +99,15 @@ def read_result(attempt_dir: Path) -> EpisodeResult | None:
     try:
         return EpisodeResult.model_validate_json(p.read_text(encoding="utf-8", errors="strict"))
     except ValidationError as exc:
-        raise RunDirError(f"{p}: not an episode result (not a valid EpisodeResult: {_first_error(exc)}); fix: "
-                          f"delete {p} (the attempt then re-runs on resume) or restore it from a copy") from None
+        raise RunDirError(f"{p}: not an episode result (not a valid EpisodeResult: {_first_error(exc)}); "
+                          f"{_DAMAGED_RESULT_FIX}") from None
     except UnicodeDecodeError as exc:
-        raise RunDirError(f"{p}: not an episode result ({exc}); fix: delete {p} (the attempt then re-runs on "
-                          "resume) or restore it from a copy") from None
+        raise RunDirError(f"{p}: not an episode result ({exc}); {_DAMAGED_RESULT_FIX}") from None
+
+
+_DAMAGED_RESULT_FIX = ("fix: restore it from a copy of the run (attempts.jsonl holds its sha256); deleting it re-runs "
+                       "the attempt on resume, which `tgsuite analyze` refuses as a re-run when the run keeps an "
+                       "attempt log (manifest.json attempt_log)")
 
 
 def episode_dirs(run_dir: Path) -> Iterator[tuple[str, str, int, Path]]:

@@ -45,7 +45,7 @@ def test_truncated_result_json_names_the_file(tmp_path: Path) -> None:
     from harness.rundir import read_result
 
     (tmp_path / "result.json").write_text('{"run_id": "r", "instance')
-    with pytest.raises(ValueError, match=r"result\.json: not an episode result .*fix: delete"):
+    with pytest.raises(ValueError, match=r"result\.json: not an episode result .*fix: restore it from a copy"):
         read_result(tmp_path)
 
 

@@ -118,7 +118,7 @@ def test_the_analysis_and_the_report_read_the_same_episodes(tmp_path: Path) -> N
 def test_bad_result_names_the_file_and_the_fix(tmp_path: Path) -> None:
     d = _write(tmp_path / "run", None)
     (d / "result.json").write_text('{"run_id": 3}')
-    with pytest.raises(RunDirError, match=r"a0/result\.json: not an episode result \(not a valid EpisodeResult.*fix: delete"):
+    with pytest.raises(RunDirError, match=r"a0/result\.json: not an episode result \(not a valid EpisodeResult.*fix: restore it from a copy"):
         read_result(d)
     _manifest(tmp_path / "run")
     with pytest.raises(RunDirError, match="not a valid EpisodeResult"):
