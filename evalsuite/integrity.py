@@ -59,6 +59,13 @@ def _planned_arms(proto: Protocol) -> set[str]:
     return {a.name for a in proto.arms} | ({pc.arm} if pc else set())
 
 
+def same_policy(spec: str, episode_policy: str) -> bool:
+    """Whether an episode's ``policy`` (the policy's ``name``) is the manifest's spec of its arm. A policy object
+    passed to ``run_eval`` without a ``spec`` is recorded as ``object:<name>`` in the manifest
+    (``harness.runner_arms``) and as ``<name>`` in its episodes."""
+    return episode_policy == spec or f"object:{episode_policy}" == spec
+
+
 def checkpoint_identity(proto: Protocol, runs: list[LoadedRun]) -> None:
     """Refuse two checkpoints behind one (arm, training seed), or a checkpoint whose recorded seed is not its label's."""
     planned = _planned_arms(proto)
@@ -94,7 +101,7 @@ def checkpoint_identity(proto: Protocol, runs: list[LoadedRun]) -> None:
                 )
         for res in r.results:
             want = spec_policy.get(res.arm)
-            if want is not None and res.policy != want:
+            if want is not None and not same_policy(want, res.policy):
                 raise EvalDataError(
                     f"run {m.run_id}: episode {res.instance_id}/{res.arm}/s{res.seed} was produced by {res.policy!r}, "
                     f"the manifest's arm {res.arm!r} is {want!r}; one arm and seed is one checkpoint: remove the "

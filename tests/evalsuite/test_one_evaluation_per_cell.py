@@ -102,3 +102,23 @@ def test_a_deviation_log_that_does_not_exist_is_an_error(tmp_path, rec):
     a = _run(tmp_path / "a", rec, 1, "eval-a")
     with pytest.raises(ProtocolError, match=r"devs.json: deviation log not found.*leave --deviations out"):
         analyze(rec, [a], deviations_path=tmp_path / "devs.json")
+
+
+def test_a_policy_object_without_a_spec_is_its_own_arm(tmp_path, rec):
+    """``run_eval`` given a policy object without ``spec`` records ``object:<name>`` in the manifest and ``<name>`` in
+    the episodes; the analysis refused such a run as "produced by another policy". Another name is still refused."""
+    from evalsuite.integrity import checkpoint_identity
+
+    run = _run(tmp_path / "a", rec, 1, "eval-a")
+    m = RunManifest.model_validate_json((run / "manifest.json").read_text())
+    arms = [a.model_copy(update={"policy": f"object:{a.name.split('@')[0]}"}) for a in m.arms]
+    (run / "manifest.json").write_text(m.model_copy(update={"arms": arms}).model_dump_json())
+    for p in run.glob("episodes/*/*/s*/a*/result.json"):
+        r = EpisodeResult.model_validate_json(p.read_text())
+        p.write_text(r.model_copy(update={"policy": r.arm.split("@")[0]}).model_dump_json())
+    checkpoint_identity(rec.protocol, [load_run(run)])
+    p = next(run.glob("episodes/*/*/s*/a*/result.json"))
+    r = EpisodeResult.model_validate_json(p.read_text())
+    p.write_text(r.model_copy(update={"policy": "someone-else"}).model_dump_json())
+    with pytest.raises(EvalDataError, match="was produced by 'someone-else'"):
+        checkpoint_identity(rec.protocol, [load_run(run)])
