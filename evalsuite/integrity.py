@@ -31,6 +31,7 @@ from harness.rundir import (
     RESULT_FILE,
     LoadedRun,
     attempt_indices,
+    counting_attempt,
     episode_dirs,
     read_attempt_log,
     read_result,
@@ -146,9 +147,9 @@ def counted_on_disk(run_dir: Path) -> dict[EpisodeKey, tuple[int, str]]:
     ``harness.rundir``) of every episode under ``run_dir/episodes``."""
     out: dict[EpisodeKey, tuple[int, str]] = {}
     for inst, arm, seed, d in episode_dirs(run_dir):
-        done = [a for a in attempt_indices(d) if (d / f"a{a}" / RESULT_FILE).is_file()]
-        if done:
-            out[(inst, arm, seed)] = (done[-1], result_sha256((d / f"a{done[-1]}" / RESULT_FILE).read_bytes()))
+        got = counting_attempt(d)
+        if got is not None:
+            out[(inst, arm, seed)] = (got[0], result_sha256((d / f"a{got[0]}" / RESULT_FILE).read_bytes()))
     return out
 
 
