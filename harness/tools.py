@@ -118,15 +118,28 @@ _SCHEMA_BY_NAME = {s["function"]["name"]: s["function"]["parameters"] for s in t
 # Parsing (pure)
 # ----------------------------------------------------------------------------------------------------------------
 
-_THINK_RE = re.compile(r"<think>.*?(</think>|\Z)", re.DOTALL)
+_THINK_RE = re.compile(r"<think>(.*?)(?:</think>|\Z)", re.DOTALL)
 _CALL_RE = re.compile(r"<tool_call>(.*?)(</tool_call>|\Z)", re.DOTALL)
+
+
+def _template_think(text: str) -> tuple[str, str]:
+    """(thinking before a lone ``</think>``, the rest): a chat template may open the think block itself."""
+    if "</think>" in text and "<think>" not in text.split("</think>", 1)[0]:
+        head, rest = text.split("</think>", 1)
+        return head, rest
+    return "", text
 
 
 def strip_think(text: str) -> str:
     """Remove ``<think>…</think>`` blocks; text before a lone ``</think>`` (template-opened think) is thinking too."""
-    if "</think>" in text and "<think>" not in text.split("</think>", 1)[0]:
-        text = text.split("</think>", 1)[1]
-    return _THINK_RE.sub("", text)
+    return _THINK_RE.sub("", _template_think(text)[1])
+
+
+def think_text(text: str) -> str:
+    """The thinking :func:`strip_think` removes, tags dropped, blocks joined by blank lines."""
+    head, rest = _template_think(text)
+    parts = [head, *(m.group(1) for m in _THINK_RE.finditer(rest))]
+    return "\n\n".join(p.strip() for p in parts if p.strip())
 
 
 def visible_text(text: str) -> str:

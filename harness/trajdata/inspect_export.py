@@ -24,18 +24,16 @@ One ``.eval`` log per arm (Inspect logs hold one model on one task), written wit
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from harness.rundir import TRAJECTORY_FILE, episode_dir, latest_results, read_manifest, read_trajectory
 from harness.schema import EpisodeResult, RunManifest, Trajectory
-from harness.tools import ERROR_PREFIX, visible_text
+from harness.tools import ERROR_PREFIX, think_text, visible_text
 
 SCORES = ("resolved", "behaviour", "joint")
 _LIMIT_TYPE = {"limit_turns": "turn", "limit_tokens": "token", "limit_time": "time", "limit_context": "context"}
-_THINK = re.compile(r"<think>(.*?)(?:</think>|\Z)", re.DOTALL)
 NO_CONVERSATION = "(no conversation was recorded: this episode graded a patch made elsewhere)"
 NO_TRAJECTORY = "(no conversation was recorded: the attempt was not scored; the sample's error says why)"
 
@@ -59,17 +57,6 @@ def enable_zstd_zip() -> bool:
 
 def _cf(ok: bool) -> str:
     return "C" if ok else "I"
-
-
-def reasoning_text(text: str) -> str:
-    """The thinking of an assistant turn: what ``harness.tools.strip_think`` removes (``<think>`` blocks, and the
-    text before a lone ``</think>``), tags dropped, blocks joined by blank lines."""
-    parts = []
-    if "</think>" in text and "<think>" not in text.split("</think>", 1)[0]:
-        head, text = text.split("</think>", 1)
-        parts.append(head)
-    parts += [m.group(1) for m in _THINK.finditer(text)]
-    return "\n\n".join(p.strip() for p in parts if p.strip())
 
 
 def chat_messages(traj: Trajectory) -> list[Any]:
@@ -96,7 +83,7 @@ def chat_messages(traj: Trajectory) -> list[Any]:
             calls = [ToolCall(id=f"t{m.turn}.{k}", function=c.name or "(unparsed)", arguments=dict(c.arguments),
                               parse_error=c.error if not c.valid else None) for k, c in enumerate(m.tool_calls)]
             pending = [(c.id, c.function) for c in calls]
-            text, reasoning = visible_text(m.content), reasoning_text(m.content)
+            text, reasoning = visible_text(m.content), think_text(m.content)
             content: Any = text if not reasoning else [
                 ContentReasoning(reasoning=reasoning), *([ContentText(text=text)] if text else [])]
             out.append(ChatMessageAssistant(content=content, tool_calls=calls or None,
