@@ -21,7 +21,7 @@ worked example (measured: a real `tgsuite eval` run, 12 mini tasks x 2 seeds in 
 policy as control and the `null` policy (it never edits) as the canary):
   $ tgsuite canary --freeze protocols/plans/canary/gray_release.toml --out prereg/gray_release.frozen.json
   froze canary plan gray_release: sha256 dc1cdd280540… at 2026-12-01T10:46:10Z; wrote prereg/gray_release.frozen.json
-  anchored: commit 9e0f… on refs/tgsuite/prereg in /home/me/project   (printed since the run above was measured)
+  anchored: commit <12 hex digits> on refs/tgsuite/prereg in <the enclosing git repository>   (printed since that run)
   $ tgsuite canary --replay runs/expert-vs-null --treatment null --control expert \\
         --plan prereg/gray_release.frozen.json --units 20000 --days 14 --seed 1 --out runs/canary-log
   wrote runs/canary-log/episodes.jsonl (100,170 episodes) and runs/canary-log/assignments.jsonl (20,000 units); ...
