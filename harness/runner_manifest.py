@@ -155,7 +155,7 @@ def write_manifest(out_dir: Path, new: RunManifest) -> RunManifest:
         _same_checkpoints_and_limits(Path(out_dir) / MANIFEST_FILE, old, new)
         _same_generation(Path(out_dir) / MANIFEST_FILE, old, new)
         _same_run_seed(Path(out_dir) / MANIFEST_FILE, old, new)
-        ids = list(old.instance_ids) + [i for i in new.instance_ids if i not in set(old.instance_ids)]
+        ids = list(dict.fromkeys([*old.instance_ids, *new.instance_ids]))  # union, the old order first
         new = new.model_copy(update={"created_at": old.created_at, "arms": list(arms.values()), "seeds": seeds,
                                      "instance_ids": ids, "protocol_hash": new.protocol_hash or old.protocol_hash,
                                      "run_seed": old.run_seed if new.run_seed is None else new.run_seed,
