@@ -24,9 +24,15 @@ memory.
    H0 and P(ROLLBACK for harm) at a 3-point drop, at a per-metric alpha of 0.05 (one harm metric) and of 0.05/6
    (the bundled plan's Bonferroni share). These are the figures a user of `tgsuite canary` gets; sections 1 and 5
    use the closed forms on every 50th unit.
+7. A rare, clustered metric in the product monitor (``delta.with_pooled_variance_floor``, CANARY.md "Rare
+   metrics"): a one-metric plan, 10 % canary, 20,000 units over 21 days, 1 + Poisson(4) episodes per unit, per-unit
+   rates Beta with the given ICC, daily looks, burn-in 200 units per arm and 20 pooled events. A/A at 0.5 % per
+   episode (higher is better, per-metric alpha 0.05): P(ROLLBACK for harm) at ICC 0.3 and 0.05; and a
+   lower-is-better metric at its non-inferiority boundary (0.5 % vs 0.7 %, margin 0.002, ICC 0.3): P(PROMOTE) at
+   alpha_promote 0.025.
 
 Run: PYTHONPATH=. .venv/bin/python benchmarks/canary_bench.py [--reps 10000] [--pipeline-reps 200]
-     [--monitor-reps 1000] [--only 1,2,3,4,5,6]
+     [--monitor-reps 1000] [--only 1,2,3,4,5,6,7]
 """
 
 from __future__ import annotations
@@ -38,10 +44,11 @@ import time
 import tracemalloc
 from datetime import UTC, datetime
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 
-from evalsuite.canary import aggregate, simulate
+from evalsuite.canary import aggregate, guardrails, simulate
 from evalsuite.canary.monitor import monitor
 from evalsuite.canary.replay import ReplayConfig, replay
 
@@ -86,7 +93,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=10_000)
     ap.add_argument("--pipeline-reps", type=int, default=200)
     ap.add_argument("--monitor-reps", type=int, default=1000)
-    ap.add_argument("--only", default="1,2,3,4,5,6", help="comma list of sections to run")
+    ap.add_argument("--only", default="1,2,3,4,5,6,7", help="comma list of sections to run")
     a = ap.parse_args()
     only = set(a.only.split(","))
     rng = np.random.default_rng(20261201)
@@ -110,6 +117,16 @@ def main() -> None:
             for d in (0.0, -0.03):
                 _timed(f"6. product monitor, per-metric alpha {alpha:.4g}, effect {d:+.2f}", a.monitor_reps,
                        lambda alpha=alpha, d=d: _product_monitor(a.monitor_reps, rng, alpha=alpha, delta=d))
+    if "7" in only:
+        for floor in (True, False):  # the same streams with and without the pooled variance floor
+            tag = "pooled floor" if floor else "no floor (the rule before it)"
+            for icc in (0.3, 0.05):
+                _timed(f"7. rare metric (0.5 %), A/A, ICC {icc}, {tag}", a.monitor_reps,
+                       lambda icc=icc, floor=floor: _rare_monitor(a.monitor_reps, np.random.default_rng(7), icc=icc,
+                                                                  floor=floor))
+            _timed(f"7b. rare lower-is-better metric at the NI boundary (0.5 % vs 0.7 %, margin 0.002), ICC 0.3, {tag}",
+                   a.monitor_reps, lambda floor=floor: _rare_monitor(a.monitor_reps, np.random.default_rng(8), icc=0.3,
+                                                                     ni_boundary=True, floor=floor))
 
 
 def _iid_table(rng: np.random.Generator, *, n_units: int, share: float, p: float, delta: float,
@@ -137,6 +154,56 @@ def _product_monitor(reps: int, rng: np.random.Generator, *, alpha: float, delta
         other += last.decision == "ROLLBACK" and not last.reasons[0].startswith(("harm on", "horizon"))
         promote += last.decision == "PROMOTE"
     return {"rollback_harm": harm / reps, "rollback_gate": other / reps, "promote": promote / reps}
+
+
+def _clustered_table(rng: np.random.Generator, *, n_units: int, share: float, p: float, delta: float, icc: float,
+                     hours: float, column: str) -> aggregate.EpisodeTable:  # fmt: skip
+    """1 + Poisson(4) episodes per unit (the first at arrival, then exponential gaps of 3 h), each a Bernoulli of the
+    unit's own rate, drawn from a Beta with mean ``p`` (``p + delta`` in the canary) and intra-class correlation
+    ``icc``; arrivals uniform over ``hours``."""
+    t = np.sort(rng.uniform(0.0, hours, n_units))
+    can = rng.random(n_units) < share
+    m = 1 + rng.poisson(4.0, n_units)
+    ab = (1 - icc) / icc
+    mean = np.where(can, p + delta, p)
+    rate = rng.beta(mean * ab, (1 - mean) * ab)
+    ep_unit = np.repeat(np.arange(n_units), m)
+    gaps = rng.exponential(3.0, ep_unit.size)
+    first = np.r_[0, np.cumsum(m)[:-1]]
+    gaps[first] = 0.0
+    cs = np.cumsum(gaps)
+    ep_hours = t[ep_unit] + cs - np.repeat(cs[first], m)
+    cols = {c: np.zeros(ep_unit.size) for c in aggregate.COLUMNS}
+    cols[column] = (rng.random(ep_unit.size) < rate[ep_unit]).astype(float)
+    cols["episodes"] = np.ones(ep_unit.size)
+    return aggregate.EpisodeTable(start=datetime(2026, 3, 2, tzinfo=UTC), unit_ids=tuple(map(str, range(n_units))),
+                                  unit_canary=can, unit_start=t, ep_unit=ep_unit, ep_hours=ep_hours,
+                                  ep_crossover=np.zeros(ep_unit.size, dtype=bool), columns=cols,
+                                  watermark=float(ep_hours.max()))  # fmt: skip
+
+
+def _rare_monitor(reps: int, rng: np.random.Generator, *, icc: float, ni_boundary: bool = False, p: float = 0.005,
+                  floor: bool = True) -> dict[str, float]:  # fmt: skip
+    """Section 7: the product monitor on :func:`_clustered_table` logs; ``floor=False`` replaces
+    ``with_pooled_variance_floor`` by the identity (the monitor as it was before the floor)."""
+    if not floor:
+        with mock.patch.object(guardrails, "with_pooled_variance_floor", lambda est: (est, False)):
+            return _rare_monitor(reps, rng, icc=icc, ni_boundary=ni_boundary, p=p)
+    primary = next(m for m in small_plan().metrics if m.name == "task_completion").model_dump()
+    primary["anticipated_unit_var"] = p * (1 - p) * (1 + 4 * icc) / 5
+    primary["margin"] = 0.002 if ni_boundary else 1e-4
+    if ni_boundary:
+        primary.update(numerator="rework", direction="lower_is_better")
+    plan = small_plan(metrics=[primary], alpha_rollback=0.05, canary_share=0.1, horizon_units=20_000,
+                      min_units_per_arm=200, min_duration_hours=168, max_duration_hours=504)  # fmt: skip
+    harm = promote = 0
+    for _ in range(reps):
+        tb = _clustered_table(rng, n_units=20_000, share=0.1, p=p, delta=0.002 if ni_boundary else 0.0, icc=icc,
+                              hours=504.0, column="rework" if ni_boundary else "task_completed")  # fmt: skip
+        last = monitor(plan, tb)[-1]
+        harm += last.decision == "ROLLBACK" and last.reasons[0].startswith("harm on")
+        promote += last.decision == "PROMOTE"
+    return {"rollback_harm": harm / reps, "promote": promote / reps}
 
 
 def _section1(reps: int, rng: np.random.Generator) -> None:
