@@ -30,9 +30,14 @@ memory.
    episode (higher is better, per-metric alpha 0.05): P(ROLLBACK for harm) at ICC 0.3 and 0.05; and a
    lower-is-better metric at its non-inferiority boundary (0.5 % vs 0.7 %, margin 0.002, ICC 0.3): P(PROMOTE) at
    alpha_promote 0.025.
+8. ``method = "gst"`` when `tgsuite canary` is run every hour (CANARY.md, group-sequential option): 20,000
+   Brownian paths at the NI boundary on the product's own boundaries (``evalsuite.canary.gsd``), daily scheduled
+   looks (``gst_looks`` 7, 14, 21), the last planned look at t = 1, PROMOTE from 168 h, information linear to 504 h.
+   P(PROMOTE) with the scheduled looks only (the rule now) and with an extra GST look at every hourly watermark
+   (the rule before: each invocation spent alpha at a look the next one does not take).
 
 Run: PYTHONPATH=. .venv/bin/python benchmarks/canary_bench.py [--reps 10000] [--pipeline-reps 200]
-     [--monitor-reps 1000] [--only 1,2,3,4,5,6,7]
+     [--monitor-reps 1000] [--only 1,2,3,4,5,6,7,8]
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ from unittest import mock
 
 import numpy as np
 
-from evalsuite.canary import aggregate, guardrails, simulate
+from evalsuite.canary import aggregate, gsd, guardrails, simulate
 from evalsuite.canary.monitor import monitor
 from evalsuite.canary.replay import ReplayConfig, replay
 
@@ -93,7 +98,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=10_000)
     ap.add_argument("--pipeline-reps", type=int, default=200)
     ap.add_argument("--monitor-reps", type=int, default=1000)
-    ap.add_argument("--only", default="1,2,3,4,5,6,7", help="comma list of sections to run")
+    ap.add_argument("--only", default="1,2,3,4,5,6,7,8", help="comma list of sections to run")
     a = ap.parse_args()
     only = set(a.only.split(","))
     rng = np.random.default_rng(20261201)
@@ -117,6 +122,10 @@ def main() -> None:
             for d in (0.0, -0.03):
                 _timed(f"6. product monitor, per-metric alpha {alpha:.4g}, effect {d:+.2f}", a.monitor_reps,
                        lambda alpha=alpha, d=d: _product_monitor(a.monitor_reps, rng, alpha=alpha, delta=d))
+    if "8" in only:
+        for looks in (7, 14, 21):
+            _timed(f"8. gst, gst_looks {looks}: PROMOTE at the NI boundary (alpha 0.025)", 20_000,
+                   lambda looks=looks: _gst_hourly(20_000, np.random.default_rng(9), looks=looks))
     if "7" in only:
         for floor in (True, False):  # the same streams with and without the pooled variance floor
             tag = "pooled floor" if floor else "no floor (the rule before it)"
@@ -154,6 +163,31 @@ def _product_monitor(reps: int, rng: np.random.Generator, *, alpha: float, delta
         other += last.decision == "ROLLBACK" and not last.reasons[0].startswith(("harm on", "horizon"))
         promote += last.decision == "PROMOTE"
     return {"rollback_harm": harm / reps, "rollback_gate": other / reps, "promote": promote / reps}
+
+
+def _gst_hourly(reps: int, rng: np.random.Generator, *, looks: int, alpha: float = 0.025, horizon: float = 504.0,
+                min_hours: float = 168.0, step: float = 1.0) -> dict[str, float]:  # fmt: skip
+    """Section 8: first-PROMOTE probability at the NI boundary, scheduled daily looks vs an extra look every
+    ``step`` hours whose bound spends alpha at its own information fraction (the last planned look at t = 1)."""
+    sched_t = [min(1.0, 24.0 * d / horizon) for d in range(1, looks + 1)]
+    sched_t[-1] = 1.0
+    sched_c = gsd.gs_bounds_spending(sched_t, alpha=alpha, sides=1, spending="obf")
+    hours = np.arange(step, 24.0 * looks + 1e-9, step)
+    z = np.cumsum(rng.normal(0.0, 1.0, (reps, hours.size)) * np.sqrt(np.diff(np.r_[0.0, hours / horizon])), 1)
+    z /= np.sqrt(hours / horizon)
+    col = {round(h, 6): i for i, h in enumerate(hours)}
+    sched = np.zeros(reps, dtype=bool)
+    for d in range(1, looks + 1):
+        sched |= z[:, col[round(24.0 * d, 6)]] > sched_c[d - 1]
+    hourly = sched.copy()
+    for h in hours:
+        k = int(np.ceil(h / 24.0 - 1e-9))  # the scheduled look this extra one precedes
+        if abs(h - 24.0 * k) < 1e-9 or h < min_hours:
+            continue
+        c = gsd.gs_bounds_spending(sched_t[:k - 1] + [1.0 if k == looks else h / horizon], alpha=alpha, sides=1,
+                                   spending="obf")[-1]  # fmt: skip
+        hourly |= z[:, col[round(h, 6)]] > c
+    return {"schedule_only": float(sched.mean()), "hourly_extra_looks": float(hourly.mean())}
 
 
 def _clustered_table(rng: np.random.Generator, *, n_units: int, share: float, p: float, delta: float, icc: float,
