@@ -6,21 +6,27 @@ cells, the preregistration anchor, and the CONSORT-NI items the analysis covers.
 - ``worst_case``: every missing cell scored against the treatment (a failure in the treatment arm, a success in
   the baseline arm); a SHIP that does not survive it is not a SHIP.
 - ``prereg_checks``: ``protocols.anchor_verify.verify_anchor`` with the checkpoint times and two clocks per run (the
-  manifest's ``created_at`` and its first episode's ``finished_at``).
+  manifest's ``created_at`` and its first episode's ``finished_at``), then ``protocols.run_registry``'s checks: every
+  run registered under the plan that evaluated its cells is analysed, and none under another record came first.
 - ``consort_items``: the CONSORT-NI items (Piaggio et al., JAMA 2012;308:2594–2604) this analysis reports.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from evalsuite.checks import control_protocol
 from evalsuite.decide import criterion_verdict
-from evalsuite.integrity import checkpoint_info
+from evalsuite.integrity import checkpoint_info, planned_arms
 from evalsuite.outcomes import EvalDataError, build_outcome_table
 from evalsuite.primary import primary_estimate
 from evalsuite.schema import Check, ConsortItem, CriterionResult, MissingData
 from harness.rundir import LoadedRun
+from harness.schema import RunManifest
 from protocols.anchor_verify import verify_anchor
-from protocols.schema import CriterionSpec, Protocol
+from protocols.deviations import covers
+from protocols.run_registry import registry_checks
+from protocols.schema import CriterionSpec, Deviation, Protocol
 
 
 def positive_control_checks(proto: Protocol, runs: list[LoadedRun]) -> list[Check]:
@@ -82,10 +88,34 @@ def _result_times(runs: list[LoadedRun]) -> dict[str, str]:
     return out
 
 
-def prereg_checks(frozen_path: str | None, runs: list[LoadedRun], *, public_key: str | None = None) -> list[Check]:
+def touches_plan(proto: Protocol) -> Callable[[dict[str, object]], bool]:
+    """Whether a registered run's manifest (JSON) evaluated cells of ``proto``: the plan's task set, and an arm
+    whose name (before ``@s<seed>``) is a plan arm or the positive control. Unreadable registrations count."""
+    planned = planned_arms(proto)
+
+    def touches(manifest: dict[str, object]) -> bool:
+        try:
+            m = RunManifest.model_validate(manifest)
+        except ValueError:
+            return True
+        return m.task_set_sha256 == proto.task_set.sha256 and any(a.name.split("@")[0] in planned for a in m.arms)
+
+    return touches
+
+
+def prereg_checks(frozen_path: str | None, runs: list[LoadedRun], *, public_key: str | None = None,
+                  proto: Protocol | None = None, sha: str | None = None, devs: Sequence[Deviation] = ()) -> list[Check]:
+    """The anchor's checks, then (with ``proto`` and its hash ``sha``) the run registry's
+    (``protocols.run_registry``)."""
     checks = verify_anchor(frozen_path, checkpoint_times=_checkpoint_times(runs), result_times=_result_times(runs),
                            public_key=public_key)  # fmt: skip
-    return [Check(name=c.name, status=c.status, detail=c.detail) for c in checks]
+    out = [Check(name=c.name, status=c.status, detail=c.detail) for c in checks]
+    if proto is not None and sha is not None:
+        analysed = {r.need_manifest().run_id: r.need_manifest().registration is not None for r in runs}
+        reg = registry_checks(frozen_path, sha, analysed, touches_plan=touches_plan(proto),
+                              excused=lambda kind, rid: covers(list(devs), kind, rid))
+        out += [Check(name=c.name, status=c.status, detail=c.detail) for c in reg]
+    return out
 
 
 def _ni(proto: Protocol) -> list[CriterionSpec]:

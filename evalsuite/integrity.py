@@ -55,7 +55,7 @@ def checkpoint_info(policy: str) -> tuple[Path, dict[str, object]] | None:
     return None
 
 
-def _planned_arms(proto: Protocol) -> set[str]:
+def planned_arms(proto: Protocol) -> set[str]:
     pc = proto.assay_sensitivity.positive_control
     return {a.name for a in proto.arms} | ({pc.arm} if pc else set())
 
@@ -69,7 +69,7 @@ def same_policy(spec: str, episode_policy: str) -> bool:
 
 def checkpoint_identity(proto: Protocol, runs: list[LoadedRun]) -> None:
     """Refuse two checkpoints behind one (arm, training seed), or a checkpoint whose recorded seed is not its label's."""
-    planned = _planned_arms(proto)
+    planned = planned_arms(proto)
     shas: dict[tuple[str, int], set[str]] = defaultdict(set)
     policies: dict[tuple[str, int], set[str]] = defaultdict(set)
     unhashed: set[tuple[str, int]] = set()
@@ -237,7 +237,7 @@ Cell = tuple[str, int, str, int]  # plan arm, training seed, instance, episode s
 def _cells(proto: Protocol, run: LoadedRun) -> set[Cell]:
     """The plan's cells a run evaluated: its manifest's planned arms x instances x episode seeds, and every episode
     it holds (a manifest rewritten by a narrower resume still owns the episodes on disk)."""
-    planned, single = _planned_arms(proto), single_seed(proto)
+    planned, single = planned_arms(proto), single_seed(proto)
     m = run.need_manifest()
     cells: set[Cell] = set()
     for a in m.arms:

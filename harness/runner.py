@@ -51,7 +51,13 @@ from harness.run_control import RunInterrupted, check_out_dir, run_id_for, stop_
 from harness.rundir import attempt_indices, counting_attempt, episode_dir, episode_dirs, read_result
 from harness.runner_arms import ARM_NAME, resolve_arms, snapshot_metrics
 from harness.runner_episode import EpisodeContext, EpisodeJob, SandboxFactory, run_attempt
-from harness.runner_manifest import build_manifest, check_resume_compatible, describe_feedback, write_manifest
+from harness.runner_manifest import (
+    build_manifest,
+    check_resume_compatible,
+    describe_feedback,
+    register_under_plan,
+    write_manifest,
+)
 from harness.schema import EpisodeMetrics, EpisodeResult, TaskInstance, TaskSet, Trajectory
 
 log = logging.getLogger(__name__)
@@ -131,6 +137,7 @@ def run_eval(
     excluded_tests: Mapping[str, list[str]] | None = None,
     grade_timeout_s: float = 900.0,
     protocol_hash: str | None = None,
+    protocol_record: str | Path | None = None,
     argv: Sequence[str] = (),
     progress: bool = False,
     guard: ErrorRateGuard | None = None,
@@ -144,9 +151,12 @@ def run_eval(
 
     ``feedback``: one provider for every arm, or ``{arm: provider}`` (arms not named get none), e.g. for the
     noisy-feedback study. ``order``: see ``plan_work`` (results and files are the same either way).
-    ``executor``: ``"thread"`` (``workers`` threads in this process) or ``"ray"`` (``workers`` Ray actors on the
-    cluster at ``ray_address``, a new local one when None; ``harness.runner_ray``: needs ``sandbox_factory`` to be
-    a ``TaskSandboxFactory``, and the results come back to this process, which writes the run directory).
+    ``protocol_record``: the frozen plan's record (``tgsuite protocol freeze``): the run takes its hash and is
+    registered under it before any episode (``protocols.run_registry``), so its analysis can tell whether this was
+    the only evaluation made under the plan. ``executor``: ``"thread"`` (``workers`` threads in this process) or
+    ``"ray"`` (``workers`` Ray actors on the cluster at ``ray_address``, a new local one when None;
+    ``harness.runner_ray``: needs ``sandbox_factory`` to be a ``TaskSandboxFactory``, and the results come back to
+    this process, which writes the run directory).
     Raises ``RunAborted`` when the infra-error guard trips and ``ValueError`` when ``out_dir`` belongs to a run
     with another task set or other arm policies (or Ray is not installed, or its workers disagree on an image).
     """
@@ -164,6 +174,7 @@ def run_eval(
         raise ValueError(f"seeds {list(seeds)!r}: each must be an integer >= 0 (it names the episode folder "
                          "s<seed>); fix: e.g. --seeds 0,1,2")
     check_out_dir(out, "eval", task_set.path)
+    protocol_hash = _record_hash(protocol_record, protocol_hash)
     policies, specs = resolve_arms(arms, task_set, sandbox_factory)
     with run_lock(out):
         run_id = run_id_for(out)
@@ -172,7 +183,9 @@ def run_eval(
                                   factory=sandbox_factory, limits=limits, protocol_hash=protocol_hash,
                                   argv=list(argv), policies=policies,
                                   feedback=describe_feedback(feedback, list(specs)), run_seed=run_seed)
-        write_manifest(out, manifest)
+        manifest = write_manifest(out, manifest)
+        if protocol_record is not None:
+            register_under_plan(out, manifest, protocol_record)
         ctx = EpisodeContext(run_id=run_id, out_dir=out, factory=sandbox_factory, limits=limits,
                              controls=ControlCache(out / "controls"), grade_timeout_s=grade_timeout_s,
                              excluded_tests=dict(excluded_tests or {}),
@@ -193,6 +206,24 @@ def run_eval(
         results = rebuild_results(out, task_set.instances, list(specs), seeds)
         _report_coverage(results, len(task_set.instances) * len(specs) * len(seeds))
         return results
+
+
+def _record_hash(record: str | Path | None, protocol_hash: str | None) -> str | None:
+    """The protocol hash a run records: the frozen record's when one is given (a differing ``protocol_hash`` is
+    refused), else ``protocol_hash``."""
+    if record is None:
+        return protocol_hash
+    from protocols.freeze import load_frozen
+    from protocols.load import ProtocolError
+
+    try:
+        sha = load_frozen(record).sha256
+    except ProtocolError as exc:
+        raise ValueError(str(exc)) from None
+    if protocol_hash is not None and protocol_hash != sha:
+        raise ValueError(f"protocol_hash {protocol_hash[:12]} is not the hash of the record {record} ({sha[:12]}); "
+                         "fix: pass the record alone")
+    return sha
 
 
 @contextlib.contextmanager

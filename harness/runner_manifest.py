@@ -25,7 +25,7 @@ from typing import Any
 from harness.grading import GRADER_VERSION
 from harness.infra import atomic_write_text
 from harness.interfaces import EpisodeLimits, FeedbackProvider, Policy
-from harness.rundir import MANIFEST_FILE, read_manifest
+from harness.rundir import MANIFEST_FILE, episode_dirs, read_manifest
 from harness.sandbox_providers import SandboxFactory
 from harness.schema import ArmSpec, RunManifest, TaskSet
 from protocols.provenance import git_state, package_versions, utc_now
@@ -159,7 +159,28 @@ def write_manifest(out_dir: Path, new: RunManifest) -> RunManifest:
         new = new.model_copy(update={"created_at": old.created_at, "arms": list(arms.values()), "seeds": seeds,
                                      "instance_ids": ids, "protocol_hash": new.protocol_hash or old.protocol_hash,
                                      "run_seed": old.run_seed if new.run_seed is None else new.run_seed,
-                                     "attempt_log": old.attempt_log})  # a run begun without the log stays so
+                                     "attempt_log": old.attempt_log,  # a run begun without the log stays so
+                                     "registration": new.registration or old.registration})
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     atomic_write_text(Path(out_dir) / MANIFEST_FILE, json.dumps(new.model_dump(mode="json"), indent=1))
     return new
+
+
+def register_under_plan(out_dir: Path, manifest: RunManifest, record: str | Path) -> RunManifest:
+    """Register the run under the frozen record at ``record`` before any episode (``protocols.run_registry``) and
+    keep the registration's commit in the manifest. A run that already holds episodes but was never registered (it
+    began before runs were registered) stays unregistered: registering it now would not show it was the only one.
+    Raises ``ValueError`` naming the fix when the record cannot take the registration."""
+    from protocols.load import ProtocolError
+    from protocols.run_registry import register_run
+
+    if manifest.registration is None and any(episode_dirs(out_dir)):
+        return manifest
+    try:
+        commit = register_run(record, manifest.model_dump(mode="json"), out_dir)
+    except ProtocolError as exc:
+        raise ValueError(str(exc)) from None
+    if commit == manifest.registration:
+        return manifest
+    return write_manifest(out_dir, manifest.model_copy(update={"registration": commit}))
+

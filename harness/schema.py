@@ -324,6 +324,9 @@ class RunManifest(_Frozen):
     # the run keeps ``attempts.jsonl`` (harness.rundir.read_attempt_log: one line per finished attempt and regrade),
     # so a deleted log is detected; False: a run started before it was kept (its episodes cannot be checked by it)
     attempt_log: bool = False
+    # the commit on the prereg ref that registered this run under its frozen plan (protocols.run_registry), None: not
+    # registered (no record given, or begun before runs were registered)
+    registration: str | None = None
 
 
 # --------------------------------------------------------------------------------------------------------------

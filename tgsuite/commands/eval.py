@@ -78,7 +78,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--protocol", default=None, metavar="FROZEN.json",
                    help="frozen protocol; its sha256 is recorded, and before any episode the run is checked against "
                         "it: the task set's sha256, arm names analyze can read (<plan arm>@s<seed>), and the "
-                        "settings its [eval] table pins")
+                        "settings its [eval] table pins; then the run is registered on the record's prereg ref "
+                        "(refs/tgsuite/prereg), so its analysis can tell whether it was the only evaluation made")
     p.add_argument("--regrade", action="store_true", help="re-decide finished episodes offline; rebuild results")
     p.add_argument("--max-attempts", type=int, default=3, help="attempts per episode on infra errors (default 3)")
     p.add_argument("--max-turns", type=int, default=30, help="assistant turns per episode (default 30)")
@@ -233,6 +234,8 @@ def _check_plan(args: argparse.Namespace, ts: Any, policies: dict[str, Any]) -> 
     (``tgsuite.commands.eval_plan``)."""
     if args.protocol is None:
         return
+    from protocols.load import ProtocolError
+    from protocols.run_registry import registry_repo
     from tgsuite.commands.eval_plan import check_run_against_plan, load_frozen_plan
 
     run = {"max_turns": args.max_turns, "wall_s": args.wall_s, "finish_notice": args.finish_notice,
@@ -240,6 +243,10 @@ def _check_plan(args: argparse.Namespace, ts: Any, policies: dict[str, Any]) -> 
     for warning in check_run_against_plan(load_frozen_plan(args.protocol), task_set_sha256=ts.sha256,
                                           arms=policies, run=run, source=args.protocol):
         print(f"tgsuite eval: warning: {warning}", file=sys.stderr)
+    try:
+        registry_repo(args.protocol)  # the run is registered under the record before its first episode
+    except ProtocolError as exc:
+        raise CLIError(f"--protocol {exc}") from None
 
 
 def preflight_endpoints(policies: dict[str, Any], wall_s: float) -> None:
@@ -395,6 +402,7 @@ def run(args: argparse.Namespace) -> int:
                                 format_retries=args.format_retries),
             retry=RetryPolicy(max_attempts=args.max_attempts), run_seed=args.run_seed, excluded_tests=excluded,
             grade_timeout_s=args.grade_timeout, protocol_hash=_protocol_hash(args.protocol),
+            protocol_record=args.protocol,
             argv=["tgsuite", *sys.argv[1:]], progress=not args.no_progress,
             executor=args.executor, ray_address=args.ray_address, feedback=feedback,
         )

@@ -26,7 +26,8 @@ examples:
   $ tgsuite protocol freeze my_plan.toml --out prereg/my_plan.frozen.json --sign-key ~/.tgsuite/prereg.pem
   frozen my_plan: sha256 3f1c…  at 2026-11-29T21:40:00Z (git 1a2b3c4, clean)
   anchored: commit 9e0f… on refs/tgsuite/prereg in /home/me/project; signed (public key 5b2a…)
-  # 3. later: is the plan file still the frozen one?
+  # 3. later: is the plan file still the frozen one? (it also lists the runs registered under it: every
+  #    `tgsuite eval --protocol` run is, before its first episode, and `tgsuite analyze` wants them all)
   $ tgsuite protocol check prereg/my_plan.frozen.json --plan my_plan.toml
   # 4. something changed on purpose: record it (appends to prereg/my_plan.frozen.deviations.json)
   $ tgsuite protocol deviation --frozen prereg/my_plan.frozen.json --kind run_before_freeze \\
@@ -90,7 +91,28 @@ def _check(args: argparse.Namespace) -> int:
     for chk in verify_anchor(args.frozen):
         if chk.name not in ("before_checkpoints", "before_results"):  # those need runs: `tgsuite analyze` checks them
             print(f"    anchor check {chk.name}: {chk.status} ({chk.detail})")
+    _print_registered(args.frozen, rec.sha256)
     return 0
+
+
+def _print_registered(frozen: str, sha: str) -> None:
+    """The runs registered under the record (``protocols.run_registry``): every one of them that evaluated the
+    plan's cells must be analysed, or set aside by a recorded deviation."""
+    from protocols.load import ProtocolError
+    from protocols.run_registry import registrations, registry_repo
+
+    try:
+        _, repo = registry_repo(frozen)
+    except ProtocolError as exc:
+        print(f"    registered runs: not available ({str(exc).split(';')[0]})")
+        return
+    mine = [r for r in registrations(repo) if r.protocol_sha256 == sha]
+    print(f"    {len(mine)} run(s) registered under this plan" + (":" if mine else ""))
+    for r in mine:
+        when = r.registered_at.isoformat() if r.registered_at else "unknown time"
+        listed = r.manifest.get("arms")
+        arms = ", ".join(str(a.get("name")) for a in listed if isinstance(a, dict)) if isinstance(listed, list) else "?"
+        print(f"      {r.run_id}: registered {when}; arms {arms}; {r.run_dir}")
 
 
 def _parse_ints(text: str | None, name: str) -> list[int]:
@@ -215,7 +237,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--out", required=True, help="private key file to write (PEM)")
     p.set_defaults(func=_keygen)
-    p = sub.add_parser("check", help="verify a frozen record (and that a plan still matches it)", epilog=EPILOG,
+    p = sub.add_parser("check", help="verify a frozen record (and that a plan still matches it); list its runs",
+                       epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("frozen", help="frozen record JSON")
     p.add_argument("--plan", help="plan TOML that must hash to the record")

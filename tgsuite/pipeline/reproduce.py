@@ -138,11 +138,11 @@ def evaluate_main(runner: StageRunner, preset: Preset, prep: Prepared, trained: 
                    "eval": preset.eval.stage_inputs()}
     ev_base = runner.run("eval_base", {**eval_inputs, "which": "base"},
                          lambda: stage_eval(paths.eval / "base", paths.heldout_tasks, {"base": ckpts["base"]},
-                                            preset, protocol, excluded), EvalOutputs)
+                                            preset, protocol, excluded, protocol_record=paths.frozen), EvalOutputs)
     ev_arms = runner.run("eval_arms", {**eval_inputs, "which": "arms"},
                          lambda: stage_eval(paths.eval / "arms", paths.heldout_tasks,
                                             {k: v for k, v in ckpts.items() if k != "base"}, preset, protocol,
-                                            excluded), EvalOutputs)
+                                            excluded, protocol_record=paths.frozen), EvalOutputs)
     return ev_base, ev_arms
 
 
@@ -175,7 +175,7 @@ def reproduce(preset: Preset, out_dir: str | Path, *, force: frozenset[str] = fr
         exploratory = ex.model_copy(update={"label_rates": [*general, *ex.label_rates]})
     ex_hash = canonical_hash(exploratory.model_dump(mode="json")) if exploratory is not None else None
     analysis = runner.run("analyze", {"eval": canonical_hash(ev_arms), "protocol": prep.frozen.sha256,
-                                      "code": "analyze@2", "exploratory": ex_hash},
+                                      "code": "analyze@3", "exploratory": ex_hash},
                           lambda: stage_analyze(paths, [arms_dir], exploratory), AnalyzeOutputs)
     runner.run("report", {"analysis": canonical_hash(analysis), "eval": canonical_hash([ev_arms, ev_base]),
                           "training": canonical_hash(trained.records), "code": "report@4"},

@@ -194,9 +194,11 @@ def eval_policy(model_dir: str, preset: Preset) -> SamplerPolicy:
 
 
 def stage_eval(run_dir: Path, heldout: Path, arms: dict[str, str], preset: Preset, protocol_hash: str | None,
-               excluded: dict[str, list[str]], feedback: str | None = None) -> EvalOutputs:
+               excluded: dict[str, list[str]], feedback: str | None = None,
+               protocol_record: Path | None = None) -> EvalOutputs:
     """Evaluate checkpoints ``arms`` (runner arm -> model dir) on the held-out set; ``feedback`` is a
-    ``harness.feedback_spec.parse_feedback`` spec given to every arm (None = no hints)."""
+    ``harness.feedback_spec.parse_feedback`` spec given to every arm (None = no hints). ``protocol_record``: the
+    frozen record the run is registered under (the main evaluation; exploratory ones record the hash only)."""
     from harness.feedback_spec import parse_feedback
     from harness.interfaces import EpisodeLimits
     from harness.metrics import metrics_for
@@ -220,7 +222,8 @@ def stage_eval(run_dir: Path, heldout: Path, arms: dict[str, str], preset: Prese
         fac.preflight()
         results = run_eval(ts, policies, list(range(preset.eval.episodes)), run_dir, sandbox_factory=fac,
                            workers=preset.eval.concurrency, order="arm", limits=limits, run_seed=preset.task_seed,
-                           protocol_hash=protocol_hash, excluded_tests=excluded, progress=True,
+                           protocol_hash=protocol_hash, protocol_record=protocol_record, excluded_tests=excluded,
+                           progress=True,
                            metrics_for=metrics_for(ts),
                            feedback={n: parse_feedback(feedback) for n in arms} if feedback else None,
                            argv=["tgsuite", "reproduce", "--preset", preset.name])
