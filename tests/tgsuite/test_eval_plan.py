@@ -12,9 +12,11 @@ from typing import Any
 
 import pytest
 
+from harness.rundir import read_manifest
 from harness.schema import TaskSet
 from protocols.freeze import canonical_json, freeze_plan, protocol_hash
 from protocols.load import load_plan, protocol_from_dict
+from protocols.run_registry import registrations
 from protocols.schema import Protocol
 from tgsuite.commands.common import CLIError
 from tgsuite.commands.eval_plan import arm_problems, check_run_against_plan, pinned_problems
@@ -106,8 +108,8 @@ def _eval(args: list[str]) -> subprocess.CompletedProcess[str]:
 
 def test_cli_refuses_a_run_that_does_not_fit_the_plan_before_any_episode(mini: TaskSet, tmp_path: Path) -> None:
     plan = _plan(task_set={"name": mini.name, "sha256": mini.sha256}, eval={"max_turns": 5})
-    frozen = tmp_path / "smoke.frozen.json"
-    freeze_plan(plan, out=frozen, anchor=False)
+    frozen = tmp_path / "prereg" / "smoke.frozen.json"
+    freeze_plan(plan, out=frozen)
     out = tmp_path / "run"
     bad = _eval(["--tasks", mini.path, "--out", str(out), "--protocol", str(frozen), "--policy", "cand=null",
                  "--policy", "prod=oracle", "--limit", "1"])
@@ -117,3 +119,17 @@ def test_cli_refuses_a_run_that_does_not_fit_the_plan_before_any_episode(mini: T
                   "--policy", "grpo@s0=oracle", "--limit", "1", "--max-turns", "5"])
     assert good.returncode == 0, good.stderr[-2000:]
     assert (out / "results.jsonl").read_text().count("\n") == 2
+    manifest = read_manifest(out)  # registered under the record before its first episode (protocols.run_registry)
+    assert manifest is not None and manifest.registration is not None
+    assert [r.run_id for r in registrations(frozen.parent)] == [manifest.run_id]
+
+
+def test_cli_refuses_a_record_without_its_anchor_before_any_episode(mini: TaskSet, tmp_path: Path) -> None:
+    plan = _plan(task_set={"name": mini.name, "sha256": mini.sha256}, eval={"max_turns": 5})
+    frozen = tmp_path / "smoke.frozen.json"
+    freeze_plan(plan, out=frozen, anchor=False)
+    out = tmp_path / "run"
+    bad = _eval(["--tasks", mini.path, "--out", str(out), "--protocol", str(frozen), "--policy", "tg@s0=null",
+                 "--policy", "grpo@s0=oracle", "--limit", "1", "--max-turns", "5"])
+    assert bad.returncode == 2 and not (out / "episodes").exists(), bad.stderr
+    assert "no smoke.frozen.json.anchor.json next to the record" in bad.stderr and "fix: freeze the plan" in bad.stderr

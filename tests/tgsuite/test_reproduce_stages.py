@@ -73,7 +73,7 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], dict[str, str]]:
                                                            "sha256": f"{weights['sha']}-{arm}-{seed}",
                                                            "config_sha256": "c", "arm": arm, "seed": seed}})
 
-    def evaluate(run_dir: Path, heldout: Path, arms: dict[str, str], *_a: object) -> EvalOutputs:
+    def evaluate(run_dir: Path, heldout: Path, arms: dict[str, str], *_a: object, **_kw: object) -> EvalOutputs:
         made.append(f"eval_{run_dir.name}")
         man = RunManifest(run_id=run_dir.name, created_at="2026-01-01T00:00:00Z", task_set_name="heldout",
                           task_set_sha256="h", instance_ids=[], seeds=[0], sandbox="local", isolated=False,
