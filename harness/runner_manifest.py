@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import platform
 import sys
@@ -29,6 +30,8 @@ from harness.rundir import MANIFEST_FILE, episode_dirs, read_manifest
 from harness.sandbox_providers import SandboxFactory
 from harness.schema import ArmSpec, RunManifest, TaskSet
 from protocols.provenance import git_state, package_versions, utc_now
+
+log = logging.getLogger(__name__)
 
 
 def check_resume_compatible(out_dir: Path, task_set: TaskSet, arm_specs: dict[str, str]) -> None:
@@ -175,6 +178,8 @@ def register_under_plan(out_dir: Path, manifest: RunManifest, record: str | Path
     from protocols.run_registry import register_run
 
     if manifest.registration is None and any(episode_dirs(out_dir)):
+        log.warning("run %s holds episodes but was never registered under its plan (it began before runs were "
+                    "registered); it stays unregistered, and its analysis reports it so", manifest.run_id)
         return manifest
     try:
         commit = register_run(record, manifest.model_dump(mode="json"), out_dir)

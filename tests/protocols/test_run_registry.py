@@ -197,3 +197,14 @@ def test_protocol_check_lists_the_registered_runs(tmp_path, tasks, record, capsy
     out = capsys.readouterr().out
     assert "1 run(s) registered under this plan:" in out
     assert f"{read_manifest(run).run_id}: registered " in out and "arms tg@s0, grpo@s0" in out  # type: ignore[union-attr]
+
+
+def test_a_run_begun_unregistered_is_not_registered_by_a_later_resume(tmp_path, tasks, record, caplog) -> None:  # noqa: ANN001
+    """Registering a run that already holds results would not show it was the only one: it stays unregistered."""
+    from protocols.freeze import load_frozen
+
+    run = _eval(tasks, tmp_path / "run", None, protocol_hash=load_frozen(record).sha256)
+    _eval(tasks, run, record)
+    assert read_manifest(run).registration is None and registrations(record.parent) == []  # type: ignore[union-attr]
+    assert "holds episodes but was never registered" in caplog.text
+    assert _check(analyze(record, [run]), "registered_runs").status == "not_available"
