@@ -56,7 +56,7 @@ def _git(args: list[str], cwd: Path, env: dict[str, str] | None = None, check: b
     return res.stdout.strip()
 
 
-def _toplevel(folder: Path) -> Path | None:
+def git_toplevel(folder: Path) -> Path | None:
     res = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=folder, capture_output=True, text=True, timeout=10)
     return Path(res.stdout.strip()) if res.returncode == 0 else None
 
@@ -66,7 +66,7 @@ def _head(top: Path) -> str | None:
     return res.stdout.strip() if res.returncode == 0 else None
 
 
-def _commit_record(top: Path, rel: str, blob_bytes: bytes) -> str:
+def commit_to_ref(top: Path, rel: str, blob_bytes: bytes) -> str:
     """Commit one file (``rel``) onto PREREG_REF with a temporary index; returns the commit id."""
     with tempfile.TemporaryDirectory() as tmp:
         env = {**_GIT_ID, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
@@ -113,12 +113,12 @@ def anchor_record(record_path: str | Path, *, sign_key: str | Path | None = None
     """Commit the record to PREREG_REF of its enclosing repository (or a new one in its folder); write the anchor."""
     rec = Path(record_path).resolve()
     data = rec.read_bytes()
-    top = _toplevel(rec.parent)
+    top = git_toplevel(rec.parent)
     if top is None:
         _git(["init", "-q"], rec.parent)
         top = rec.parent
     rel = rec.relative_to(top.resolve()).as_posix()
-    commit = _commit_record(top, rel, data)
+    commit = commit_to_ref(top, rel, data)
     when = _git(["show", "-s", "--format=%ct", commit], top)
     digest = hashlib.sha256(data).hexdigest()
     sig = pub = None

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from protocols.anchor import PREREG_REF, AnchorCheck, ProtocolError, _commit_record, _git, _toplevel, anchor_path
+from protocols.anchor import PREREG_REF, AnchorCheck, ProtocolError, anchor_path, commit_to_ref, git_toplevel
 from protocols.schema import DeviationKind, FreezeAnchor
 
 REGISTRY_DIR = ".tgsuite/runs"
@@ -81,7 +81,7 @@ def registry_repo(record_path: str | Path) -> tuple[FreezeAnchor, Path]:
     cannot be registered under it (no anchor, or its repository is not on this machine)."""
     anchor = read_anchor(record_path)
     repo = Path(anchor.repo)
-    if not (repo.is_dir() and _toplevel(repo) is not None):
+    if not (repo.is_dir() and git_toplevel(repo) is not None):
         raise ProtocolError(f"{anchor_path(record_path)}: the record's prereg repository {anchor.repo} is not on "
                             "this machine, so this run cannot be registered under the plan; fix: start the "
                             "evaluation where the record was frozen (the Ray executor runs its workers elsewhere "
@@ -116,9 +116,10 @@ def register_run(record_path: str | Path, manifest: dict[str, object], run_dir: 
     for _ in range(tries):
         held = subprocess.run(["git", "show", f"{PREREG_REF}:{rel}"], cwd=repo, capture_output=True, timeout=30)
         if held.returncode == 0 and held.stdout == data:
-            return _git(["rev-list", "-1", PREREG_REF, "--", rel], repo)
+            return subprocess.run(["git", "rev-list", "-1", PREREG_REF, "--", rel], cwd=repo, capture_output=True,
+                                  text=True, timeout=30, check=True).stdout.strip()
         try:
-            return _commit_record(repo, rel, data)
+            return commit_to_ref(repo, rel, data)
         except ProtocolError as exc:  # the ref moved under us (update-ref's old value no longer holds): read again
             last = str(exc)
     raise ProtocolError(f"could not register run {manifest['run_id']} on {PREREG_REF} in {repo}: {last}")
