@@ -17,7 +17,7 @@ from pathlib import Path
 
 from harness.sandbox import ExecResult, Sandbox, SandboxUnavailable, cap_output
 from harness.sandbox_providers import SandboxFactory
-from harness.schema import TaskInstance
+from harness.schema import TaskInstance, TaskSet
 
 BIN = str(Path(sys.executable).parent)
 
@@ -124,6 +124,16 @@ def make_calc_task(root: Path, instance_id: str = "calc-1") -> tuple[TaskInstanc
         FAIL_TO_PASS=["tests/test_calc.py::test_add"], PASS_TO_PASS=["tests/test_calc.py::test_sub"],
     )
     return inst, repo
+
+
+def calc_task_set(root: Path, sha256: str, n: int = 2) -> tuple[TaskSet, dict[str, Path]]:
+    """``n`` calc tasks (``calc-0`` …) as one TaskSet with the given hash, and each task's repository."""
+    insts, repos = [], {}
+    for i in range(n):
+        inst, repo = make_calc_task(root / "repos", f"calc-{i}")
+        insts.append(inst)
+        repos[inst.instance_id] = repo
+    return TaskSet(name="calc", path=str(root), sha256=sha256, instances=insts), repos
 
 
 def make_calc_src_task(root: Path, instance_id: str = "calc-src") -> tuple[TaskInstance, Path]:

@@ -22,7 +22,7 @@ from harness.runner_regrade import regrade_run
 from harness.schema import EpisodeResult, RunManifest, TaskSet
 from protocols.freeze import freeze_plan
 from protocols.schema import FrozenProtocol, Protocol
-from tests.harness_fakes import FakeFactory, FixPolicy, NullFinishPolicy, make_calc_task
+from tests.harness_fakes import FakeFactory, FixPolicy, NullFinishPolicy, calc_task_set
 
 SHA = "d" * 64
 EP = "episodes/calc-0/tg@s0/s0"
@@ -48,12 +48,7 @@ class Null(NullFinishPolicy):
 
 @pytest.fixture
 def tasks(tmp_path: Path) -> tuple[TaskSet, dict[str, Path]]:
-    insts, repos = [], {}
-    for i in range(2):
-        inst, repo = make_calc_task(tmp_path / "repos", f"calc-{i}")
-        insts.append(inst)
-        repos[inst.instance_id] = repo
-    return TaskSet(name="calc", path=str(tmp_path), sha256=SHA, instances=insts), repos
+    return calc_task_set(tmp_path, SHA)
 
 
 @pytest.fixture

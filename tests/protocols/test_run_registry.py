@@ -20,7 +20,7 @@ from protocols.deviations import default_log_path, record_deviation
 from protocols.freeze import freeze_plan
 from protocols.run_registry import registrations, registry_path
 from protocols.schema import Protocol
-from tests.harness_fakes import FakeFactory, FixPolicy, NullFinishPolicy, make_calc_task
+from tests.harness_fakes import FakeFactory, FixPolicy, NullFinishPolicy, calc_task_set
 
 SHA = "c" * 64
 
@@ -47,12 +47,7 @@ def _plan(margin: float) -> Protocol:
 
 @pytest.fixture
 def tasks(tmp_path: Path) -> tuple[TaskSet, dict[str, Path]]:
-    insts, repos = [], {}
-    for i in range(2):
-        inst, repo = make_calc_task(tmp_path / "repos", f"calc-{i}")
-        insts.append(inst)
-        repos[inst.instance_id] = repo
-    return TaskSet(name="calc", path=str(tmp_path), sha256=SHA, instances=insts), repos
+    return calc_task_set(tmp_path, SHA)
 
 
 @pytest.fixture
