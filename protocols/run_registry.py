@@ -27,9 +27,12 @@ record still holds, since the ref only grows; the registry files themselves are 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import subprocess
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -113,16 +116,31 @@ def register_run(record_path: str | Path, manifest: dict[str, object], run_dir: 
     body = {k: v for k, v in manifest.items() if k not in _DROPPED} | {"run_dir": _display_dir(Path(run_dir), repo)}
     data = (json.dumps(body, indent=1, sort_keys=True) + "\n").encode("utf-8")
     last = ""
-    for _ in range(tries):
-        held = subprocess.run(["git", "show", f"{PREREG_REF}:{rel}"], cwd=repo, capture_output=True, timeout=30)
-        if held.returncode == 0 and held.stdout == data:
-            return subprocess.run(["git", "rev-list", "-1", PREREG_REF, "--", rel], cwd=repo, capture_output=True,
-                                  text=True, timeout=30, check=True).stdout.strip()
-        try:
-            return commit_to_ref(repo, rel, data)
-        except ProtocolError as exc:  # the ref moved under us (update-ref's old value no longer holds): read again
-            last = str(exc)
+    with _registry_lock(repo):  # registrations from this machine take turns; the ref's compare-and-swap guards the rest
+        for attempt in range(tries):
+            time.sleep(0.1 * attempt)
+            held = subprocess.run(["git", "show", f"{PREREG_REF}:{rel}"], cwd=repo, capture_output=True, timeout=30)
+            if held.returncode == 0 and held.stdout == data:
+                return subprocess.run(["git", "rev-list", "-1", PREREG_REF, "--", rel], cwd=repo, capture_output=True,
+                                      text=True, timeout=30, check=True).stdout.strip()
+            try:
+                return commit_to_ref(repo, rel, data)
+            except ProtocolError as exc:  # the ref moved under us (update-ref's old value no longer holds): again
+                last = str(exc)
     raise ProtocolError(f"could not register run {manifest['run_id']} on {PREREG_REF} in {repo}: {last}")
+
+
+@contextlib.contextmanager
+def _registry_lock(repo: Path) -> Iterator[None]:
+    """An exclusive flock on ``<git dir>/tgsuite-registry.lock`` (released by the kernel if the process dies)."""
+    git_dir = subprocess.run(["git", "rev-parse", "--absolute-git-dir"], cwd=repo, capture_output=True, text=True,
+                             timeout=30, check=True).stdout.strip()  # fmt: skip
+    with open(Path(git_dir) / "tgsuite-registry.lock", "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _first_commit_time(repo: Path, rel: str) -> datetime | None:

@@ -131,7 +131,7 @@ def test_deviation_log_is_append_only_and_bound_to_hash(tmp_path):
 def test_protocols_imports_only_stdlib_and_pydantic():
     allowed = {"__future__", "hashlib", "json", "re", "subprocess", "datetime", "importlib", "pathlib", "typing",
                "platform", "tomllib", "pydantic", "protocols", "os", "tempfile", "dataclasses",
-               "collections", "cryptography"}  # fmt: skip  # cryptography: Ed25519 signatures, imported lazily
+               "collections", "contextlib", "fcntl", "time", "cryptography"}  # fmt: skip  # cryptography: Ed25519 signatures, imported lazily
     for path in Path("protocols").glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import | ast.ImportFrom):

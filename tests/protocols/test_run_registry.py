@@ -203,3 +203,18 @@ def test_a_run_begun_unregistered_is_not_registered_by_a_later_resume(tmp_path, 
     assert read_manifest(run).registration is None and registrations(record.parent) == []  # type: ignore[union-attr]
     assert "holds episodes but was never registered" in caplog.text
     assert _check(analyze(record, [run]), "registered_runs").status == "not_available"
+
+
+def test_concurrent_registrations_are_all_kept(record) -> None:  # noqa: ANN001
+    """Evaluations started together under one record each move the ref; none may overwrite another's registration."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from protocols.freeze import load_frozen
+    from protocols.run_registry import register_run
+
+    sha = load_frozen(record).sha256
+    manifests = [{"run_id": f"run-{i}", "protocol_hash": sha, "task_set_sha256": SHA, "arms": []} for i in range(6)]
+    with ThreadPoolExecutor(6) as pool:
+        commits = list(pool.map(lambda m: register_run(record, m, record.parent / str(m["run_id"])), manifests))
+    assert len(set(commits)) == 6
+    assert sorted(r.run_id for r in registrations(record.parent)) == [f"run-{i}" for i in range(6)]
