@@ -191,10 +191,11 @@ def test_protocol_check_lists_the_registered_runs(tmp_path, tasks, record, capsy
     assert main(["protocol", "check", str(record)]) == 0
     out = capsys.readouterr().out
     assert "1 run(s) registered under this plan:" in out
-    assert f"{read_manifest(run).run_id}: registered " in out and "arms tg@s0, grpo@s0" in out  # type: ignore[union-attr]
+    run_id = read_manifest(run).run_id  # type: ignore[union-attr]
+    assert f"{run_id}: registered " in out and "arms tg@s0, grpo@s0" in out
 
 
-def test_a_run_begun_unregistered_is_not_registered_by_a_later_resume(tmp_path, tasks, record, caplog) -> None:  # noqa: ANN001
+def test_a_run_begun_unregistered_stays_so_on_a_resume(tmp_path, tasks, record, caplog) -> None:  # noqa: ANN001
     """Registering a run that already holds results would not show it was the only one: it stays unregistered."""
     from protocols.freeze import load_frozen
 
