@@ -14,6 +14,7 @@ import pytest
 
 from harness.schema import RunManifest
 from protocols.freeze import load_frozen
+from protocols.run_registry import registrations, registry_repo
 from tgsuite.pipeline.presets import SMOKE
 from tgsuite.pipeline.reproduce import reproduce
 
@@ -42,6 +43,15 @@ def test_smoke_reproduction_end_to_end_and_resume(tmp_path: Path) -> None:
     assert manifest.protocol_hash == frozen.sha256
     assert manifest.sandbox == "docker" and manifest.isolated
     assert {a.name for a in manifest.arms} == {f"{a}@s{s}" for a in SMOKE.arms for s in SMOKE.seeds}
+    # ... and both main evaluations were registered under it before their first episode (protocols.run_registry);
+    # the analysis found every registered run of the plan's cells among those it analysed.
+    base = RunManifest.model_validate_json((out / "eval" / "base" / "manifest.json").read_text())
+    assert manifest.registration is not None and base.registration is not None
+    _, repo = registry_repo(out / "protocol" / "frozen.json")
+    regs = {r.run_id for r in registrations(repo) if r.protocol_sha256 == frozen.sha256}
+    assert regs == {manifest.run_id, base.run_id}
+    checks = {c["name"]: c["status"] for c in json.loads((out / "analysis" / "analysis.json").read_text())["prereg_checks"]}
+    assert checks["registered_runs"] == "pass" and checks["no_earlier_runs"] == "pass"
 
     # Every (checkpoint, task) episode has a result; none is an infra error scored as a failure.
     results = [json.loads(line) for line in (out / "eval" / "arms" / "results.jsonl").read_text().splitlines()]
