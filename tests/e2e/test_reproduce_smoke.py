@@ -50,7 +50,8 @@ def test_smoke_reproduction_end_to_end_and_resume(tmp_path: Path) -> None:
     _, repo = registry_repo(out / "protocol" / "frozen.json")
     regs = {r.run_id for r in registrations(repo) if r.protocol_sha256 == frozen.sha256}
     assert regs == {manifest.run_id, base.run_id}
-    checks = {c["name"]: c["status"] for c in json.loads((out / "analysis" / "analysis.json").read_text())["prereg_checks"]}
+    analysis = json.loads((out / "analysis" / "analysis.json").read_text())
+    checks = {c["name"]: c["status"] for c in analysis["prereg_checks"]}
     assert checks["registered_runs"] == "pass" and checks["no_earlier_runs"] == "pass"
 
     # Every (checkpoint, task) episode has a result; none is an infra error scored as a failure.
