@@ -188,4 +188,3 @@ def register_under_plan(out_dir: Path, manifest: RunManifest, record: str | Path
     if commit == manifest.registration:
         return manifest
     return write_manifest(out_dir, manifest.model_copy(update={"registration": commit}))
-
