@@ -131,6 +131,21 @@ def anchor_record(record_path: str | Path, *, sign_key: str | Path | None = None
     return anchor
 
 
+def read_anchor(record_path: str | Path, *, purpose: str = "") -> FreezeAnchor:
+    """The anchor written next to a frozen record, or a ProtocolError naming the fix (``purpose``: why it is needed,
+    appended to the message)."""
+    apath = anchor_path(record_path)
+    if not apath.is_file():
+        raise ProtocolError(f"{record_path}: no {apath.name} next to the record{purpose}; fix: freeze the plan with "
+                            "`tgsuite protocol freeze PLAN --out RECORD` (it writes both) and use that record, or "
+                            "restore the anchor from where the record was frozen")
+    try:
+        return FreezeAnchor.model_validate_json(apath.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ProtocolError(f"{apath}: not a valid anchor ({exc}); fix: restore it from where the record was "
+                            "frozen") from None
+
+
 def verify_signature(anchor: FreezeAnchor, digest: str, public_key: str | None) -> AnchorCheck:
     from cryptography.exceptions import InvalidSignature
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey

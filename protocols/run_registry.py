@@ -17,8 +17,9 @@ first commit is the registration time.
   before it existed, or by ``run_eval`` without ``protocol_record``) is "not available": nothing shows it was the
   only evaluation.
 - ``no_earlier_runs``: no run under another record, on the plan's task set and cells, was registered before this
-  record was anchored, unless a ``run_before_freeze`` deviation names it (a plan revised after its results were
-  seen is a new plan, and the report says so).
+  record was anchored (its first registration commit is an ancestor of the anchor's commit on the ref), unless a
+  ``run_before_freeze`` deviation names it (a plan revised after its results were seen is a new plan, and the
+  report says so).
 
 Covered: evaluating again and keeping the better run, and re-freezing a looser plan after a run, through the
 commands and ``run_eval``. Not covered: someone who writes runs by hand or rewrites the ref (``on_prereg_ref`` of the
@@ -37,7 +38,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from protocols.anchor import PREREG_REF, AnchorCheck, ProtocolError, anchor_path, commit_to_ref, git_toplevel
+from protocols.anchor import (
+    PREREG_REF,
+    AnchorCheck,
+    ProtocolError,
+    anchor_path,
+    commit_to_ref,
+    git_toplevel,
+    read_anchor,
+)
 from protocols.schema import DeviationKind, FreezeAnchor
 
 REGISTRY_DIR = ".tgsuite/runs"
@@ -54,6 +63,7 @@ class Registration:
     manifest: dict[str, object]
     run_dir: str
     registered_at: datetime | None
+    first_commit: str | None  # the commit that first registered it (its order against a freeze is by ancestry)
     path_in_ref: str
 
 
@@ -64,25 +74,11 @@ def registry_path(protocol_sha256: str, run_id: str) -> str:
     return f"{REGISTRY_DIR}/{protocol_sha256}/{run_id}.json"
 
 
-def read_anchor(record_path: str | Path) -> FreezeAnchor:
-    """The record's anchor, or a ProtocolError naming the fix (a run cannot be registered without one)."""
-    apath = anchor_path(record_path)
-    if not apath.is_file():
-        raise ProtocolError(f"{record_path}: no {apath.name} next to the record, so runs made under it cannot be "
-                            "registered and its analysis would fail the anchor check; fix: freeze the plan with "
-                            "`tgsuite protocol freeze PLAN --out RECORD` (it writes both) and evaluate under that "
-                            "record, or restore the anchor from where the record was frozen")
-    try:
-        return FreezeAnchor.model_validate_json(apath.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise ProtocolError(f"{apath}: not a valid anchor ({exc}); fix: restore it from where the record was "
-                            "frozen") from None
-
-
 def registry_repo(record_path: str | Path) -> tuple[FreezeAnchor, Path]:
     """The record's anchor and the repository its runs are registered in; a ProtocolError naming the fix when a run
     cannot be registered under it (no anchor, or its repository is not on this machine)."""
-    anchor = read_anchor(record_path)
+    anchor = read_anchor(record_path, purpose=", so runs made under it cannot be registered and its analysis would "
+                         "fail the anchor check")
     repo = Path(anchor.repo)
     if not (repo.is_dir() and git_toplevel(repo) is not None):
         raise ProtocolError(f"{anchor_path(record_path)}: the record's prereg repository {anchor.repo} is not on "
@@ -143,11 +139,20 @@ def _registry_lock(repo: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _first_commit_time(repo: Path, rel: str) -> datetime | None:
-    res = subprocess.run(["git", "log", "--reverse", "--format=%cI", PREREG_REF, "--", rel], cwd=repo,
+def _first_commit(repo: Path, rel: str) -> tuple[str | None, datetime | None]:
+    """(id, commit time) of the commit that first added ``rel`` to the prereg ref; (None, None) if none did."""
+    res = subprocess.run(["git", "log", "--reverse", "--format=%H %cI", PREREG_REF, "--", rel], cwd=repo,
                          capture_output=True, text=True, timeout=30)  # fmt: skip
-    first = res.stdout.split()[:1] if res.returncode == 0 else []
-    return datetime.fromisoformat(first[0]) if first else None
+    first = res.stdout.splitlines()[:1] if res.returncode == 0 else []
+    if not first:
+        return None, None
+    commit, when = first[0].split()
+    return commit, datetime.fromisoformat(when)
+
+
+def _is_ancestor(repo: Path, older: str, newer: str) -> bool:
+    return subprocess.run(["git", "merge-base", "--is-ancestor", older, newer], cwd=repo, capture_output=True,
+                          timeout=30).returncode == 0  # fmt: skip
 
 
 def registrations(repo: str | Path) -> list[Registration]:
@@ -168,9 +173,10 @@ def registrations(repo: str | Path) -> list[Registration]:
         except ValueError:
             manifest = {}
         manifest = manifest if isinstance(manifest, dict) else {}
+        commit, when = _first_commit(top, rel)
         out.append(Registration(protocol_sha256=parts[2], run_id=parts[3].removesuffix(".json"),
                                 run_dir=str(manifest.pop("run_dir", "?")), manifest=manifest,
-                                registered_at=_first_commit_time(top, rel), path_in_ref=rel))  # fmt: skip
+                                registered_at=when, first_commit=commit, path_in_ref=rel))  # fmt: skip
     return out
 
 
@@ -187,13 +193,16 @@ def registry_checks(record_path: str | Path | None, protocol_sha256: str, analys
     ``protocol_sha256``: the plan's hash (the record's ``sha256``, which run manifests name). ``analysed``: {run id:
     whether its manifest says it was registered}. ``touches_plan(manifest)``: whether a registered run evaluated
     cells of this plan. ``excused(kind, run_id)``: whether a deviation of that kind names the run."""
-    if record_path is None or not anchor_path(record_path).is_file():
-        why = "the record has no anchor (see the anchor check)" if record_path else "the record was passed in memory"
-        return [AnchorCheck(n, "not_available", why) for n in ("registered_runs", "no_earlier_runs")]
-    anchor = FreezeAnchor.model_validate_json(anchor_path(record_path).read_text(encoding="utf-8"))
+    names = ("registered_runs", "no_earlier_runs")
+    if record_path is None:
+        return [AnchorCheck(n, "not_available", "the record was passed in memory") for n in names]
+    try:
+        anchor = read_anchor(record_path)
+    except ProtocolError:
+        return [AnchorCheck(n, "not_available", "the record has no valid anchor (see the anchor check)") for n in names]
     if not Path(anchor.repo).is_dir():
         why = f"the record's prereg repository {anchor.repo} is not on this machine"
-        return [AnchorCheck(n, "not_available", why) for n in ("registered_runs", "no_earlier_runs")]
+        return [AnchorCheck(n, "not_available", why) for n in names]
     regs = registrations(anchor.repo)
     return [_registered_runs(anchor, protocol_sha256, regs, analysed, touches_plan, excused),
             _no_earlier_runs(anchor, protocol_sha256, regs, touches_plan, excused)]
@@ -235,9 +244,9 @@ def _registered_runs(anchor: FreezeAnchor, sha: str, regs: list[Registration], a
 def _no_earlier_runs(anchor: FreezeAnchor, sha: str, regs: list[Registration],
                      touches_plan: Callable[[dict[str, object]], bool],
                      excused: Callable[[DeviationKind, str], bool]) -> AnchorCheck:
-    frozen = datetime.fromisoformat(anchor.commit_time.replace("Z", "+00:00"))
+    repo = Path(anchor.repo)  # on one ref, "registered before the freeze" is "an ancestor of the anchor's commit"
     earlier = [r for r in regs if r.protocol_sha256 != sha and touches_plan(r.manifest)
-               and (r.registered_at is None or r.registered_at <= frozen)]
+               and (r.first_commit is None or _is_ancestor(repo, r.first_commit, anchor.commit))]
     unexcused = [r for r in earlier if not excused("run_before_freeze", r.run_id)]
     if unexcused:
         return AnchorCheck("no_earlier_runs", "fail",

@@ -219,3 +219,11 @@ def test_concurrent_registrations_are_all_kept(record) -> None:  # noqa: ANN001
         commits = list(pool.map(lambda m: register_run(record, m, record.parent / str(m["run_id"])), manifests))
     assert len(set(commits)) == 6
     assert sorted(r.run_id for r in registrations(record.parent)) == [f"run-{i}" for i in range(6)]
+
+
+def test_a_damaged_anchor_fails_its_check_and_the_analysis_runs(tmp_path, tasks, record) -> None:  # noqa: ANN001
+    run = _eval(tasks, tmp_path / "run", record)
+    record.with_name(record.name + ".anchor.json").write_text("{not json")
+    res = analyze(record, [run])
+    assert _check(res, "anchor").status == "fail" and res.decision.verdict == "INCONCLUSIVE"
+    assert _check(res, "registered_runs").status == "not_available"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 
@@ -12,8 +11,8 @@ class CLIError(Exception):
 
 def anchor_line(record: str | Path) -> str:
     """The line `protocol freeze` and `canary --freeze` print about a record's git anchor (and its signature)."""
-    from protocols.anchor import anchor_path
+    from protocols.anchor import read_anchor
 
-    anchor = json.loads(anchor_path(record).read_text(encoding="utf-8"))
-    return (f"anchored: commit {anchor['commit'][:12]} on {anchor['ref']} in {anchor['repo']}"
-            + (f"; signed (public key {anchor['public_key']})" if anchor.get("signature") else ""))  # fmt: skip
+    anchor = read_anchor(record)
+    return (f"anchored: commit {anchor.commit[:12]} on {anchor.ref} in {anchor.repo}"
+            + (f"; signed (public key {anchor.public_key})" if anchor.signature else ""))  # fmt: skip
