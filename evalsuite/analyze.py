@@ -344,8 +344,7 @@ def analyze(
     dec = decide(ests, criteria, claims=proto.decision.claims)
     missing = _missing(table, proto)
     assay = _assay(ests, criteria, proto, runs)
-    prereg = assurance.prereg_checks(frozen_path, runs, public_key=public_key, proto=proto,
-                                     sha=record.sha256, devs=devs)
+    prereg = assurance.prereg_checks(frozen_path, runs, record, public_key=public_key, devs=devs)
     verdict, reasons, claims = _verdict(dec, proto, missing, table, runs, assay, prereg, devs)
     results = []
     for i, (c, e, o) in enumerate(zip(criteria, ests, dec.per_criterion, strict=True)):

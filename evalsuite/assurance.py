@@ -26,7 +26,7 @@ from harness.schema import RunManifest
 from protocols.anchor_verify import verify_anchor
 from protocols.deviations import covers
 from protocols.run_registry import registry_checks
-from protocols.schema import CriterionSpec, Deviation, Protocol
+from protocols.schema import CriterionSpec, Deviation, FrozenProtocol, Protocol
 
 
 def positive_control_checks(proto: Protocol, runs: list[LoadedRun]) -> list[Check]:
@@ -103,19 +103,15 @@ def touches_plan(proto: Protocol) -> Callable[[dict[str, object]], bool]:
     return touches
 
 
-def prereg_checks(frozen_path: str | None, runs: list[LoadedRun], *, public_key: str | None = None,
-                  proto: Protocol | None = None, sha: str | None = None, devs: Sequence[Deviation] = ()) -> list[Check]:
-    """The anchor's checks, then (with ``proto`` and its hash ``sha``) the run registry's
-    (``protocols.run_registry``)."""
+def prereg_checks(frozen_path: str | None, runs: list[LoadedRun], record: FrozenProtocol, *,
+                  public_key: str | None = None, devs: Sequence[Deviation] = ()) -> list[Check]:
+    """The anchor's checks, then the run registry's (``protocols.run_registry``) for ``record``'s plan."""
     checks = verify_anchor(frozen_path, checkpoint_times=_checkpoint_times(runs), result_times=_result_times(runs),
                            public_key=public_key)  # fmt: skip
-    out = [Check(name=c.name, status=c.status, detail=c.detail) for c in checks]
-    if proto is not None and sha is not None:
-        analysed = {r.need_manifest().run_id: r.need_manifest().registration is not None for r in runs}
-        reg = registry_checks(frozen_path, sha, analysed, touches_plan=touches_plan(proto),
-                              excused=lambda kind, rid: covers(list(devs), kind, rid))
-        out += [Check(name=c.name, status=c.status, detail=c.detail) for c in reg]
-    return out
+    analysed = {r.need_manifest().run_id: r.need_manifest().registration is not None for r in runs}
+    checks += registry_checks(frozen_path, record.sha256, analysed, touches_plan=touches_plan(record.protocol),
+                              excused=lambda kind, rid: covers(list(devs), kind, rid))  # fmt: skip
+    return [Check(name=c.name, status=c.status, detail=c.detail) for c in checks]
 
 
 def _ni(proto: Protocol) -> list[CriterionSpec]:

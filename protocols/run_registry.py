@@ -217,28 +217,28 @@ def _registered_runs(anchor: FreezeAnchor, sha: str, regs: list[Registration], a
     unexcused = [r for r in left if not excused("data_exclusion", r.run_id)]
     if unexcused:
         return AnchorCheck("registered_runs", "fail",
-                             f"{len(unexcused)} run(s) registered under this plan evaluated its cells but are not "
-                             f"in the analysis: {'; '.join(_describe(r) for r in unexcused[:3])}. Every evaluation "
-                             "made under the plan counts, or the better of two could be kept; fix: pass it with "
-                             "--runs (its cells must not overlap another run's), or, when it is set aside for a "
-                             "reason you can state, `tgsuite protocol deviation --kind data_exclusion --run-id ID "
-                             "...` (the report shows it)")  # fmt: skip
+                           f"{len(unexcused)} run(s) registered under this plan evaluated its cells but are not "
+                           f"in the analysis: {'; '.join(_describe(r) for r in unexcused[:3])}. Every evaluation "
+                           "made under the plan counts, or the better of two could be kept; fix: pass it with "
+                           "--runs (its cells must not overlap another run's), or, when it is set aside for a "
+                           "reason you can state, `tgsuite protocol deviation --kind data_exclusion --run-id ID "
+                           "...` (the report shows it)")  # fmt: skip
     gone = sorted(rid for rid, said in analysed.items() if said and rid not in ids)
     if gone:
         return AnchorCheck("registered_runs", "fail",
-                             f"run(s) {', '.join(gone[:5])} say they were registered under this plan, but "
-                             f"{anchor.ref} holds no such registration (the ref was rewritten, or the run was "
-                             "registered under another record)")  # fmt: skip
+                           f"run(s) {', '.join(gone[:5])} say they were registered under this plan, but "
+                           f"{anchor.ref} holds no such registration (the ref was rewritten, or the run was "
+                           "registered under another record)")  # fmt: skip
     unregistered = sorted(rid for rid in analysed if rid not in ids)
     set_aside = f"; {len(left)} set aside by a recorded data_exclusion deviation" if left else ""
     if unregistered:
         return AnchorCheck("registered_runs", "not_available",
-                             f"run(s) {', '.join(unregistered[:5])} were not registered under this plan (begun "
-                             "before run registration, or by run_eval without protocol_record): nothing shows they "
-                             f"are the only evaluation made{set_aside}")  # fmt: skip
+                           f"run(s) {', '.join(unregistered[:5])} were not registered under this plan (begun "
+                           "before run registration, or by run_eval without protocol_record): nothing shows they "
+                           f"are the only evaluation made{set_aside}")  # fmt: skip
     return AnchorCheck("registered_runs", "pass",
-                         f"all {len(analysed)} analysed run(s) are registered under this plan, and no other "
-                         f"registered run evaluated its cells{set_aside}")  # fmt: skip
+                       f"all {len(analysed)} analysed run(s) are registered under this plan, and no other "
+                       f"registered run evaluated its cells{set_aside}")  # fmt: skip
 
 
 def _no_earlier_runs(anchor: FreezeAnchor, sha: str, regs: list[Registration],
@@ -250,12 +250,12 @@ def _no_earlier_runs(anchor: FreezeAnchor, sha: str, regs: list[Registration],
     unexcused = [r for r in earlier if not excused("run_before_freeze", r.run_id)]
     if unexcused:
         return AnchorCheck("no_earlier_runs", "fail",
-                             f"{len(unexcused)} run(s) under another plan record evaluated this plan's task set and "
-                             f"arms before it was frozen ({anchor.commit_time}): "
-                             f"{'; '.join(_describe(r) + ' under ' + r.protocol_sha256[:12] for r in unexcused[:3])}. "
-                             "A plan frozen after results were seen is not preregistered against them; fix: state it, "
-                             "`tgsuite protocol deviation --kind run_before_freeze --run-id ID ...` for each (the "
-                             "report shows it), or analyse under the earlier plan")  # fmt: skip
+                           f"{len(unexcused)} run(s) under another plan record evaluated this plan's task set and "
+                           f"arms before it was frozen ({anchor.commit_time}): "
+                           f"{'; '.join(_describe(r) + ' under ' + r.protocol_sha256[:12] for r in unexcused[:3])}. "
+                           "A plan frozen after results were seen is not preregistered against them; fix: state it, "
+                           "`tgsuite protocol deviation --kind run_before_freeze --run-id ID ...` for each (the "
+                           "report shows it), or analyse under the earlier plan")  # fmt: skip
     note = f" ({len(earlier)} declared by run_before_freeze deviations)" if earlier else ""
     return AnchorCheck("no_earlier_runs", "pass",
-                         f"no run under another record evaluated this plan's cells before it was frozen{note}")
+                       f"no run under another record evaluated this plan's cells before it was frozen{note}")

@@ -17,9 +17,9 @@ from harness.runner import run_eval
 from harness.schema import TaskSet
 from protocols.anchor import PREREG_REF
 from protocols.deviations import default_log_path, record_deviation
-from protocols.freeze import freeze_plan
+from protocols.freeze import freeze_plan, load_frozen
 from protocols.run_registry import registrations, registry_path
-from protocols.schema import Protocol
+from protocols.schema import DeviationKind, Protocol
 from tests.harness_fakes import FakeFactory, FixPolicy, NullFinishPolicy, calc_task_set
 
 SHA = "c" * 64
@@ -68,6 +68,12 @@ def _check(res, name: str):  # noqa: ANN001, ANN202
     return next(c for c in res.prereg_checks if c.name == name)
 
 
+def _deviate(record: Path, kind: DeviationKind, run_id: str, description: str, justification: str) -> None:
+    """Record a deviation in the log next to ``record`` (as `tgsuite protocol deviation` does)."""
+    record_deviation(default_log_path(record), protocol_hash=load_frozen(record).sha256, kind=kind, run_id=run_id,
+                     description=description, justification=justification)  # fmt: skip
+
+
 def _ref_commits(repo: Path) -> int:
     return int(subprocess.run(["git", "rev-list", "--count", PREREG_REF], cwd=repo, capture_output=True, text=True,
                               check=True).stdout)  # fmt: skip
@@ -112,10 +118,8 @@ def test_evaluating_twice_and_passing_one_run_fails_the_check(tmp_path, tasks, r
     assert res.decision.verdict == "INCONCLUSIVE"
     assert any("registered_runs" in r for r in res.decision.reasons)
     # set aside for a reason stated in the deviation log: the check passes and the report shows the deviation
-    sha = read_manifest(first).protocol_hash or ""  # type: ignore[union-attr]
-    record_deviation(default_log_path(record), protocol_hash=sha,
-                     kind="data_exclusion", run_id=first_id, description="first run used a broken image",
-                     justification="the grader image was rebuilt before any result was read")  # fmt: skip
+    _deviate(record, "data_exclusion", first_id, "first run used a broken image",
+             "the grader image was rebuilt before any result was read")
     res = analyze(record, [second])
     assert _check(res, "registered_runs").status == "pass" and "set aside" in _check(res, "registered_runs").detail
     assert any(d.run_id == first_id for d in res.deviations)
@@ -130,8 +134,6 @@ def test_a_run_on_another_task_set_or_arm_is_not_counted(tmp_path, tasks, record
 
 
 def test_a_run_made_without_registration_is_reported_not_available(tmp_path, tasks, record) -> None:  # noqa: ANN001
-    from protocols.freeze import load_frozen
-
     run = _eval(tasks, tmp_path / "run", None, protocol_hash=load_frozen(record).sha256)
     assert read_manifest(run).registration is None  # type: ignore[union-attr]
     res = analyze(record, [run])
@@ -152,10 +154,8 @@ def test_a_looser_plan_frozen_after_a_run_fails_no_earlier_runs(tmp_path, tasks,
     assert chk.status == "fail" and early_id in chk.detail and "run_before_freeze" in chk.detail
     assert res.decision.verdict == "INCONCLUSIVE"
     assert _check(res, "registered_runs").status == "pass"
-    sha = read_manifest(late).protocol_hash or ""  # type: ignore[union-attr]
-    record_deviation(default_log_path(looser), protocol_hash=sha,
-                     kind="run_before_freeze", run_id=early_id, description="margin widened after run " + early_id,
-                     justification="the first margin was below the grader's noise floor")  # fmt: skip
+    _deviate(looser, "run_before_freeze", early_id, "margin widened after run " + early_id,
+             "the first margin was below the grader's noise floor")
     assert _check(analyze(looser, [late]), "no_earlier_runs").status == "pass"
     # the earlier plan is unaffected by the later one's runs: they were registered after it was frozen
     assert _check(analyze(record, [early]), "no_earlier_runs").status == "pass"
@@ -197,8 +197,6 @@ def test_protocol_check_lists_the_registered_runs(tmp_path, tasks, record, capsy
 
 def test_a_run_begun_unregistered_stays_so_on_a_resume(tmp_path, tasks, record, caplog) -> None:  # noqa: ANN001
     """Registering a run that already holds results would not show it was the only one: it stays unregistered."""
-    from protocols.freeze import load_frozen
-
     run = _eval(tasks, tmp_path / "run", None, protocol_hash=load_frozen(record).sha256)
     _eval(tasks, run, record)
     assert read_manifest(run).registration is None and registrations(record.parent) == []  # type: ignore[union-attr]
@@ -210,7 +208,6 @@ def test_concurrent_registrations_are_all_kept(record) -> None:  # noqa: ANN001
     """Evaluations started together under one record each move the ref; none may overwrite another's registration."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from protocols.freeze import load_frozen
     from protocols.run_registry import register_run
 
     sha = load_frozen(record).sha256
